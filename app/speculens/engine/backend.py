@@ -1,0 +1,419 @@
+"""One llama.cpp model and its context, over llama-cpp-python's low-level C API.
+
+This is the only module that imports ``llama_cpp``. It keeps the KV cache's contents as a token list, so a
+caller can roll back (``truncate``) or reuse a common prefix (``sync``), and it asks llama.cpp for logits
+only at the positions the caller needs — never an ``n_ctx × n_vocab`` buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from speculens.engine.vocab import VocabInfo
+
+log = logging.getLogger(__name__)
+_llama_log = logging.getLogger("speculens.llama_cpp")
+
+# ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continue the previous line.
+_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_log_state = {"level": logging.DEBUG, "line": ""}
+
+
+@llama_cpp.llama_log_callback  # type: ignore[misc]
+def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    # llama.cpp logs in fragments; join them into lines and hand them to Python logging, so the CLI's
+    # stdout and stderr stay clean and the GUI's log file gets everything.
+    if level != 5:
+        _log_state["level"] = _LEVELS.get(level, logging.DEBUG)
+    _log_state["line"] = str(_log_state["line"]) + text.decode("utf-8", errors="replace")
+    if str(_log_state["line"]).endswith("\n"):
+        _llama_log.log(int(_log_state["level"]), "%s", str(_log_state["line"]).rstrip())
+        _log_state["line"] = ""
+
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def _init_backend() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+
+
+class BackendError(RuntimeError):
+    """A model could not be loaded or evaluated; the message says what to do."""
+
+
+def supports_gpu_offload() -> bool:
+    """Whether this llama.cpp build can offload layers to a GPU (CUDA, Metal, Vulkan, ...)."""
+    _init_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def gpu_backend_name() -> str | None:
+    """The GPU backend this llama.cpp build has ("CUDA", "Metal", ...), or ``None`` for a CPU-only build."""
+    if not supports_gpu_offload():
+        return None
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    for name in ("CUDA", "Metal", "Vulkan", "HIP", "SYCL", "OpenCL", "MUSA", "CANN"):
+        if name.upper() in info.upper():
+            return name
+    return "GPU"
+
+
+def check_gguf_file(path: Path) -> None:
+    """Raise :class:`BackendError` with a clear message unless ``path`` is a readable GGUF file."""
+    if not path.exists():
+        raise BackendError(f"Model file not found: {path}")
+    if path.is_dir():
+        raise BackendError(f"{path} is a folder; choose a .gguf file inside it")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise BackendError(f"Cannot read {path}: {exc.strerror}") from exc
+    if magic != b"GGUF":
+        raise BackendError(f"{path.name} is not a GGUF model file (it does not start with the GGUF signature)")
+
+
+@dataclass(frozen=True)
+class BackendParams:
+    """How a model is loaded.
+
+    Args:
+        n_ctx: context size in tokens.
+        n_threads: CPU threads (0 = all physical cores we can see, at most 8).
+        n_gpu_layers: layers to offload to the GPU (-1 = all, 0 = none).
+        n_batch: the largest batch one decode call takes (prompt chunks are split to it).
+        vocab_only: load only the tokenizer (no weights, no context).
+    """
+
+    n_ctx: int = 4096
+    n_threads: int = 0
+    n_gpu_layers: int = 0
+    n_batch: int = 512
+    vocab_only: bool = False
+
+
+def default_threads() -> int:
+    """A sensible thread count: the CPUs this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+class LlamaBackend:
+    """One model and one context, driven token by token.
+
+    Args:
+        path: the GGUF file.
+        params: how to load it.
+
+    Raises:
+        BackendError: the file is missing, not GGUF, or llama.cpp refuses it.
+    """
+
+    def __init__(self, path: str | Path, params: BackendParams | None = None) -> None:
+        self.path = Path(path)
+        self.params = params or BackendParams()
+        check_gguf_file(self.path)
+        _init_backend()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = self.params.n_gpu_layers
+        mparams.vocab_only = self.params.vocab_only
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), mparams)
+        if not self._model:
+            raise BackendError(
+                f"llama.cpp could not load {self.path.name}: the file may be damaged, incomplete, or of an "
+                "architecture this llama.cpp build does not know (see the log for details)"
+            )
+        self._ctx: Any = None
+        self._batch: Any = None
+        self._vocab_ptr = llama_cpp.llama_model_get_vocab(self._model)
+        self.vocab = self._read_vocab()
+        self._pieces: dict[int, bytes] = {}
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self.decode_seconds = 0.0  # time spent inside llama_decode, for honest overhead accounting
+        self.n_decoded = 0  # tokens evaluated (for tests and statistics)
+        if self.params.vocab_only:
+            return
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = self.params.n_ctx
+        cparams.n_batch = self.params.n_batch
+        cparams.n_ubatch = self.params.n_batch
+        threads = self.params.n_threads or default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise BackendError(
+                f"llama.cpp could not create a context of {self.params.n_ctx} tokens for {self.path.name}: "
+                "try a smaller context size or fewer GPU layers"
+            )
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.params.n_batch, 0, 1)
+
+    # ---- facts -------------------------------------------------------------------------------------
+
+    def _read_vocab(self) -> VocabInfo:
+        v = self._vocab_ptr
+        n = int(llama_cpp.llama_vocab_n_tokens(v))
+        texts = tuple(
+            (llama_cpp.llama_vocab_get_text(v, i) or b"").decode("utf-8", errors="replace") for i in range(n)
+        )
+        eog = frozenset(i for i in range(n) if llama_cpp.llama_vocab_is_eog(v, i))
+        # llama_vocab_get_attr: bit 0x2 UNKNOWN... special tokens are CONTROL(8)/USER_DEFINED(16)/UNUSED.
+        special = frozenset(i for i in range(n) if int(llama_cpp.llama_vocab_get_attr(v, i)) & (1 | 2 | 8))
+        return VocabInfo(
+            vocab_type=int(llama_cpp.llama_vocab_type(v)),
+            n_vocab=n,
+            bos=int(llama_cpp.llama_vocab_bos(v)),
+            eos=int(llama_cpp.llama_vocab_eos(v)),
+            eog=eog,
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(v)),
+            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(v)),
+            texts=texts,
+            special=special,
+        )
+
+    @property
+    def n_vocab(self) -> int:
+        """Vocabulary size (width of a logits row)."""
+        return self.vocab.n_vocab
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache."""
+        return len(self.tokens)
+
+    @property
+    def n_params(self) -> int:
+        """Parameter count of the model."""
+        return int(llama_cpp.llama_model_n_params(self._model))
+
+    @property
+    def n_layer(self) -> int:
+        """Transformer blocks (the range of ``n_gpu_layers``)."""
+        return int(llama_cpp.llama_model_n_layer(self._model))
+
+    @property
+    def n_ctx_train(self) -> int:
+        """The context length the model was trained with."""
+        return int(llama_cpp.llama_model_n_ctx_train(self._model))
+
+    def description(self) -> str:
+        """llama.cpp's one-line description (architecture, size, quantization)."""
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        """The chat template stored in the GGUF, if any."""
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    # ---- text ---------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Tokenize text.
+
+        Args:
+            text: the text.
+            add_special: add BOS (and EOS) if the model asks for it.
+            parse_special: turn special-token texts (``<|im_start|>``) into their ids.
+        """
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab_ptr, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab_ptr, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one token stands for (special tokens render as empty)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self._vocab_ptr, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab_ptr, token, buf, len(buf), 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def detokenize(self, tokens: Iterable[int]) -> str:
+        """Text of a token sequence (bytes joined first, so split characters come out whole)."""
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def format_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Tokens of a conversation rendered with the model's own chat template, ready for the answer.
+
+        Uses llama-cpp-python's sandboxed Jinja2 formatter, as llama.cpp's server does.
+
+        Raises:
+            BackendError: the model has no chat template.
+        """
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.chat_template()
+        if not template:
+            raise BackendError(f"{self.path.name} has no chat template; use a plain prompt instead of chat")
+        vocab = self.vocab
+        formatter = Jinja2ChatFormatter(
+            template,
+            eos_token=vocab.texts[vocab.eos] if 0 <= vocab.eos < vocab.n_vocab else "",
+            bos_token=vocab.texts[vocab.bos] if 0 <= vocab.bos < vocab.n_vocab else "",
+        )
+        try:
+            prompt = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
+        except Exception as exc:  # a template error is the model file's fault, not a crash
+            raise BackendError(f"The chat template of {self.path.name} failed: {exc}") from exc
+        tokens = self.tokenize(prompt, add_special=False, parse_special=True)
+        if vocab.add_bos and vocab.bos >= 0 and (not tokens or tokens[0] != vocab.bos):
+            tokens.insert(0, vocab.bos)
+        return tokens
+
+    # ---- evaluation ---------------------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = ()) -> np.ndarray:
+        """Evaluate tokens appended after the KV cache's current contents.
+
+        Args:
+            tokens: the tokens, evaluated at positions ``n_past ..``.
+            logits_for: indices into ``tokens`` whose logits the caller wants.
+
+        Returns:
+            A ``(len(logits_for), n_vocab)`` float32 array. It is a view into llama.cpp's output buffer
+            when the rows are contiguous (they are, in batch order) and is valid until the next decode.
+
+        Raises:
+            BackendError: the tokens do not fit in the context, or llama.cpp fails.
+        """
+        if self._ctx is None:
+            raise BackendError("this model was loaded vocabulary-only and cannot be evaluated")
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise BackendError(
+                f"context full: {self.n_past} + {len(tokens)} tokens exceed the context size {self.n_ctx}"
+            )
+        want = set(logits_for)
+        if any(not 0 <= i < len(tokens) for i in want):
+            raise ValueError("logits_for indexes outside the batch")
+        n_batch = self.params.n_batch
+        rows: list[np.ndarray] = []
+        for start in range(0, len(tokens), n_batch):
+            chunk = tokens[start : start + n_batch]
+            b = self._batch
+            b.n_tokens = len(chunk)
+            outputs = []
+            for j, tok in enumerate(chunk):
+                b.token[j] = tok
+                b.pos[j] = self.n_past + j
+                b.n_seq_id[j] = 1
+                b.seq_id[j][0] = 0
+                out = (start + j) in want
+                b.logits[j] = out
+                if out:
+                    outputs.append(j)
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, b)
+            self.decode_seconds += time.perf_counter() - t0
+            if rc != 0:
+                raise BackendError(f"llama_decode failed with code {rc} (1 = no KV slot: the context is full)")
+            self.tokens.extend(chunk)
+            self.n_decoded += len(chunk)
+            if outputs:
+                rows.append(self._logit_rows(outputs))
+        if not rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def _logit_rows(self, batch_indices: list[int]) -> np.ndarray:
+        n = self.n_vocab
+        ptrs = [llama_cpp.llama_get_logits_ith(self._ctx, i) for i in batch_indices]
+        addresses = [ctypes.cast(p, ctypes.c_void_p).value or 0 for p in ptrs]
+        if all(a == addresses[0] + k * n * 4 for k, a in enumerate(addresses)):
+            return np.ctypeslib.as_array(ptrs[0], shape=(len(ptrs), n))
+        return np.stack([np.ctypeslib.as_array(p, shape=(n,)).copy() for p in ptrs])
+
+    def truncate(self, n_past: int) -> None:
+        """Roll the KV cache back to its first ``n_past`` tokens."""
+        if n_past < self.n_past:
+            if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1):
+                # A partial removal is refused by some memory types (recurrent models): start over.
+                llama_cpp.llama_memory_clear(self._memory, True)
+                kept = self.tokens[:n_past]
+                self.tokens = []
+                if kept:
+                    self.decode(kept)
+                return
+            del self.tokens[n_past:]
+
+    def sync(self, tokens: Sequence[int], logits_last: bool = False) -> tuple[int, np.ndarray | None]:
+        """Make the KV cache hold exactly ``tokens``, reusing the longest common prefix.
+
+        Args:
+            tokens: the wanted cache contents.
+            logits_last: return the logits of the last token (it is re-evaluated if needed).
+
+        Returns:
+            How many tokens had to be evaluated, and the last token's logits row if asked for.
+        """
+        common = 0
+        limit = min(len(tokens), self.n_past)
+        while common < limit and self.tokens[common] == tokens[common]:
+            common += 1
+        if logits_last and common == len(tokens) and common > 0:
+            common -= 1  # the last token's logits are gone once another decode happened
+        self.truncate(common)
+        rest = list(tokens[common:])
+        if not rest:
+            return 0, None
+        rows = self.decode(rest, [len(rest) - 1] if logits_last else ())
+        return len(rest), (rows[0] if logits_last else None)
+
+    def close(self) -> None:
+        """Free the context and the model (idempotent)."""
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may already be gone
+            pass

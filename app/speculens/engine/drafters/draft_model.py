@@ -1,0 +1,87 @@
+"""Drafting with a second, smaller model that shares the target's vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from speculens.engine.backend import LlamaBackend
+from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
+from speculens.engine.sampling import SamplingParams, sample, top_probability, transform
+
+
+class DraftModelDrafter:
+    """Proposes tokens by running the draft model autoregressively.
+
+    Its KV cache follows the accepted history: before each draft it is synced to the history, so tokens the
+    target rejected are rolled back and the tokens it added are evaluated.
+
+    Args:
+        backend: the loaded draft model.
+        sampling: the sampling settings; when not greedy, drafts are sampled from ``q`` (the draft's
+            distribution after the same transforms as the target's) and ``q`` is returned for rejection
+            sampling.
+        p_min: stop drafting when the draft's most likely token is less likely than this.
+        n_vocab_target: the target's vocabulary size: ``q`` rows are given this width and ids the target
+            does not have are never proposed.
+        rng: the random generator shared with verification (one stream keeps a seed reproducible).
+    """
+
+    name = "draft"
+
+    def __init__(
+        self,
+        backend: LlamaBackend,
+        sampling: SamplingParams,
+        p_min: float,
+        n_vocab_target: int,
+        rng: np.random.Generator,
+    ) -> None:
+        self.backend = backend
+        self.sampling = sampling
+        self.p_min = p_min
+        self.n_vocab_target = n_vocab_target
+        self.rng = rng
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """Evaluate the prompt, reusing whatever prefix the draft's cache already holds."""
+        self.backend.sync(prompt[:-1])
+
+    def draft(self, history: Sequence[int], n_max: int) -> Draft:
+        """Run the draft model for up to ``n_max`` tokens."""
+        if n_max <= 0:
+            return EMPTY_DRAFT
+        _, logits = self.backend.sync(history, logits_last=True)
+        assert logits is not None
+        tokens: list[int] = []
+        probs: list[float] = []
+        dists: list[np.ndarray] = []
+        width = min(self.n_vocab_target, self.backend.n_vocab)
+        for i in range(n_max):
+            row = logits[:width]
+            if self.sampling.greedy:
+                token = int(np.argmax(row))
+                top = prob = top_probability(row)
+            else:
+                q = transform(row, self.sampling)
+                token = sample(q, self.rng)
+                top, prob = float(q.max()), float(q[token])
+            if top < self.p_min:
+                break
+            tokens.append(token)
+            probs.append(prob)
+            if not self.sampling.greedy:
+                full = np.zeros(self.n_vocab_target, dtype=np.float64)
+                full[:width] = q
+                dists.append(full)
+            if i + 1 < n_max:
+                if self.backend.n_past + 1 > self.backend.n_ctx:
+                    break
+                logits = self.backend.decode([token], [0])[0]
+        if not tokens:
+            return EMPTY_DRAFT
+        return Draft(tuple(tokens), tuple(probs), np.stack(dists) if dists else None)
+
+    def end(self, history: Sequence[int]) -> None:
+        """Nothing to persist; the KV cache stays for the next turn's prefix reuse."""

@@ -1,0 +1,146 @@
+"""Counts of which token follows which n-gram, saved as a compact ``.npz`` file.
+
+One structure serves the n-gram cache (context statistics, plus a dynamic table that grows across runs)
+and the static n-gram map built from a corpus. Token ids only mean something for one vocabulary, so a
+saved table records the vocabulary's fingerprint and refuses to load for another.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+
+
+class NgramTableError(ValueError):
+    """A table file is unreadable or belongs to another vocabulary."""
+
+
+class NgramTable:
+    """n-gram → Counter of following tokens, for n in ``[ngram_min, ngram_max]``.
+
+    Args:
+        ngram_min: shortest n-gram counted.
+        ngram_max: longest n-gram counted.
+    """
+
+    def __init__(self, ngram_min: int = 1, ngram_max: int = 4) -> None:
+        self.ngram_min = ngram_min
+        self.ngram_max = ngram_max
+        self.counts: dict[tuple[int, ...], Counter[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def add(self, tokens: Sequence[int], start: int = 0) -> None:
+        """Count every n-gram → next-token pair whose next token is at index ``start`` or later."""
+        for i in range(max(start, 1), len(tokens)):
+            nxt = tokens[i]
+            for n in range(self.ngram_min, min(self.ngram_max, i) + 1):
+                key = tuple(tokens[i - n : i])
+                counter = self.counts.get(key)
+                if counter is None:
+                    counter = self.counts[key] = Counter()
+                counter[nxt] += 1
+
+    def merge(self, other: NgramTable) -> None:
+        """Add another table's counts to this one."""
+        for key, counter in other.counts.items():
+            mine = self.counts.get(key)
+            if mine is None:
+                self.counts[key] = Counter(counter)
+            else:
+                mine.update(counter)
+
+    def best(self, context: Sequence[int], min_count: Sequence[int], min_ratio: Sequence[float]) -> int | None:
+        """The most frequent continuation of the longest matching suffix that clears the thresholds.
+
+        Args:
+            context: the tokens so far.
+            min_count: per n-gram length (index 0 = ``ngram_min``), the least number of observations.
+            min_ratio: per n-gram length, the least share the top continuation must have.
+        """
+        for n in range(min(self.ngram_max, len(context)), self.ngram_min - 1, -1):
+            counter = self.counts.get(tuple(context[-n:]))
+            if not counter:
+                continue
+            token, count = max(counter.items(), key=lambda kv: kv[1])
+            total = sum(counter.values())
+            k = n - self.ngram_min
+            if total >= min_count[min(k, len(min_count) - 1)] and count >= min_ratio[
+                min(k, len(min_ratio) - 1)
+            ] * total:
+                return token
+        return None
+
+    def prune(self, min_total: int) -> None:
+        """Drop n-grams seen fewer than ``min_total`` times (keeps maps small)."""
+        self.counts = {k: c for k, c in self.counts.items() if sum(c.values()) >= min_total}
+
+    # ---- files ------------------------------------------------------------------------------------------
+
+    def save(self, path: Path, fingerprint: str) -> None:
+        """Write atomically (temporary file, then rename)."""
+        arrays: dict[str, np.ndarray] = {
+            "meta": np.array([FORMAT_VERSION, self.ngram_min, self.ngram_max], dtype=np.int64),
+            "fingerprint": np.array(fingerprint),
+        }
+        for n in range(self.ngram_min, self.ngram_max + 1):
+            rows = [(k, t, c) for k, counter in self.counts.items() if len(k) == n for t, c in counter.items()]
+            arrays[f"keys{n}"] = np.array([k for k, _, _ in rows], dtype=np.int32).reshape(len(rows), n)
+            arrays[f"next{n}"] = np.array([t for _, t, _ in rows], dtype=np.int32)
+            arrays[f"count{n}"] = np.array([c for _, _, c in rows], dtype=np.int32)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez_compressed(f, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: Path, fingerprint: str | None) -> NgramTable:
+        """Read a table; with ``fingerprint`` given, refuse one made for another vocabulary.
+
+        Raises:
+            NgramTableError: unreadable, wrong version, or wrong vocabulary.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                version, nmin, nmax = (int(x) for x in data["meta"])
+                if version != FORMAT_VERSION:
+                    raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}")
+                if fingerprint is not None and str(data["fingerprint"]) != fingerprint:
+                    raise NgramTableError(
+                        f"{path.name} was built with another tokenizer; rebuild it for this model"
+                    )
+                table = cls(nmin, nmax)
+                for n in range(nmin, nmax + 1):
+                    keys, nxt, cnt = data[f"keys{n}"], data[f"next{n}"], data[f"count{n}"]
+                    for key, t, c in zip(map(tuple, keys.tolist()), nxt.tolist(), cnt.tolist(), strict=True):
+                        counter = table.counts.get(key)
+                        if counter is None:
+                            counter = table.counts[key] = Counter()
+                        counter[t] = c
+        except NgramTableError:
+            raise
+        except (OSError, KeyError, ValueError) as exc:
+            raise NgramTableError(f"cannot read n-gram file {path}: {exc}") from exc
+        return table
+
+
+def build_table(token_streams: Iterable[Sequence[int]], ngram_max: int = 4, min_total: int = 2) -> NgramTable:
+    """Count n-grams over several token sequences (documents) and prune the rare ones."""
+    table = NgramTable(1, ngram_max)
+    for tokens in token_streams:
+        table.add(tokens)
+    table.prune(min_total)
+    return table

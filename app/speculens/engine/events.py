@@ -1,0 +1,202 @@
+"""The typed events a generation yields: one per speculation step, plus a start and a finish.
+
+The GUI, the CLI and the benchmarks all consume these and nothing else, so they are plain frozen
+dataclasses that serialise to JSON with :func:`event_to_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Origin(enum.StrEnum):
+    """Where an emitted token came from."""
+
+    ACCEPTED = "accepted"  # a drafted token the target agreed with
+    CORRECTION = "correction"  # the target's own token in place of a rejected draft
+    BONUS = "bonus"  # the target's token after a fully accepted draft
+    TARGET = "target"  # plain decoding: no draft this step
+
+
+class FinishReason(enum.StrEnum):
+    """Why generation stopped."""
+
+    EOG = "eog"  # the model produced an end-of-generation token
+    MAX_TOKENS = "max_tokens"
+    STOP = "stop"  # a stop string appeared
+    CONTEXT = "context"  # the context window is full
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class DraftToken:
+    """One drafted token.
+
+    Attributes:
+        id: token id.
+        piece: its bytes.
+        draft_prob: the drafter's probability for it (``None`` for draft-free sources).
+        target_prob: the target's probability for it, when the target got to judge it.
+        accepted: whether the target accepted it.
+    """
+
+    id: int
+    piece: bytes
+    draft_prob: float | None
+    target_prob: float | None
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class EmittedToken:
+    """One token added to the answer.
+
+    Attributes:
+        id: token id.
+        piece: its bytes.
+        origin: accepted draft, correction, bonus, or plain target token.
+    """
+
+    id: int
+    piece: bytes
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class RunningStats:
+    """Totals since the start of the generation.
+
+    Attributes:
+        n_steps: speculation steps (target verification passes).
+        n_generated: tokens emitted.
+        n_drafted: tokens drafted.
+        n_accepted: drafted tokens accepted.
+        elapsed_s: wall time of the decoding loop (prompt processing excluded).
+        draft_s: time spent drafting.
+        verify_s: time in the target's decode calls.
+        overhead_s: everything else: our own sampling, verification and bookkeeping.
+        accepted_by_position: accepted counts per draft position (index 0 = first drafted token).
+        drafted_by_position: drafted counts per draft position.
+    """
+
+    n_steps: int = 0
+    n_generated: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    elapsed_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    overhead_s: float = 0.0
+    accepted_by_position: tuple[int, ...] = ()
+    drafted_by_position: tuple[int, ...] = ()
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / drafted (0 when nothing was drafted)."""
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Emitted tokens per second of decoding."""
+        return self.n_generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per target pass: accepted drafts plus the target's own token (llama.cpp's figure)."""
+        return self.n_generated / self.n_steps if self.n_steps else 0.0
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    """Prompt processing is done; decoding starts.
+
+    Attributes:
+        n_prompt: prompt tokens.
+        n_prompt_evaluated: prompt tokens the target had to evaluate (the rest came from its KV cache).
+        prompt_s: time the prompt took (target and draft).
+        strategy: the draft source's name.
+    """
+
+    n_prompt: int
+    n_prompt_evaluated: int
+    prompt_s: float
+    strategy: str
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One speculation step: draft, verify, emit.
+
+    Attributes:
+        step: 1-based step number.
+        n_draft_max: the draft length asked of the drafter this step.
+        drafted: what was drafted, with the verdict on each token.
+        emitted: what the answer gained (accepted drafts, then a correction or bonus).
+        text: the new answer text made visible by this step.
+        draft_ms: time spent drafting.
+        verify_ms: time in the target's decode call.
+        overhead_ms: the rest of the step: sampling, verification, bookkeeping.
+        stats: totals so far.
+    """
+
+    step: int
+    n_draft_max: int
+    drafted: tuple[DraftToken, ...]
+    emitted: tuple[EmittedToken, ...]
+    text: str
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    stats: RunningStats
+
+    @property
+    def n_accepted(self) -> int:
+        """Drafted tokens accepted this step."""
+        return sum(1 for d in self.drafted if d.accepted)
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    """Generation ended.
+
+    Attributes:
+        reason: why.
+        text: the whole answer.
+        tokens: the answer's token ids (without an end-of-generation token).
+        stats: final totals.
+    """
+
+    reason: FinishReason
+    text: str
+    tokens: tuple[int, ...]
+    stats: RunningStats
+
+
+Event = StartEvent | StepEvent | FinishEvent
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict of an event, with its type and the derived statistics."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="backslashreplace")
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, tuple | list):
+            return [convert(v) for v in value]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out = {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            if isinstance(value, RunningStats):
+                out.update(
+                    acceptance=value.acceptance,
+                    tokens_per_second=value.tokens_per_second,
+                    mean_accepted_length=value.mean_accepted_length,
+                )
+            return out
+        return value
+
+    return {"type": type(event).__name__.removesuffix("Event").lower(), **convert(event)}

@@ -1,0 +1,195 @@
+"""Tiny synthetic GGUF models that llama.cpp loads in milliseconds.
+
+They exist for the test-suite and for the packaged application's ``--self-test``: a 2-layer ``llama``
+architecture with a SentencePiece (SPM) byte-fallback vocabulary, random weights from a seed. Pairs with
+known relations are made by reusing a seed (identical weights: acceptance 1), adding noise to a copy
+(perturbed: partial acceptance) or changing the vocabulary (mismatch).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+    "they you were her she there been one all we their has would when if will can more no out so said what up "
+    "its about into than them only other new some could time these two may then do first any my now such like "
+    "our over man me even most made after also did many before must through back years where much your way "
+    "def return class import self print if else for while yield lambda none true false int str list dict "
+    "speculative decoding draft target token model accept reject"
+).split()
+
+# SentencePiece token types as llama.cpp reads them (gguf.TokenType values).
+_NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """What a tiny model looks like.
+
+    Args:
+        seed: seed of the random weights.
+        n_embd: embedding width.
+        n_layer: transformer blocks.
+        n_head: attention heads.
+        n_ff: feed-forward width.
+        n_ctx_train: the context length written to the metadata.
+        weight_scale: standard deviation of the weights; larger gives peakier next-token distributions.
+        noise: relative Gaussian noise added to every weight after generation (0 = none), with its own seed,
+            which turns a copy of a model into a "perturbed" draft.
+        noise_seed: seed of that noise.
+        vocab_shuffle_seed: when set, the ordinary tokens get different ids, so the vocabulary differs
+            from every model made without it.
+        extra_words: extra ordinary tokens appended to the vocabulary (changes its size).
+        eos_token_id: override of the end-of-sequence id (default 2, ``</s>``).
+        name: ``general.name`` in the metadata.
+    """
+
+    seed: int = 0
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_ff: int = 128
+    n_ctx_train: int = 4096
+    weight_scale: float = 2.0
+    noise: float = 0.0
+    noise_seed: int = 1
+    vocab_shuffle_seed: int | None = None
+    extra_words: tuple[str, ...] = field(default_factory=tuple)
+    eos_token_id: int = 2
+    name: str = "tiny-llama"
+
+
+def tiny_vocab(spec: TinyModelSpec) -> tuple[list[str], list[float], list[int]]:
+    """Build the SPM byte-fallback vocabulary of a tiny model.
+
+    Returns:
+        The token texts, their scores and their token types.
+    """
+    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    types = [_UNKNOWN, _CONTROL, _CONTROL, _CONTROL, _CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [_BYTE] * 256
+    pieces: list[str] = ["▁"]
+    for ch in string.ascii_letters + string.digits + string.punctuation:
+        pieces += [ch, "▁" + ch]
+    for word in (*_WORDS, *spec.extra_words):
+        for end in range(2, len(word) + 1):
+            pieces.append("▁" + word[:end])
+            pieces.append(word[:end])
+    ordinary = list(dict.fromkeys(pieces))  # unique, in a stable order
+    if spec.vocab_shuffle_seed is not None:
+        np.random.default_rng(spec.vocab_shuffle_seed).shuffle(ordinary)
+    tokens += ordinary
+    types += [_NORMAL] * len(ordinary)
+    # SPM merges by score: longer pieces win, so words become one token when they can.
+    scores = [0.0] * (len(tokens) - len(ordinary)) + [float(len(p)) - 100.0 for p in ordinary]
+    return tokens, scores, types
+
+
+def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
+    """Write a tiny ``llama`` GGUF model to ``path``.
+
+    Args:
+        path: the file to write (its parent must exist).
+        spec: the model's shape and seeds.
+
+    Returns:
+        ``path``.
+    """
+    import gguf
+
+    spec = spec or TinyModelSpec()
+    tokens, scores, types = tiny_vocab(spec)
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(spec.seed)
+    noise_rng = np.random.default_rng(spec.noise_seed)
+
+    def weight(*shape: int, scale: float | None = None) -> np.ndarray:
+        w = rng.normal(0.0, spec.weight_scale if scale is None else scale, size=shape).astype(np.float32)
+        if spec.noise:
+            w += noise_rng.normal(0.0, spec.noise * float(np.std(w)) + 1e-12, size=shape).astype(np.float32)
+        return w
+
+    writer = gguf.GGUFWriter(None, "llama")
+    writer.add_name(spec.name)
+    writer.add_context_length(spec.n_ctx_train)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head)
+    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(spec.eos_token_id)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+
+    ones = np.ones(spec.n_embd, dtype=np.float32)
+    writer.add_tensor("token_embd.weight", weight(n_vocab, spec.n_embd, scale=1.0))
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", weight(n_vocab, spec.n_embd))
+    for i in range(spec.n_layer):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", ones)
+        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(spec.n_embd, spec.n_embd))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(spec.n_embd, spec.n_embd))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(spec.n_embd, spec.n_embd))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(spec.n_embd, spec.n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(spec.n_ff, spec.n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(spec.n_ff, spec.n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(spec.n_embd, spec.n_ff))
+    tmp = path.with_name(path.name + ".tmp")
+    # Write under a temporary name, then rename: never a half-written model.
+    writer.write_header_to_file(path=tmp)
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
+def write_tiny_pair(folder: Path, relation: str, seed: int = 0) -> tuple[Path, Path]:
+    """Write a target and a draft with a known relation.
+
+    Args:
+        folder: where to write them.
+        relation: ``identical`` (same weights), ``perturbed`` (noisy copy of the target) or ``mismatch``
+            (a draft with a different vocabulary).
+        seed: seed of the target's weights.
+
+    Returns:
+        The target's and the draft's paths.
+    """
+    base = TinyModelSpec(seed=seed, name="tiny-target")
+    drafts = {
+        "identical": replace(base, name="tiny-draft-identical"),
+        "perturbed": replace(base, noise=0.01, name="tiny-draft-perturbed"),
+        "mismatch": replace(base, vocab_shuffle_seed=7, name="tiny-draft-mismatch"),
+    }
+    if relation not in drafts:
+        raise ValueError(f"relation must be one of {sorted(drafts)}, not {relation!r}")
+    target = write_tiny_model(folder / f"tiny-target-{seed}.gguf", base)
+    draft = write_tiny_model(folder / f"tiny-draft-{relation}-{seed}.gguf", drafts[relation])
+    return target, draft

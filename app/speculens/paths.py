@@ -1,0 +1,57 @@
+"""Where Speculens keeps its files.
+
+platformdirs gives the per-OS locations; ``SPECULENS_HOME`` puts everything under one folder instead (tests,
+portable installs). Nothing is created at import time: callers create folders when they write.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP = "speculens"
+
+
+def _home() -> Path | None:
+    value = os.environ.get("SPECULENS_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def data_dir() -> Path:
+    """Models, n-gram caches, conversations."""
+    home = _home()
+    return home / "data" if home else Path(platformdirs.user_data_dir(APP, appauthor=False))
+
+
+def config_dir() -> Path:
+    """Settings."""
+    home = _home()
+    return home / "config" if home else Path(platformdirs.user_config_dir(APP, appauthor=False))
+
+
+def log_dir() -> Path:
+    """Log files."""
+    home = _home()
+    return home / "logs" if home else Path(platformdirs.user_log_dir(APP, appauthor=False))
+
+
+def models_dir() -> Path:
+    """Downloaded and assembled GGUF models."""
+    return data_dir() / "models"
+
+
+def ngram_cache_dir() -> Path:
+    """Dynamic n-gram caches, one file per vocabulary."""
+    return data_dir() / "ngram-cache"
+
+
+def conversations_dir() -> Path:
+    """Saved chat conversations."""
+    return data_dir() / "conversations"
+
+
+def settings_file() -> Path:
+    """The settings JSON file."""
+    return config_dir() / "settings.json"
