@@ -1,0 +1,53 @@
+"""``speculens-cli``: the headless command line over the engine and the model manager.
+
+Each sub-command lives in its own module with a ``register(subparsers)`` function that adds its parser
+and sets ``func`` to the function that runs it (returning the exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from speculens import __version__
+from speculens.cli import generate_cmd, ngram_cmd
+
+COMMANDS = (generate_cmd, ngram_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="speculens-cli",
+        description="Speculative decoding on local GGUF models: generate, benchmark, manage models.",
+    )
+    parser.add_argument("--version", action="version", version=f"speculens {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp's messages to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 failure, 2 bad usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not args.verbose:
+        logging.getLogger("speculens.llama_cpp").setLevel(logging.ERROR)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

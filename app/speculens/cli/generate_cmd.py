@@ -1,0 +1,189 @@
+"""``speculens-cli generate``: one generation (or an interactive chat) with a chosen strategy.
+
+The answer alone goes to stdout, so scripts can compare outputs; the summary (llama.cpp's figures) goes to
+stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO
+
+from speculens import paths
+from speculens.engine.backend import BackendError
+from speculens.engine.events import FinishEvent, Origin, RunningStats, StartEvent, StepEvent, event_to_dict
+from speculens.engine.generate import GenerationConfig, PromptError, Strategy
+from speculens.engine.sampling import SamplingParams
+from speculens.engine.session import ChatSession, ModelConfig, SpeculativeEngine
+from speculens.engine.vocab import VocabMismatchError
+from speculens.models.demo import DemoModelError
+from speculens.models.resolve import ModelNotFoundError, resolve_model
+
+# Terminal colours for --color: accepted drafts green, rejected drafts red (struck through), target blue.
+_GREEN, _RED_STRIKE, _BLUE, _RESET = "\033[32m", "\033[9;31m", "\033[34m", "\033[0m"
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Model and context options shared by commands that load models."""
+    p.add_argument("-m", "--target", required=True, help="target model: a .gguf path or a demo name (qwen-1.5b)")
+    p.add_argument("-d", "--draft", help="draft model for --strategy draft: a .gguf path or a demo name (qwen-0.5b)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: automatic)")
+    p.add_argument("--ngl", type=int, default=0, help="target layers offloaded to the GPU (-1 = all)")
+    p.add_argument("--ngl-draft", type=int, default=0, help="draft layers offloaded to the GPU (-1 = all)")
+    p.add_argument("--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map")
+
+
+def add_generation_arguments(p: argparse.ArgumentParser) -> None:
+    """Strategy and sampling options shared by commands that generate."""
+    p.add_argument(
+        "-s", "--strategy", choices=[s.value for s in Strategy], default=None,
+        help="draft source (default: draft with --draft, else lookup)",
+    )
+    p.add_argument("--n-draft", type=int, default=8, help="most tokens drafted per step (default 8)")
+    p.add_argument("--n-draft-min", type=int, default=0, help="drop drafts shorter than this (default 0)")
+    p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-n", "--max-tokens", type=int, default=256)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``generate`` sub-command."""
+    p = sub.add_parser("generate", help="generate text with speculative decoding")
+    add_model_arguments(p)
+    add_generation_arguments(p)
+    p.add_argument("prompt", nargs="?", help="the prompt (omit with --chat)")
+    p.add_argument("--chat", action="store_true", help="interactive multi-turn chat on stdin/stdout")
+    p.add_argument("--color", action="store_true", help="colour accepted/rejected drafts (terminal)")
+    p.add_argument("--events", type=Path, help="write every step as a JSON line to this file")
+    p.set_defaults(func=run)
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """The ModelConfig from parsed arguments (resolving demo names)."""
+    return ModelConfig(
+        target=resolve_model(args.target),
+        draft=resolve_model(args.draft) if args.draft else None,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.ngl,
+        n_gpu_layers_draft=args.ngl_draft,
+        ngram_map=args.ngram_map,
+        ngram_cache_dir=paths.ngram_cache_dir(),
+    )
+
+
+def generation_config(args: argparse.Namespace) -> GenerationConfig:
+    """The GenerationConfig from parsed arguments."""
+    strategy = args.strategy or (Strategy.DRAFT if args.draft else Strategy.LOOKUP)
+    return GenerationConfig(
+        strategy=Strategy(strategy),
+        n_draft=args.n_draft,
+        n_draft_min=args.n_draft_min,
+        p_min=args.p_min,
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop),
+        sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
+    )
+
+
+def summary(stats: RunningStats, start: StartEvent | None, reason: str) -> str:
+    """llama.cpp-style closing figures."""
+    lines = []
+    if start is not None:
+        lines.append(
+            f"prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in {start.prompt_s:.2f} s"
+        )
+    lines += [
+        f"decoded {stats.n_generated} tokens in {stats.elapsed_s:.2f} s, speed: {stats.tokens_per_second:.2f} t/s",
+        f"n_drafted    = {stats.n_drafted}",
+        f"n_accept     = {stats.n_accepted}",
+        f"accept       = {100 * stats.acceptance:.2f}%",
+        f"mean accepted length = {stats.mean_accepted_length:.2f} tokens per target pass ({stats.n_steps} passes)",
+        f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
+        f"stopped: {reason}",
+    ]
+    return "\n".join(lines)
+
+
+def consume(events: object, out: IO[str], color: bool, log: IO[str] | None) -> tuple[FinishEvent, StartEvent | None]:
+    """Print a generation's text as it streams; return its finish (and start) event."""
+    start: StartEvent | None = None
+    finish: FinishEvent | None = None
+    for event in events:  # type: ignore[attr-defined]
+        assert isinstance(event, StartEvent | StepEvent | FinishEvent)
+        if log is not None:
+            log.write(json.dumps(event_to_dict(event)) + "\n")
+        if isinstance(event, StartEvent):
+            start = event
+        elif isinstance(event, StepEvent):
+            out.write(_render_colored(event) if color else event.text)
+            out.flush()
+        else:
+            finish = event
+    assert finish is not None
+    return finish, start
+
+
+def _render_colored(event: StepEvent) -> str:
+    parts = []
+    for e in event.emitted:
+        if e.origin is not Origin.ACCEPTED:
+            parts.extend(
+                _RED_STRIKE + d.piece.decode("utf-8", errors="replace") + _RESET for d in event.drafted if not d.accepted
+            )
+        parts.append((_GREEN if e.origin is Origin.ACCEPTED else _BLUE) + e.piece.decode("utf-8", errors="replace") + _RESET)
+    return "".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``generate``."""
+    if not args.chat and args.prompt is None:
+        print("error: give a PROMPT, or --chat for an interactive conversation", file=sys.stderr)
+        return 2
+    try:
+        config = generation_config(args)
+        config.validate()
+        engine = SpeculativeEngine(model_config(args))
+    except (ModelNotFoundError, DemoModelError, BackendError, VocabMismatchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    with ExitStack() as stack:
+        stack.callback(engine.close)
+        log = stack.enter_context(args.events.open("w", encoding="utf-8")) if args.events else None
+        cancel = threading.Event()
+        try:
+            if not args.chat:
+                finish, start = consume(engine.generate(args.prompt, config, cancel), sys.stdout, args.color, log)
+                if not finish.text.endswith("\n"):
+                    sys.stdout.write("\n")
+                print(summary(finish.stats, start, finish.reason.value), file=sys.stderr)
+                return 0
+            chat = ChatSession(engine)
+            interactive = sys.stdin.isatty()
+            while True:
+                if interactive:
+                    print("> ", end="", file=sys.stderr, flush=True)
+                line = sys.stdin.readline()
+                if not line:
+                    return 0
+                if not line.strip():
+                    continue
+                finish, start = consume(chat.send(line.rstrip("\n"), config, cancel), sys.stdout, args.color, log)
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                print(summary(finish.stats, start, finish.reason.value), file=sys.stderr)
+        except (PromptError, BackendError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    return 0
