@@ -185,7 +185,7 @@ def write_tiny_pair(folder: Path, relation: str, seed: int = 0) -> tuple[Path, P
     base = TinyModelSpec(seed=seed, name="tiny-target")
     drafts = {
         "identical": replace(base, name="tiny-draft-identical"),
-        "perturbed": replace(base, noise=0.01, name="tiny-draft-perturbed"),
+        "perturbed": replace(base, noise=0.02, name="tiny-draft-perturbed"),
         "mismatch": replace(base, vocab_shuffle_seed=7, name="tiny-draft-mismatch"),
     }
     if relation not in drafts:

@@ -1,0 +1,174 @@
+"""Greedy speculative output is token-for-token the target's own greedy output, for every draft source."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speculens.engine.drafters.base import Draft
+from speculens.engine.drafters.ngram_table import build_table
+from speculens.engine.events import FinishEvent, Origin, StepEvent
+from speculens.engine.generate import GenerationConfig, Strategy, generate
+from speculens.engine.sampling import SamplingParams
+from speculens.engine.session import ModelConfig, SpeculativeEngine
+from speculens.models.synthetic import write_tiny_pair
+
+PROMPTS = [
+    "the model of speculative decoding",
+    "def return class import self",
+    "one two three",
+    "what is the time now",
+    "print hello world",
+    "a",
+    "they were her first years",
+    "model draft target token accept reject",
+    "if else for while yield lambda none true false",
+    "日本語のテキスト 😀 and more",
+]
+MODEL_SEEDS = (0, 1)  # two tiny model families × ten prompts = twenty combinations
+N_TOKENS = 64
+
+
+def run(engine: SpeculativeEngine, prompt: str, config: GenerationConfig) -> tuple[FinishEvent, list[StepEvent]]:
+    events = list(engine.generate(prompt, config))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    return finish, [e for e in events if isinstance(e, StepEvent)]
+
+
+@pytest.fixture(scope="module", params=MODEL_SEEDS)
+def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    folder = tmp_path_factory.mktemp(f"family{request.param}")
+    target, identical = write_tiny_pair(folder, "identical", seed=request.param)
+    _, perturbed = write_tiny_pair(folder, "perturbed", seed=request.param)
+    engines = {
+        "identical": SpeculativeEngine(ModelConfig(target, identical, n_ctx=512)),
+        "perturbed": SpeculativeEngine(ModelConfig(target, perturbed, n_ctx=512)),
+    }
+    plain = {
+        p: run(engines["perturbed"], p, GenerationConfig(strategy=Strategy.NONE, max_tokens=N_TOKENS))[0].tokens
+        for p in PROMPTS
+    }
+    # An n-gram map built from the target's own answers: high acceptance, so long accepted runs are tested.
+    map_path = folder / "answers.npz"
+    build_table(list(plain.values()), min_total=1).save(map_path, engines["perturbed"].fingerprint)
+    engines["map"] = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, ngram_map=map_path))
+    yield {"engines": engines, "plain": plain, "folder": folder}
+    for engine in engines.values():
+        engine.close()
+
+
+CASES = [
+    ("identical", Strategy.DRAFT),
+    ("perturbed", Strategy.DRAFT),
+    ("perturbed", Strategy.LOOKUP),
+    ("perturbed", Strategy.NGRAM_CACHE),
+    ("map", Strategy.NGRAM_MAP),
+]
+
+
+@pytest.mark.parametrize("n_draft", [1, 4, 16])
+@pytest.mark.parametrize(("engine_key", "strategy"), CASES)
+def test_greedy_output_equals_plain_decoding(family: dict, engine_key: str, strategy: Strategy, n_draft: int) -> None:
+    engine = family["engines"][engine_key]
+    config = GenerationConfig(strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS)
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        finish, steps = run(engine, prompt, config)
+        assert list(finish.tokens) == list(family["plain"][prompt]), f"{strategy} n_draft={n_draft}: {prompt!r}"
+        assert sum(len(s.emitted) for s in steps) == len(finish.tokens)
+        assert all(len(s.drafted) <= n_draft for s in steps)
+        drafted += finish.stats.n_drafted
+        accepted += finish.stats.n_accepted
+    if engine_key == "identical":
+        assert accepted == drafted > 0  # the same weights agree on every token
+    if strategy in (Strategy.DRAFT, Strategy.NGRAM_MAP):
+        assert accepted > 0.1 * drafted  # close models and a map of the answers do get drafts accepted
+
+
+def test_perturbed_draft_is_partially_accepted(family: dict) -> None:
+    engine = family["engines"]["perturbed"]
+    config = GenerationConfig(strategy=Strategy.DRAFT, n_draft=16, p_min=0.0, max_tokens=N_TOKENS)
+    finishes = [run(engine, prompt, config)[0] for prompt in PROMPTS]
+    drafted = sum(f.stats.n_drafted for f in finishes)
+    accepted = sum(f.stats.n_accepted for f in finishes)
+    assert 0.05 * drafted < accepted < 0.98 * drafted
+
+
+class OracleDrafter:
+    """Proposes the known answer with deliberate mistakes, to exercise every accept/reject path."""
+
+    name = "oracle"
+
+    def __init__(self, prompt_len: int, answer: Sequence[int], error_rate: float, seed: int) -> None:
+        self.prompt_len = prompt_len
+        self.answer = list(answer)
+        self.error_rate = error_rate
+        self.rng = np.random.default_rng(seed)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def draft(self, history: Sequence[int], n_max: int) -> Draft:
+        done = len(history) - self.prompt_len
+        tokens = self.answer[done : done + n_max]
+        tokens = [t if self.rng.random() > self.error_rate else (t + 7) % 900 + 5 for t in tokens]
+        return Draft(tuple(tokens))
+
+    def end(self, history: Sequence[int]) -> None:
+        pass
+
+
+@pytest.mark.parametrize("error_rate", [0.0, 0.1, 0.5])
+@pytest.mark.parametrize("n_draft", [1, 4, 16])
+def test_oracle_drafts_with_mistakes_never_change_the_output(family: dict, error_rate: float, n_draft: int) -> None:
+    engine = family["engines"]["perturbed"]
+    config = GenerationConfig(strategy=Strategy.LOOKUP, n_draft=n_draft, max_tokens=N_TOKENS)
+    origins: set[Origin] = set()
+    for i, prompt in enumerate(PROMPTS):
+        tokens = engine.target.tokenize(prompt)
+        plain = family["plain"][prompt]
+        drafter = OracleDrafter(len(tokens), plain, error_rate, seed=i)
+        events = list(generate(engine.target, drafter, tokens, config, np.random.default_rng(0)))
+        finish = events[-1]
+        assert isinstance(finish, FinishEvent)
+        assert finish.tokens == plain
+        origins |= {e.origin for s in events if isinstance(s, StepEvent) for e in s.emitted}
+    if error_rate == 0.0:
+        assert Origin.BONUS in origins and Origin.CORRECTION not in origins
+    if error_rate == 0.5:
+        assert {Origin.ACCEPTED, Origin.CORRECTION} <= origins
+
+
+def test_sampling_with_identical_draft_reproduces_plain_sampling_for_a_seed(family: dict) -> None:
+    """Identical weights give p == q, so every draft is accepted and the sampled text is plain sampling's."""
+    engine = family["engines"]["identical"]
+    sampling = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=5)
+    finish, _ = run(engine, PROMPTS[0], GenerationConfig(strategy=Strategy.DRAFT, p_min=0.0, sampling=sampling))
+    assert finish.stats.n_accepted == finish.stats.n_drafted > 0
+
+
+def test_ngram_cache_persists_between_runs(family: dict, tmp_path: Path) -> None:
+    target = next(family["folder"].glob("tiny-target-*.gguf"))
+    config = ModelConfig(target, None, n_ctx=512, ngram_cache_dir=tmp_path)
+    gen = GenerationConfig(strategy=Strategy.NGRAM_CACHE, max_tokens=N_TOKENS)
+    with_cache = SpeculativeEngine(config)
+    try:
+        # llama.cpp's strict thresholds want an n-gram seen at least twice before the dynamic cache drafts it.
+        first, _ = run(with_cache, PROMPTS[2], gen)
+        run(with_cache, PROMPTS[2], gen)
+    finally:
+        with_cache.close()
+    files = list(tmp_path.glob("*.npz"))
+    assert len(files) == 1
+    again = SpeculativeEngine(config)
+    try:
+        second, _ = run(again, PROMPTS[2], gen)
+    finally:
+        again.close()
+    assert second.tokens == first.tokens
+    # The second run drafts from what the first one saw: more drafted and accepted tokens.
+    assert second.stats.n_accepted > first.stats.n_accepted
