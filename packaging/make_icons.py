@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         The exit status: 0, or 1 when ``--check`` finds a missing or stale file.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report files that differ from a fresh render")
+    parser.add_argument("--check", action="store_true", help="report files that differ from a fresh render")
     args = parser.parse_args(argv)
     files = build()
     stale = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
