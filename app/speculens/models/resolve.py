@@ -1,4 +1,4 @@
-"""Turn what a user typed (a path, a demo model's key) into a model file."""
+"""Turn what a user typed (a path, a demo model's key, a library id or name) into a model file."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from speculens.models.demo import DEMO_MODELS, demo_model, ensure_demo_model
+from speculens.models.library import EntryStatus, Library
 
 
 class ModelNotFoundError(LookupError):
@@ -19,11 +20,16 @@ def _print_progress(done: int, total: int) -> None:
             print(file=sys.stderr)
 
 
-def resolve_model(spec: str) -> Path:
-    """A model file for ``spec``: an existing path, or a demo model key (assembled on first use).
+def resolve_model(spec: str, library: Library | None = None) -> Path:
+    """A model file for ``spec``: an existing path, a demo model key (assembled on first use), or the id or
+    name of a model in the library.
+
+    Args:
+        spec: what the user typed.
+        library: the library to look in (default: the user's).
 
     Raises:
-        ModelNotFoundError: neither a file nor a known name.
+        ModelNotFoundError: neither a file nor a known name, or a library model whose file is missing.
         DemoModelError: a demo model cannot be assembled.
     """
     path = Path(spec).expanduser()
@@ -32,6 +38,18 @@ def resolve_model(spec: str) -> Path:
     try:
         model = demo_model(spec)
     except KeyError:
-        keys = ", ".join(m.key for m in DEMO_MODELS)
-        raise ModelNotFoundError(f"no model file {spec!r}, and it is not a demo model name ({keys})") from None
-    return ensure_demo_model(model, progress=_print_progress)
+        pass
+    else:
+        return ensure_demo_model(model, progress=_print_progress)
+    entry = (library or Library()).get(spec)
+    if entry is not None:
+        if entry.status is EntryStatus.OK or entry.status is EntryStatus.CHANGED:
+            return entry.path
+        raise ModelNotFoundError(
+            f"{entry.name} ({entry.id}) is in the library, but its file is missing: {entry.path}"
+        )
+    keys = ", ".join(m.key for m in DEMO_MODELS)
+    raise ModelNotFoundError(
+        f"no model file {spec!r}, and it is neither a demo model ({keys}) nor a model in the library "
+        "(see: speculens-cli models list)"
+    )
