@@ -39,7 +39,7 @@ from speculens import paths
 from speculens.models.gguf_info import SPLIT_RE, quant_label
 from speculens.models.library import Library, LibraryEntry, ModelSource, SourceKind
 
-CHUNK_SIZE = 1 << 20
+CHUNK_SIZE = 256 << 10
 PROGRESS_INTERVAL_S = 0.1
 SPEED_WINDOW_S = 3.0
 REACHABILITY_TTL_S = 60.0
