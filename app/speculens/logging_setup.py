@@ -14,6 +14,7 @@ import faulthandler
 import io
 import logging
 import logging.handlers
+import os
 import platform
 import sys
 import threading
@@ -116,13 +117,15 @@ def log_file() -> Path:
     return paths.log_dir() / LOG_FILE
 
 
-def setup_logging(level: int = logging.INFO) -> Path:
+def setup_logging(level: int | None = None) -> Path:
     """Send the application's logging to a rotating file and make crashes leave a readable trace.
 
     Safe to call more than once (the file handler is replaced, not added twice). Creates the log folder.
+    llama.cpp's own informational output (about 150 lines per model load) is kept only at DEBUG level.
 
     Args:
-        level: the root logger's level.
+        level: the root logger's level; default: ``SPECULENS_LOG_LEVEL`` (a name such as ``DEBUG``) or INFO.
+            The variable exists for frozen builds, where there is no command line to pass a flag on.
 
     Returns:
         The log file's path.
@@ -138,7 +141,12 @@ def setup_logging(level: int = logging.INFO) -> Path:
     )
     handler.setFormatter(logging.Formatter(FORMAT))
     root.addHandler(handler)
+    if level is None:
+        name = os.environ.get("SPECULENS_LOG_LEVEL", "").upper()
+        level = logging.getLevelNamesMapping().get(name, logging.INFO)
     root.setLevel(level)
+    llama_level = logging.NOTSET if level <= logging.DEBUG else logging.WARNING
+    logging.getLogger("speculens.llama_cpp").setLevel(llama_level)
     _state["handler"] = handler
 
     _state["console"] = sys.stderr is not None and not isinstance(sys.stderr, _LogStream)

@@ -2,8 +2,9 @@
 
 It proves, on the machine at hand and without downloading anything, that a build works end to end: the
 bundled llama.cpp loads a tiny generated model pair, speculative decoding with a draft model gives exactly
-the plain greedy output, and the Qt front end starts (off screen when there is no display). Release CI runs
-it on every frozen bundle; a user can run it to tell "my install is broken" from "my model is broken".
+the plain greedy output, the packaged icons are readable, and the Qt front end starts (off screen when
+there is no display). Release CI runs it on every frozen bundle; a user can run it to tell "my install is
+broken" from "my model is broken".
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 PROMPT = "the draft model proposes tokens and the target"
 MAX_TOKENS = 24
+ICON_FILES = ("speculens.svg", "png/speculens-256.png")
 
 
 def run_self_test(log: Callable[[str], None] = print) -> int:
@@ -38,7 +40,8 @@ def run_self_test(log: Callable[[str], None] = print) -> int:
     )
     log(f"backend: {backend_description()}")
     failures: list[str] = []
-    for name, check in (("engine", _check_engine), ("gui", _check_gui)):
+    checks = (("engine", _check_engine), ("resources", _check_resources), ("gui", _check_gui))
+    for name, check in checks:
         try:
             problem = check(log)
         except Exception as exc:  # a self-test reports every failure instead of stopping at the first
@@ -48,7 +51,7 @@ def run_self_test(log: Callable[[str], None] = print) -> int:
             log(f"FAIL {name}: {problem}")
         else:
             log(f"ok   {name}")
-    log("self-test passed" if not failures else f"self-test FAILED ({len(failures)} of 2 checks)")
+    log("self-test passed" if not failures else f"self-test FAILED ({len(failures)} of {len(checks)} checks)")
     return 1 if failures else 0
 
 
@@ -100,6 +103,22 @@ def _check_engine(log: Callable[[str], None]) -> str | None:
     return None
 
 
+def _check_resources(log: Callable[[str], None]) -> str | None:
+    """The icons must be readable through importlib.resources, as the GUI reads them (wheel or bundle).
+
+    Returns:
+        ``None`` on success, else what went wrong.
+    """
+    from importlib.resources import files
+
+    icons = files("speculens.icons")
+    missing = [name for name in ICON_FILES if not icons.joinpath(name).is_file()]
+    if missing:
+        return f"missing from speculens.icons: {', '.join(missing)}"
+    log(f"icons: {icons}")
+    return None
+
+
 def _check_gui(log: Callable[[str], None]) -> str | None:
     """Start Qt and build the main window, off screen unless a platform was chosen.
 
@@ -112,7 +131,7 @@ def _check_gui(log: Callable[[str], None]) -> str | None:
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "speculens"])
     log(f"Qt platform: {QApplication.platformName()}")
-    if importlib.util.find_spec("speculens.ui.main_window") is None:
+    if not _module_exists("speculens.ui.main_window"):
         log("speculens.ui.main_window is not part of this build: only Qt itself was checked")
         return None
     module = importlib.import_module("speculens.ui.main_window")
@@ -125,3 +144,20 @@ def _check_gui(log: Callable[[str], None]) -> str | None:
     window.deleteLater()
     app.processEvents()
     return None if shown else "the main window did not show"
+
+
+def _module_exists(name: str) -> bool:
+    """Whether a module is part of this build, without importing it (its parent packages are imported).
+
+    Args:
+        name: the dotted module name.
+
+    Returns:
+        True when it can be imported.
+    """
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError as exc:  # a parent package is missing
+        if exc.name is not None and name.startswith(exc.name):
+            return False
+        raise
