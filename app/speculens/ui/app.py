@@ -1,0 +1,111 @@
+"""Create the ``QApplication``, follow the system's light/dark scheme, and show the main window."""
+
+from __future__ import annotations
+
+import importlib.resources
+import sys
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
+from PySide6.QtWidgets import QApplication
+
+from speculens.ui.qt_compat import check_binding
+
+ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
+
+
+def app_icon() -> QIcon:
+    """The application icon at every size the icons package has (Qt picks the sharpest for the DPI)."""
+    icon = QIcon()
+    try:
+        folder = importlib.resources.files("speculens.icons")
+        svg = folder / "speculens.svg"
+        if svg.is_file():
+            icon.addFile(str(svg))
+        for size in ICON_SIZES:
+            png = folder / "png" / f"speculens-{size}.png"
+            if png.is_file():
+                icon.addFile(str(png))
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass  # a build without the icons package still runs, with Qt's default icon
+    return icon
+
+
+def dark_palette() -> QPalette:
+    """A dark palette for the Fusion style (used where the platform theme does not provide one)."""
+    p = QPalette()
+    base, window, text = QColor(30, 30, 32), QColor(45, 45, 48), QColor(230, 230, 230)
+    disabled = QColor(130, 130, 130)
+    for role, color in (
+        (QPalette.ColorRole.Window, window),
+        (QPalette.ColorRole.WindowText, text),
+        (QPalette.ColorRole.Base, base),
+        (QPalette.ColorRole.AlternateBase, window),
+        (QPalette.ColorRole.ToolTipBase, QColor(60, 60, 64)),
+        (QPalette.ColorRole.ToolTipText, text),
+        (QPalette.ColorRole.Text, text),
+        (QPalette.ColorRole.Button, window),
+        (QPalette.ColorRole.ButtonText, text),
+        (QPalette.ColorRole.Link, QColor(88, 166, 255)),
+        (QPalette.ColorRole.Highlight, QColor(56, 132, 255)),
+        (QPalette.ColorRole.HighlightedText, QColor(255, 255, 255)),
+        (QPalette.ColorRole.PlaceholderText, disabled),
+    ):
+        p.setColor(role, color)
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, disabled)
+    return p
+
+
+def apply_color_scheme(app: QApplication) -> None:
+    """Use a dark palette when the system asks for dark, the style's own palette otherwise."""
+    scheme = QGuiApplication.styleHints().colorScheme()
+    if scheme == Qt.ColorScheme.Dark:
+        app.setPalette(dark_palette())
+    else:
+        app.setPalette(app.style().standardPalette())
+
+
+def create_app(argv: Sequence[str] | None = None) -> QApplication:
+    """The application object, styled and themed (reuses an existing one, as tests have).
+
+    Args:
+        argv: command-line arguments for Qt.
+
+    Raises:
+        BrokenBindingError: the installed PySide6 would crash on this Python.
+    """
+    existing = QApplication.instance()
+    if isinstance(existing, QApplication):
+        return existing
+    check_binding()
+    QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = QApplication(list(argv) if argv is not None else sys.argv[:1])
+    app.setApplicationName("Speculens")
+    app.setOrganizationName("Speculens")
+    app.setApplicationDisplayName("Speculens")
+    app.setDesktopFileName("speculens")
+    # Fusion looks the same everywhere and takes a palette fully, which the light/dark switch relies on.
+    app.setStyle("Fusion")
+    app.setWindowIcon(app_icon())
+    apply_color_scheme(app)
+    QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_color_scheme(app))
+    return app
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Start the GUI and return its exit status.
+
+    Args:
+        argv: command-line arguments for Qt.
+    """
+    app = create_app(argv)
+    # Imported after the QApplication exists: the window module pulls in pyqtgraph, which wants one.
+    from speculens.ui.main_window import MainWindow
+
+    window = MainWindow()
+    window.show()
+    # After the first paint, so the window appears at once and the welcome question comes on top of it.
+    QTimer.singleShot(0, window.offer_first_start)
+    return app.exec()

@@ -1,0 +1,235 @@
+"""Live pyqtgraph plots of one generation, and the series they draw from.
+
+:class:`RunSeries` accumulates per-step numbers as events arrive (cheap list appends); :class:`ChartsPanel`
+pulls a snapshot of it on its own ~30 Hz ``QTimer`` and calls ``setData`` only when something changed
+(Friture's pattern), so a fast generation costs the GUI at most 30 plot updates a second, never one per
+token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+if TYPE_CHECKING:
+    from speculens.engine.events import RunningStats, StepEvent
+
+REFRESH_MS = 33
+ROLLING_STEPS = 16
+
+
+class RunSeries:
+    """Per-step numbers of one generation, in plain lists.
+
+    Attributes:
+        step: step numbers.
+        elapsed: seconds since decoding started, at the end of each step.
+        generated: tokens emitted so far.
+        drafted: tokens drafted in the step.
+        accepted: drafted tokens accepted in the step.
+        emitted: tokens the step added (accepted length: accepted drafts + the target's token).
+        rejected_steps: steps in which a draft token was rejected.
+        stats: the latest running totals.
+    """
+
+    def __init__(self) -> None:
+        self.step: list[int] = []
+        self.elapsed: list[float] = []
+        self.generated: list[int] = []
+        self.drafted: list[int] = []
+        self.accepted: list[int] = []
+        self.emitted: list[int] = []
+        self.rejected_steps = 0
+        self.stats: RunningStats | None = None
+        self.version = 0  # bumped on every change, so a plot knows whether to redraw
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self.__init__()  # type: ignore[misc]
+
+    def add(self, events: Iterable[StepEvent]) -> None:
+        """Append steps."""
+        for e in events:
+            n_acc = sum(1 for d in e.drafted if d.accepted)
+            self.step.append(e.step)
+            self.elapsed.append(e.stats.elapsed_s)
+            self.generated.append(e.stats.n_generated)
+            self.drafted.append(len(e.drafted))
+            self.accepted.append(n_acc)
+            self.emitted.append(len(e.emitted))
+            if n_acc < len(e.drafted):
+                self.rejected_steps += 1
+            self.stats = e.stats
+        self.version += 1
+
+    def set_stats(self, stats: RunningStats) -> None:
+        """Take the final totals from the finish event."""
+        self.stats = stats
+        self.version += 1
+
+    @property
+    def alpha(self) -> float | None:
+        """Estimated per-token acceptance probability α (Leviathan et al.'s model).
+
+        Each step judges its accepted drafts plus, when one was rejected, that one token; tokens after the
+        first rejection are never judged. So α = accepted / (accepted + rejections) — the geometric
+        maximum-likelihood estimate — rather than accepted / drafted, which would count unjudged tokens
+        as failures.
+        """
+        accepted = sum(self.accepted)
+        judged = accepted + self.rejected_steps
+        return accepted / judged if judged else None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c: the time to draft one token over the time of one target pass (None before any draft)."""
+        stats = self.stats
+        if stats is None or not stats.n_drafted or not stats.n_steps or stats.verify_s <= 0:
+            return None
+        return (stats.draft_s / stats.n_drafted) / (stats.verify_s / stats.n_steps)
+
+    def tokens_per_second(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time, rolling tokens/s over the last steps, and the running average."""
+        t = np.asarray(self.elapsed, dtype=float)
+        g = np.asarray(self.generated, dtype=float)
+        if len(t) == 0:
+            return t, t, t
+        lag = np.maximum(np.arange(len(t)) - ROLLING_STEPS, 0)
+        t0 = np.where(np.arange(len(t)) >= ROLLING_STEPS, t[lag], 0.0)
+        g0 = np.where(np.arange(len(t)) >= ROLLING_STEPS, g[lag], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rolling = np.where(t > t0, (g - g0) / (t - t0), np.nan)
+            average = np.where(t > 0, g / t, np.nan)
+        return t, rolling, average
+
+    def acceptance(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step numbers, acceptance per step (NaN without a draft), and the rolling acceptance."""
+        x = np.asarray(self.step, dtype=float)
+        d = np.asarray(self.drafted, dtype=float)
+        a = np.asarray(self.accepted, dtype=float)
+        if len(x) == 0:
+            return x, x, x
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_step = np.where(d > 0, a / d, np.nan)
+            kernel = np.ones(ROLLING_STEPS)
+            a_sum = np.convolve(a, kernel)[: len(a)]
+            d_sum = np.convolve(d, kernel)[: len(d)]
+            rolling = np.where(d_sum > 0, a_sum / d_sum, np.nan)
+        return x, per_step, rolling
+
+    def per_position(self) -> tuple[np.ndarray, np.ndarray]:
+        """Draft positions (1-based) and the acceptance rate at each."""
+        stats = self.stats
+        if stats is None or not stats.drafted_by_position:
+            return np.zeros(0), np.zeros(0)
+        drafted = np.asarray(stats.drafted_by_position, dtype=float)
+        accepted = np.asarray(stats.accepted_by_position, dtype=float)
+        return np.arange(1, len(drafted) + 1, dtype=float), np.where(drafted > 0, accepted / drafted, 0.0)
+
+
+def _plot(
+    layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left: str, bottom: str
+) -> pg.PlotItem:
+    plot = layout.addPlot(row=row, col=col, title=title)
+    plot.setLabel("left", left)
+    plot.setLabel("bottom", bottom)
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    plot.setMenuEnabled(False)
+    plot.setClipToView(True)
+    plot.setDownsampling(auto=True, mode="peak")
+    return plot
+
+
+class ChartsPanel(QWidget):
+    """Four live plots: tokens/s over time, acceptance per step, accepted length per step, per position.
+
+    Args:
+        series: the data to draw.
+        parent: the Qt parent.
+    """
+
+    def __init__(self, series: RunSeries, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.series = series
+        self._drawn = -1
+        # Antialiased lines cost several times more to paint in software; the charts update 30 times a
+        # second while the engine wants every core.
+        pg.setConfigOptions(antialias=False)
+        self.graphics = pg.GraphicsLayoutWidget(self)
+        self.graphics.setAccessibleName("Speculation charts")
+        self.graphics.setBackground(None)  # follow the window palette (light or dark)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.graphics)
+
+        self.speed_plot = _plot(self.graphics, 0, 0, "Tokens/s over time", "tokens/s", "seconds")
+        self.speed_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
+        self.speed_rolling = self.speed_plot.plot(pen=pg.mkPen("#3884ff", width=2), name="rolling")
+        self.speed_average = self.speed_plot.plot(
+            pen=pg.mkPen("#888888", width=1, style=pg.QtCore.Qt.PenStyle.DashLine), name="average"
+        )
+
+        self.accept_plot = _plot(self.graphics, 0, 1, "Acceptance per step", "rate", "step")
+        self.accept_plot.setYRange(0, 1.05)
+        self.accept_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
+        self.accept_step = self.accept_plot.plot(
+            pen=None,
+            symbol="o",
+            symbolSize=4,
+            symbolBrush=(46, 160, 67, 140),
+            symbolPen=None,
+            name="per step",
+        )
+        self.accept_rolling = self.accept_plot.plot(pen=pg.mkPen("#2ea043", width=2), name="rolling")
+
+        self.length_plot = _plot(self.graphics, 0, 2, "Tokens per target pass", "tokens", "step")
+        self.length_curve = self.length_plot.plot(
+            stepMode="center", fillLevel=0, brush=(56, 132, 255, 80), pen=pg.mkPen("#3884ff")
+        )
+
+        self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by draft position", "rate", "position")
+        self.position_plot.setYRange(0, 1.05)
+        self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(46, 160, 67, 170))
+        self.position_plot.addItem(self.position_bars)
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self._on_timer_timeout)
+        self._timer.start()
+
+    def refresh(self) -> None:
+        """Redraw from the series now, if it changed since the last redraw."""
+        if self.series.version == self._drawn:
+            return
+        self._drawn = self.series.version
+        t, rolling, average = self.series.tokens_per_second()
+        self.speed_rolling.setData(t, rolling, connect="finite")
+        self.speed_average.setData(t, average, connect="finite")
+        x, per_step, rolling_acc = self.series.acceptance()
+        finite = np.isfinite(per_step)
+        self.accept_step.setData(x[finite], per_step[finite])
+        self.accept_rolling.setData(x, rolling_acc, connect="finite")
+        lengths = np.asarray(self.series.emitted, dtype=float)
+        if len(lengths):
+            edges = np.arange(len(lengths) + 1, dtype=float) + 0.5
+            self.length_curve.setData(edges, lengths)
+        else:
+            self.length_curve.setData([], [])
+        pos, rate = self.series.per_position()
+        self.position_bars.setOpts(x=pos, height=rate)
+
+    def _on_timer_timeout(self) -> None:
+        # Hidden plots (a closed dock) skip the work; they catch up when shown.
+        if self.isVisible():
+            self.refresh()
+
+    def grab_png(self) -> QPixmap:
+        """The plots as an image (for export)."""
+        self.refresh()
+        return self.graphics.grab()

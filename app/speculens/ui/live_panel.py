@@ -1,0 +1,147 @@
+"""The live speculation panel: coloured tokens, legend, and the stats strip.
+
+The main window drains the worker's event buffer on its timer and hands each batch to
+:meth:`LivePanel.add_events`; the panel appends the batch's tokens in one edit block and feeds the
+:class:`~speculens.ui.charts.RunSeries` that the charts pull from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from speculens.ui.charts import RunSeries
+from speculens.ui.token_view import TokenLegend, TokenView
+
+if TYPE_CHECKING:
+    from speculens.engine.events import Event, FinishEvent, RunningStats, StepEvent
+
+
+class StatsStrip(QWidget):
+    """One line of figures: tokens/s, acceptance, mean accepted length, counts, draft vs verify time.
+
+    Args:
+        parent: the Qt parent.
+    """
+
+    FIELDS = (
+        ("tps", "tokens/s", "Emitted tokens per second of decoding"),
+        ("acceptance", "acceptance", "Accepted draft tokens / drafted tokens"),
+        (
+            "mean_len",
+            "tokens/pass",
+            "Mean tokens gained per target pass (accepted drafts + the target's token)",
+        ),
+        ("counts", "accepted/drafted", "Accepted and drafted token counts"),
+        ("times", "draft | verify", "Time spent drafting and in the target's verification passes"),
+        ("tokens", "tokens", "Tokens in the answer"),
+    )
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 2, 6, 2)
+        layout.setSpacing(18)
+        self._values: dict[str, QLabel] = {}
+        for key, caption, tip in self.FIELDS:
+            box = QVBoxLayout()
+            box.setSpacing(0)
+            value = QLabel("–", self)
+            value.setAccessibleName(caption)
+            value.setToolTip(tip)
+            font = value.font()
+            font.setPointSizeF(font.pointSizeF() * 1.25)
+            font.setBold(True)
+            value.setFont(font)
+            label = QLabel(caption, self)
+            label.setEnabled(False)  # the disabled palette gives a muted caption in light and dark themes
+            box.addWidget(value, alignment=Qt.AlignmentFlag.AlignLeft)
+            box.addWidget(label, alignment=Qt.AlignmentFlag.AlignLeft)
+            layout.addLayout(box)
+            self._values[key] = value
+        layout.addStretch(1)
+
+    def value_text(self, key: str) -> str:
+        """The text shown for one figure (tests and accessibility)."""
+        return self._values[key].text()
+
+    def clear(self) -> None:
+        """Show dashes."""
+        for value in self._values.values():
+            value.setText("–")
+
+    def show_stats(self, stats: RunningStats) -> None:
+        """Show the running totals."""
+        self._values["tps"].setText(f"{stats.tokens_per_second:.1f}")
+        self._values["acceptance"].setText(f"{100 * stats.acceptance:.0f}%" if stats.n_drafted else "–")
+        self._values["mean_len"].setText(f"{stats.mean_accepted_length:.2f}")
+        self._values["counts"].setText(f"{stats.n_accepted} / {stats.n_drafted}")
+        self._values["times"].setText(f"{stats.draft_s:.2f}s | {stats.verify_s:.2f}s")
+        self._values["tokens"].setText(str(stats.n_generated))
+
+
+class LivePanel(QWidget):
+    """The coloured tokens of the current answer with their legend.
+
+    Args:
+        series: the series the charts draw (fed from here).
+        stats_strip: the strip to update (it lives in the main window's toolbar area).
+        parent: the Qt parent.
+    """
+
+    def __init__(self, series: RunSeries, stats_strip: StatsStrip, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.series = series
+        self.stats_strip = stats_strip
+        self.legend = TokenLegend(self)
+        self.view = TokenView(self)
+        self.status = QLabel("No answer yet.", self)
+        self.status.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.status)
+        self.steps: list[StepEvent] = []
+
+    def start(self, description: str = "") -> None:
+        """A new answer begins: clear the view, the series and the strip."""
+        self.view.clear_tokens()
+        self.series.clear()
+        self.steps.clear()
+        self.stats_strip.clear()
+        self.legend.set_counts(self.view.counts)
+        self.status.setText(description or "Generating…")
+
+    def add_events(self, events: Sequence[Event]) -> None:
+        """Show a batch of events (one timer tick's worth)."""
+        from speculens.engine.events import FinishEvent, StartEvent, StepEvent
+
+        steps = [e for e in events if isinstance(e, StepEvent)]
+        if steps:
+            self.view.append_steps(steps)
+            self.series.add(steps)
+            self.steps.extend(steps)
+            self.legend.set_counts(self.view.counts)
+            self.stats_strip.show_stats(steps[-1].stats)
+        for event in events:
+            if isinstance(event, StartEvent):
+                self.status.setText(
+                    f"Strategy {event.strategy}: prompt of {event.n_prompt} tokens "
+                    f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms); generating…"
+                )
+            elif isinstance(event, FinishEvent):
+                self.finish(event)
+
+    def finish(self, event: FinishEvent) -> None:
+        """Show the final totals."""
+        self.series.set_stats(event.stats)
+        self.stats_strip.show_stats(event.stats)
+        s = event.stats
+        self.status.setText(
+            f"Finished ({event.reason.value}): {s.n_generated} tokens in {s.n_steps} target passes, "
+            f"{s.tokens_per_second:.1f} tokens/s, acceptance {100 * s.acceptance:.0f}%."
+        )

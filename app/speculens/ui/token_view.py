@@ -1,0 +1,295 @@
+"""The colour-coded token stream of one answer.
+
+Each step's tokens are appended at the end of a read-only ``QPlainTextEdit`` (its layout is incremental,
+unlike ``QTextEdit``'s, which is what keeps a 20,000-token answer responsive). Rejected drafts are inserted
+in place, struck through, before the target's correction. Per-token facts for the tooltips live in two
+parallel lists (start offset, info) searched with ``bisect`` rather than in per-token character formats,
+so the document only ever holds a handful of distinct formats.
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import enum
+import html
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QToolTip, QWidget
+
+if TYPE_CHECKING:
+    from speculens.engine.events import StepEvent
+
+
+class TokenKind(enum.Enum):
+    """How a token got into (or was kept out of) the answer."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    CORRECTION = "correction"
+    BONUS = "bonus"
+    TARGET = "target"
+
+
+# (label, background RGBA, foreground or None, struck through). Backgrounds are translucent so that the
+# same colours read on a light and a dark palette.
+KIND_STYLE: dict[TokenKind, tuple[str, tuple[int, int, int, int], str | None, bool]] = {
+    TokenKind.ACCEPTED: ("accepted draft", (46, 160, 67, 90), None, False),
+    TokenKind.REJECTED: ("rejected draft", (215, 58, 73, 40), "#d73a49", True),
+    TokenKind.CORRECTION: ("target correction", (235, 140, 0, 120), None, False),
+    TokenKind.BONUS: ("target bonus", (56, 132, 255, 105), None, False),
+    TokenKind.TARGET: ("target (no draft)", (128, 128, 128, 0), None, False),
+}
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What the tooltip says about one token.
+
+    Attributes:
+        kind: accepted, rejected, correction, bonus or plain target.
+        text: the token's text as shown.
+        step: the speculation step that produced it.
+        draft_prob: the drafter's probability (``None`` for draft-free sources and target tokens).
+        target_prob: the target's probability for a drafted token it judged.
+    """
+
+    kind: TokenKind
+    text: str
+    step: int
+    draft_prob: float | None = None
+    target_prob: float | None = None
+
+    def tooltip(self) -> str:
+        """A short, plain description for a tooltip."""
+        shown = self.text.replace("\n", "⏎").replace("\t", "⇥") or "(part of a character)"
+        lines = [f"<b>{html.escape(shown)}</b> — {KIND_STYLE[self.kind][0]}", f"step {self.step}"]
+        if self.draft_prob is not None:
+            lines.append(f"draft probability {self.draft_prob:.3f}")
+        if self.target_prob is not None:
+            lines.append(f"target probability {self.target_prob:.3f}")
+        if self.kind in (TokenKind.ACCEPTED, TokenKind.REJECTED):
+            lines.append(
+                "accepted by the target" if self.kind is TokenKind.ACCEPTED else "rejected by the target"
+            )
+        return "<br>".join(lines)
+
+
+def step_tokens(event: StepEvent) -> list[TokenInfo]:
+    """The tokens a step shows, in display order: accepted drafts, rejected drafts, then the target's token.
+
+    Text is decoded per token with replacement here; :class:`TokenView` decodes the emitted stream
+    incrementally instead, so characters split across tokens come out whole.
+    """
+    from speculens.engine.events import Origin
+
+    out: list[TokenInfo] = []
+    origin_kind = {
+        Origin.ACCEPTED: TokenKind.ACCEPTED,
+        Origin.CORRECTION: TokenKind.CORRECTION,
+        Origin.BONUS: TokenKind.BONUS,
+        Origin.TARGET: TokenKind.TARGET,
+    }
+    n_accepted = sum(1 for d in event.drafted if d.accepted)
+    emitted = list(event.emitted)
+    for i, token in enumerate(emitted[:n_accepted]):
+        d = event.drafted[i]
+        out.append(
+            TokenInfo(
+                origin_kind[token.origin], _decode(token.piece), event.step, d.draft_prob, d.target_prob
+            )
+        )
+    for d in event.drafted[n_accepted:]:
+        out.append(TokenInfo(TokenKind.REJECTED, _decode(d.piece), event.step, d.draft_prob, d.target_prob))
+    for token in emitted[n_accepted:]:
+        out.append(TokenInfo(origin_kind[token.origin], _decode(token.piece), event.step))
+    return out
+
+
+def _decode(piece: bytes) -> str:
+    return piece.decode("utf-8", errors="replace")
+
+
+class TokenView(QPlainTextEdit):
+    """A read-only view that appends colour-coded tokens and explains each one on hover.
+
+    Args:
+        parent: the Qt parent.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)  # the undo stack would keep a copy of every insertion
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setAccessibleName("Answer tokens")
+        self.setAccessibleDescription(
+            "The answer's tokens coloured by where they came from; hover for details"
+        )
+        font = QFont("monospace")
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        self.setFont(font)
+        self._formats = {kind: self._make_format(kind) for kind in TokenKind}
+        self._alt_formats = {kind: self._make_format(kind, alternate=True) for kind in TokenKind}
+        self._starts: list[int] = []
+        self._infos: list[TokenInfo] = []
+        self._counts = dict.fromkeys(TokenKind, 0)
+        self._end = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    @staticmethod
+    def _make_format(kind: TokenKind, alternate: bool = False) -> QTextCharFormat:
+        _label, rgba, foreground, strike = KIND_STYLE[kind]
+        fmt = QTextCharFormat()
+        r, g, b, a = rgba
+        if a:
+            # Neighbouring tokens of one kind alternate two shades, so token boundaries stay visible.
+            fmt.setBackground(QColor(r, g, b, int(a * 0.6) if alternate else a))
+        if foreground:
+            fmt.setForeground(QColor(foreground))
+        fmt.setFontStrikeOut(strike)
+        return fmt
+
+    @property
+    def counts(self) -> dict[TokenKind, int]:
+        """How many tokens of each kind are shown."""
+        return dict(self._counts)
+
+    @property
+    def infos(self) -> list[TokenInfo]:
+        """Every token shown, in order."""
+        return list(self._infos)
+
+    def clear_tokens(self) -> None:
+        """Remove everything (a new answer starts)."""
+        self.clear()
+        self._starts.clear()
+        self._infos.clear()
+        self._counts = dict.fromkeys(TokenKind, 0)
+        self._end = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def append_steps(self, events: Iterable[StepEvent]) -> None:
+        """Append the tokens of some steps at the end, in one edit block."""
+        scrollbar = self.verticalScrollBar()
+        follow = scrollbar.value() >= scrollbar.maximum() - 4
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()
+        for event in events:
+            self._append_step(cursor, event)
+        cursor.endEditBlock()
+        if follow:
+            scrollbar.setValue(scrollbar.maximum())
+
+    def _append_step(self, cursor: QTextCursor, event: StepEvent) -> None:
+        emitted = iter(event.emitted)
+        for info in step_tokens(event):
+            if info.kind is not TokenKind.REJECTED:
+                # Emitted tokens go through the stream's decoder: a character split across two tokens
+                # shows once, whole, on the second.
+                text = self._decoder.decode(next(emitted).piece)
+                info = TokenInfo(info.kind, text, info.step, info.draft_prob, info.target_prob)
+            self._insert(cursor, info, info.text)
+
+    def _insert(self, cursor: QTextCursor, info: TokenInfo, text: str) -> None:
+        index = len(self._infos)
+        fmt = (self._alt_formats if index % 2 else self._formats)[info.kind]
+        self._starts.append(self._end)
+        self._infos.append(info)
+        self._counts[info.kind] += 1
+        if text:
+            cursor.insertText(text, fmt)
+            # Document positions count UTF-16 units (an emoji is two); a paragraph break is one, like "\n".
+            self._end += len(text.encode("utf-16-le")) // 2
+
+    def token_at(self, position: int) -> TokenInfo | None:
+        """The token covering a document position, or ``None``."""
+        if not self._starts or position >= self._end:
+            return None
+        i = bisect.bisect_right(self._starts, position) - 1
+        return self._infos[i] if i >= 0 else None
+
+    def event(self, event: QEvent) -> bool:
+        """Show the token's tooltip on hover."""
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            cursor = self.cursorForPosition(self.viewport().mapFromGlobal(event.globalPos()))
+            rect = self.cursorRect(cursor)
+            pos = cursor.position()
+            # cursorForPosition gives the nearest gap; step back when the mouse is left of it.
+            viewport_x = self.viewport().mapFromGlobal(event.globalPos()).x()
+            if viewport_x < rect.x() and pos > 0:
+                pos -= 1
+            info = self.token_at(pos)
+            if info is not None:
+                QToolTip.showText(event.globalPos(), info.tooltip(), self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(event)
+
+    def to_html(self, title: str = "Speculens answer") -> str:
+        """The coloured transcript as a standalone HTML document (for export)."""
+        spans = []
+        for info in self._infos:
+            _label, (r, g, b, a), foreground, strike = KIND_STYLE[info.kind]
+            style = f"background: rgba({r},{g},{b},{a / 255:.2f});"
+            if foreground:
+                style += f" color: {foreground};"
+            if strike:
+                style += " text-decoration: line-through;"
+            tip = html.escape(
+                info.tooltip().replace("<br>", " · ").replace("<b>", "").replace("</b>", ""), quote=True
+            )
+            text = html.escape(info.text)
+            spans.append(f'<span class="{info.kind.value}" style="{style}" title="{tip}">{text}</span>')
+        legend = " ".join(
+            f'<span style="background: rgba({r},{g},{b},{a / 255:.2f});{" color:" + fg + ";" if fg else ""}'
+            f'{" text-decoration: line-through;" if s else ""} padding: 0 4px">{html.escape(label)}</span>'
+            for label, (r, g, b, a), fg, s in KIND_STYLE.values()
+        )
+        return (
+            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"
+            f"<body style='font-family: sans-serif'><h1>{html.escape(title)}</h1><p>{legend}</p>\n"
+            "<pre style='white-space: pre-wrap; font-family: monospace'>"
+            f"{''.join(spans)}</pre></body></html>\n"
+        )
+
+
+class TokenLegend(QWidget):
+    """The colour key with a count per kind.
+
+    Args:
+        parent: the Qt parent.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self._labels: dict[TokenKind, QLabel] = {}
+        for kind, (label, _rgba, _fg, _strike) in KIND_STYLE.items():
+            widget = QLabel(self)
+            widget.setTextFormat(Qt.TextFormat.RichText)
+            widget.setToolTip(f"Tokens shown as: {label}")
+            widget.setAccessibleName(f"Legend: {label}")
+            self._labels[kind] = widget
+            layout.addWidget(widget)
+        layout.addStretch(1)
+        self.set_counts(dict.fromkeys(TokenKind, 0))
+
+    def set_counts(self, counts: dict[TokenKind, int]) -> None:
+        """Show the counts next to the colours."""
+        for kind, widget in self._labels.items():
+            label, (r, g, b, a), fg, strike = KIND_STYLE[kind]
+            alpha = max(a, 60) / 255
+            style = f"background-color: rgba({r},{g},{b},{alpha:.2f}); padding: 1px 4px;"
+            if fg:
+                style += f" color: {fg};"
+            if strike:
+                style += " text-decoration: line-through;"
+            widget.setText(f'<span style="{style}">{html.escape(label)}</span> {counts.get(kind, 0)}')
