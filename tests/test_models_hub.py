@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -305,3 +306,27 @@ def test_disk_full_while_writing_keeps_nothing_registered(
         client().download("speculens-test/Tiny-Llama-GGUF", "tiny-draft-F32.gguf")
     assert err.value.kind is HubErrorKind.DISK_FULL
     assert Library(include_demo=False).entries() == []
+
+
+def test_cli_search_files_download(fake_hub: HubFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    from speculens.cli.__main__ import main
+
+    assert main(["models", "search", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "speculens-test/Tiny-Llama-GGUF" in out and "not-a-gguf" not in out
+    assert main(["models", "files", "speculens-test/Tiny-Llama-GGUF", "--json"]) == 0
+    files = json.loads(capsys.readouterr().out)
+    assert {f["filename"] for f in files} >= {"tiny-target-Q8_0.gguf", "big-00001-of-00002.gguf"}
+    assert (
+        main(["models", "download", "speculens-test/Tiny-Llama-GGUF", "tiny-draft-F32.gguf", "--json"]) == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["sha256"]["tiny-draft-F32.gguf"] == hashlib.sha256(fake_hub.draft).hexdigest()
+    assert result["entry"]["source"]["repo"] == "speculens-test/Tiny-Llama-GGUF"
+    assert main(["models", "files", "speculens-test/nope"]) == 1
+    assert "repository not found" in capsys.readouterr().err
+    assert main(["models", "download", "speculens-test/Gated-GGUF", "gated-Q4_0.gguf", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["kind"] == "gated" and "gated" in captured.err
+    assert main(["models", "search", "tiny", "--offline"]) == 1
+    assert "offline mode" in capsys.readouterr().err

