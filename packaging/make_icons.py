@@ -21,6 +21,7 @@ import io
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ICONS = ROOT / "icons"
@@ -109,6 +110,70 @@ def build(svg: Path = MASTER) -> dict[Path, bytes]:
     return out
 
 
+def _frames(data: bytes) -> dict[tuple[int, ...], Any]:
+    """Decode every image in a PNG, ICO or ICNS file.
+
+    Args:
+        data: the file's bytes.
+
+    Returns:
+        Each image (RGBA) by its size key: (w, h) for PNG and ICO, (w, h, scale) for ICNS.
+    """
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data))
+    if image.format == "ICO":
+        return {size: image.ico.getimage(size).convert("RGBA") for size in image.ico.sizes()}
+    if image.format == "ICNS":
+        frames = {}
+        for width, height, scale in image.info["sizes"]:
+            frame = Image.open(io.BytesIO(data))
+            frame.size = (width, height)
+            frame.load(scale=scale)
+            frames[(width, height, scale)] = frame.convert("RGBA")
+        return frames
+    return {image.size: image.convert("RGBA")}
+
+
+def differs(path: Path, data: bytes) -> bool:
+    """Whether a committed icon file differs from a fresh rendering by more than rasteriser noise.
+
+    Qt's rasteriser may put an edge pixel a shade differently on another platform or Qt version, so the
+    decoded pixels are compared (mean difference under 1/255 per channel), not the files' bytes.
+
+    Args:
+        path: the committed file.
+        data: the fresh rendering.
+
+    Returns:
+        True when the file is missing, has other sizes, or shows a different picture.
+    """
+    from PIL import ImageChops, ImageStat
+
+    if not path.exists():
+        return True
+    old = path.read_bytes()
+    if old == data:
+        return False
+    old_frames, new_frames = _frames(old), _frames(data)
+    if old_frames.keys() != new_frames.keys():
+        return True
+    for key, new in new_frames.items():
+        diff = ImageStat.Stat(ImageChops.difference(old_frames[key], new))
+        if max(diff.mean) >= 1.0:
+            return True
+    return False
+
+
+def stale_files() -> list[Path]:
+    """The committed icon files that no longer match the master SVG.
+
+    Returns:
+        Their paths (empty when everything is fresh).
+    """
+    return [p for p, data in build().items() if differs(p, data)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Regenerate (or check) the icon files.
 
@@ -121,13 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report files that differ from a fresh render")
     args = parser.parse_args(argv)
-    files = build()
-    stale = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
     if args.check:
+        stale = stale_files()
         for p in stale:
-            print(f"stale: {p.relative_to(ROOT)}")
+            print(f"stale: {p.relative_to(ROOT)} (run python packaging/make_icons.py)")
         return 1 if stale else 0
-    for p, data in files.items():
+    for p, data in build().items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
         print(f"wrote {p.relative_to(ROOT)} ({len(data)} bytes)")

@@ -130,6 +130,8 @@ def _check_gui(log: Callable[[str], None]) -> str | None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "speculens"])
+    if not isinstance(app, QApplication):  # widgets on a QGuiApplication abort the process
+        return f"a {type(app).__name__} is running; widgets need a QApplication"
     log(f"Qt platform: {QApplication.platformName()}")
     if not _module_exists("speculens.ui.main_window"):
         log("speculens.ui.main_window is not part of this build: only Qt itself was checked")
