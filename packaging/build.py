@@ -4,7 +4,7 @@ Steps: check the icons are fresh, run PyInstaller on ``packaging/speculens.spec`
 ``--self-test``, then wrap the bundle for download:
 
 - Linux: ``dist/speculens-<version>-linux-<arch>.tar.gz`` (the bundle with its desktop entry, AppStream
-  metadata, icons and ``install-desktop-entry.sh``), plus an AppImage when ``appimagetool`` is on PATH;
+  metadata, icons and ``install-desktop-entry.sh``);
 - macOS: ``dist/Speculens-<version>-macos-<arch>.dmg`` (``hdiutil``, with an Applications link to drag to);
 - Windows: ``dist/Speculens-<version>-windows-<arch>.zip``.
 
@@ -148,7 +148,10 @@ def run_self_test(timeout: float = 300.0) -> float:
 
 
 def package_linux(ver: str) -> list[Path]:
-    """Tarball (and AppImage when ``appimagetool`` exists) of the Linux bundle.
+    """Tarball of the Linux bundle, laid out for ``install-desktop-entry.sh``.
+
+    An AppImage would need ``appimagetool``, a binary fetched from GitHub rather than a package; the tarball
+    plus the install script gives the same menu entry and double-click start without it.
 
     Args:
         ver: the version.
@@ -180,26 +183,6 @@ def package_linux(ver: str) -> list[Path]:
         tar.add(stage, arcname=stage.name)
     made.append(tarball)
 
-    appimagetool = shutil.which("appimagetool")
-    if appimagetool:
-        appdir = WORK / "Speculens.AppDir"
-        shutil.rmtree(appdir, ignore_errors=True)
-        shutil.copytree(stage, appdir / "usr" / "lib" / "speculens", symlinks=True)
-        shutil.copytree(share, appdir / "usr" / "share")
-        shutil.copy2(share / "applications" / f"{APP_ID}.desktop", appdir)
-        shutil.copy2(ROOT / "icons" / "png" / "speculens-256.png", appdir / f"{APP_ID}.png")
-        apprun = appdir / "AppRun"
-        apprun.write_text(
-            '#!/bin/sh\nexec "$(dirname "$(readlink -f "$0")")/usr/lib/speculens/speculens" "$@"\n'
-        )
-        apprun.chmod(0o755)
-        image = DIST / f"Speculens-{ver}-{arch()}.AppImage"
-        subprocess.run(
-            [appimagetool, str(appdir), str(image)], check=True, env={**os.environ, "ARCH": arch()}
-        )
-        made.append(image)
-    else:
-        print("appimagetool not found on PATH: tarball only")
     return made
 
 
