@@ -147,8 +147,8 @@ class ChatPane(QWidget):
         layout.addWidget(self.input)
         layout.addLayout(buttons)
 
-        worker.generation_finished.connect(self._on_worker_generation_finished)
-        worker.generation_failed.connect(self._on_worker_generation_failed)
+        # The main window forwards the worker's finish and failure signals (finish_turn, fail_turn) after
+        # it has drained the last events, so the live panel is complete when turn_finished is emitted.
         self._update_buttons()
 
     def _button(self, text: str, tip: str, slot: Callable[[], None]) -> QPushButton:
@@ -298,7 +298,8 @@ class ChatPane(QWidget):
         self.conversation.partial = self._stream if self.busy else None
         self.conversation.save()
 
-    def _on_worker_generation_finished(self, request_id: int, lane: str, finish: FinishEvent) -> None:
+    def finish_turn(self, request_id: int, lane: str, finish: FinishEvent) -> None:
+        """End this pane's turn with the worker's final event (other requests are ignored)."""
         if request_id != self.request_id or lane != LANE_CHAT:
             return
         self.request_id = None
@@ -313,7 +314,8 @@ class ChatPane(QWidget):
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")
 
-    def _on_worker_generation_failed(self, request_id: int, message: str) -> None:
+    def fail_turn(self, request_id: int, message: str) -> None:
+        """End this pane's turn after an error, giving the message back to the message box."""
         if request_id != self.request_id:
             return
         self.request_id = None

@@ -37,6 +37,7 @@ from speculens.ui.compare_view import CompareView
 from speculens.ui.conversations import Conversation
 from speculens.ui.exports import write_events_csv, write_events_json
 from speculens.ui.live_panel import LivePanel, StatsStrip
+from speculens.ui.model_manager import TaskRunner, report_html
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.teach_panel import TeachPanel
 from speculens.ui.worker import LANE_CHAT, CompareResult, EngineWorker, LoadedModels
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
         self._closing = False
 
         self.worker = EngineWorker(self)
+        self.tasks = TaskRunner(self)
         self.series = RunSeries()
         self.stats_strip = StatsStrip(self)
         self.live_panel = LivePanel(self.series, self.stats_strip, self)
@@ -112,6 +114,7 @@ class MainWindow(QMainWindow):
             self.resize(1280, 820)
         self.conversations.refresh()
         self.worker.probe_backend()
+        self.check_pair()
 
     # ---- construction -------------------------------------------------------------------------------
 
@@ -138,18 +141,19 @@ class MainWindow(QMainWindow):
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(180)
         self.progress.setAccessibleName("Loading progress")
-        self.progress.hide()
         self.badge = QToolButton(self)
         self.badge.setAccessibleName("Pair compatibility")
         self.badge.clicked.connect(self._on_badge_clicked)
-        self.badge.hide()
         self._badge_report = ""
         bar.addWidget(self.pair_label)
-        bar.addWidget(self.badge)
+        # Widgets in a toolbar are shown and hidden through their actions (Qt overrides show()/hide()).
+        self.badge_action = bar.addWidget(self.badge)
+        self.badge_action.setVisible(False)
         bar.addSeparator()
         bar.addAction(self.load_action)
         bar.addAction(self.unload_action)
         self.progress_action = bar.addWidget(self.progress)
+        self.progress_action.setVisible(False)
         bar.addSeparator()
         bar.addAction(self.manager_action)
 
@@ -340,13 +344,34 @@ class MainWindow(QMainWindow):
 
     def _set_badge(self, ok: bool | None, text: str, report: str) -> None:
         if ok is None:
-            self.badge.hide()
+            self.badge_action.setVisible(False)
             return
         self.badge.setText(text)
         self.badge.setStyleSheet(BADGE_OK if ok else BADGE_WARNING)
         self.badge.setToolTip(("" if ok else "Click for the compatibility report.\n\n") + report)
         self._badge_report = report
-        self.badge.show()
+        self.badge_action.setVisible(True)
+
+    def check_pair(self) -> None:
+        """Check the chosen pair's compatibility in the background and show the result as the badge."""
+        from speculens.models.compat import check_pair
+
+        target, draft = self.settings.target_path, self.settings.draft_path
+        if not target or not draft:
+            self._set_badge(None, "", "")
+            return
+        n_ctx = self.settings.n_ctx
+
+        def done(report: object) -> None:
+            if (self.settings.target_path, self.settings.draft_path) != (target, draft):
+                return  # the pair changed meanwhile
+            ok = bool(getattr(report, "compatible", False))
+            self._set_badge(ok, "✓ Compatible" if ok else "⚠ Tokenizer mismatch", report_html(report))
+
+        def failed(message: str) -> None:
+            self._set_badge(False, "⚠ Cannot check", message)
+
+        self.tasks.run(lambda: check_pair(Path(target), Path(draft), n_ctx=n_ctx), done, failed)
 
     def _on_badge_clicked(self) -> None:
         box = QMessageBox(self)
@@ -372,13 +397,11 @@ class MainWindow(QMainWindow):
     def _on_worker_load_started(self) -> None:
         self.progress.setRange(0, 0)  # llama.cpp does not report loading progress through the engine
         self.progress_action.setVisible(True)
-        self.progress.show()
         self.load_action.setEnabled(False)
         self.statusBar().showMessage("Loading models…")
         self._load_t0 = time.monotonic()
 
     def _end_progress(self) -> None:
-        self.progress.hide()
         self.progress_action.setVisible(False)
         self.load_action.setEnabled(True)
 
@@ -394,7 +417,8 @@ class MainWindow(QMainWindow):
                 self.settings_panel.update_settings(strategy="lookup")
             self.statusBar().showMessage("Target loaded; the draft was refused (tokenizer mismatch).")
         elif loaded.draft:
-            self._set_badge(True, "✓ Compatible", f"{loaded.draft} can draft for {loaded.target}.")
+            if not self.badge_action.isVisible():  # keep check_pair's full report when there is one
+                self._set_badge(True, "✓ Compatible", f"{loaded.draft} can draft for {loaded.target}.")
             self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s: {loaded.description}")
         else:
             self._set_badge(None, "", "")
@@ -418,11 +442,13 @@ class MainWindow(QMainWindow):
 
     def _on_worker_generation_finished(self, request_id: int, lane: str, finish: FinishEvent) -> None:
         self.drain_events()
+        self.chat.finish_turn(request_id, lane, finish)
         if request_id == self._live_request and lane == LANE_CHAT:
             self.teach_panel.set_running(False)
             self.teach_panel.update_curve()
 
     def _on_worker_generation_failed(self, request_id: int, message: str) -> None:
+        self.chat.fail_turn(request_id, message)
         self.compare_view.show_failure(request_id, message)
         self.statusBar().showMessage(message)
 
@@ -446,7 +472,6 @@ class MainWindow(QMainWindow):
 
     def _on_worker_progress_changed(self, what: str, done: int, total: int) -> None:
         self.progress_action.setVisible(True)
-        self.progress.show()
         self.progress.setRange(0, 1000)
         self.progress.setValue(int(1000 * done / max(total, 1)))
         self.statusBar().showMessage(f"{what}: {done / 1e6:.0f} of {total / 1e6:.0f} MB")
@@ -490,7 +515,13 @@ class MainWindow(QMainWindow):
         self.chat.open_conversation(conversation)
 
     def _on_settings_panel_settings_changed(self, settings: Settings) -> None:
+        pair_changed = (settings.target_path, settings.draft_path) != (
+            self.settings.target_path,
+            self.settings.draft_path,
+        )
         self.settings = settings
+        if pair_changed:
+            self.check_pair()
         self.teach_panel.set_n_draft(settings.n_draft)
         self._update_pair()
         # Saved at once (atomically) so that a crash never loses a change; the file is tiny.
@@ -648,5 +679,7 @@ class MainWindow(QMainWindow):
             log.exception("could not save settings or layout")
         manager = getattr(self, "_manager", None)
         if manager is not None:
+            manager.shutdown()
             manager.close()
+        self.tasks.wait()
         super().closeEvent(event)

@@ -1,0 +1,719 @@
+"""The model manager window: library, pair picker, Hugging Face hub search, and downloads.
+
+A Qt face on the Qt-free :mod:`speculens.models` layer. Everything that reads files or the network —
+listing the library, checking a pair, suggesting drafts, searching, downloading — runs on background
+threads through :class:`TaskRunner`, whose results come back as queued signals, so the window never
+blocks. Download progress is stored by the download thread and pulled by a 5 Hz timer, like the live
+panel's events.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from speculens.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LEVEL_STYLE = {"ok": ("✓", "#2ea043"), "warning": ("!", "#d29922"), "error": ("✗", "#d73a49")}
+MISMATCH_STYLE = (
+    "QLabel { background: #d73a49; color: white; font-weight: bold; padding: 10px; border-radius: 4px }"
+)
+OK_STYLE = "QLabel { background: rgba(46,160,67,150); color: white; padding: 8px; border-radius: 4px }"
+
+
+class TaskRunner(QObject):
+    """Runs functions on short-lived background threads and reports back on the GUI thread.
+
+    Args:
+        parent: the Qt parent.
+
+    Signals:
+        task_finished(int, object): a task's id and its result.
+        task_failed(int, str): a task's id and its error message.
+    """
+
+    task_finished = Signal(int, object)
+    task_failed = Signal(int, str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._next = 0
+        self._callbacks: dict[int, tuple[Callable[[Any], None], Callable[[str], None] | None]] = {}
+        self._threads: list[threading.Thread] = []
+        self.task_finished.connect(self._on_self_task_finished)
+        self.task_failed.connect(self._on_self_task_failed)
+
+    def run(
+        self,
+        fn: Callable[[], Any],
+        done: Callable[[Any], None],
+        failed: Callable[[str], None] | None = None,
+    ) -> int:
+        """Call ``fn()`` on a thread; then ``done(result)`` or ``failed(message)`` on the GUI thread."""
+        self._next += 1
+        task_id = self._next
+        self._callbacks[task_id] = (done, failed)
+
+        def body() -> None:
+            try:
+                result = fn()
+            except Exception as exc:  # reported to the user, never lost on a thread
+                log.debug("background task failed", exc_info=True)
+                self.task_failed.emit(task_id, str(exc) or type(exc).__name__)
+            else:
+                self.task_finished.emit(task_id, result)
+
+        thread = threading.Thread(target=body, name=f"speculens-task-{task_id}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(thread)
+        thread.start()
+        return task_id
+
+    def wait(self, timeout: float = 10.0) -> None:
+        """Join the running tasks (the window is closing)."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _on_self_task_finished(self, task_id: int, result: object) -> None:
+        done, _ = self._callbacks.pop(task_id, (None, None))
+        if done is not None:
+            done(result)
+
+    def _on_self_task_failed(self, task_id: int, message: str) -> None:
+        _, failed = self._callbacks.pop(task_id, (None, None))
+        if failed is not None:
+            failed(message)
+
+
+@dataclass
+class Download:
+    """One download's state, shared between its thread (writes) and the GUI timer (reads).
+
+    Attributes:
+        repo: the hub repository.
+        filename: the file.
+        cancel: set to stop it (the partial file stays for a resume).
+        progress: the latest progress report.
+        state: ``queued``, ``downloading``, ``verifying``, ``done``, ``cancelled`` or ``failed``.
+        message: the error, or where the file went.
+        row: its row in the downloads table.
+    """
+
+    repo: str
+    filename: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    progress: Any = None
+    state: str = "queued"
+    message: str = ""
+    row: int = -1
+
+
+def _format_bytes(n: float | None) -> str:
+    from speculens.models.gguf_info import format_bytes
+
+    return format_bytes(n)
+
+
+def _format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else (f"{seconds // 60}:{seconds % 60:02d}")
+    )
+
+
+def report_html(report: Any) -> str:
+    """A compatibility report as HTML: the headline, then every named check with its level."""
+    rows = []
+    for check in report.checks:
+        symbol, colour = LEVEL_STYLE.get(check.level.value, ("?", "#888"))
+        rows.append(
+            f"<tr><td style='color:{colour}; font-weight:bold'>{symbol}</td>"
+            f"<td><b>{html.escape(check.title)}</b></td><td>{html.escape(check.message)}</td></tr>"
+        )
+    return f"<p>{html.escape(report.headline)}</p><table cellspacing='4'>{''.join(rows)}</table>"
+
+
+class ModelManagerWindow(QMainWindow):
+    """Library, pair picker, hub and downloads, as tabs.
+
+    Args:
+        settings: the current settings (for the context size and the current pair).
+        parent: the main window.
+
+    Signals:
+        pair_chosen(str, str): the user chose a target and a draft path ("" = no draft).
+    """
+
+    pair_chosen = Signal(str, str)
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowFlag(Qt.WindowType.Window)
+        self.setWindowTitle("Speculens — Models")
+        self.setObjectName("ModelManager")
+        self.resize(1000, 640)
+        self.settings = settings
+        self.tasks = TaskRunner(self)
+        self.entries: list[Any] = []
+        self.downloads: list[Download] = []
+        self.report: Any = None
+        self._hub_files: list[Any] = []
+
+        self.tabs = QTabWidget(self)
+        self.tabs.setAccessibleName("Model manager sections")
+        self.setCentralWidget(self.tabs)
+        self.tabs.addTab(self._build_library(), "Library")
+        self.tabs.addTab(self._build_pair(), "Pair picker")
+        self.tabs.addTab(self._build_hub(), "Hugging Face hub")
+        self.tabs.addTab(self._build_downloads(), "Downloads")
+        self.statusBar().showMessage("Reading the library…")
+
+        self._download_timer = QTimer(self)
+        self._download_timer.setInterval(200)
+        self._download_timer.timeout.connect(self._on_download_timer_timeout)
+        self.refresh_library()
+
+    # ---- library ------------------------------------------------------------------------------------
+
+    def _build_library(self) -> QWidget:
+        page = QWidget(self)
+        self.library_table = QTableWidget(0, 7, page)
+        self.library_table.setHorizontalHeaderLabels(
+            ["Name", "Family", "Size", "Quantization", "Context", "Source", "Status"]
+        )
+        self.library_table.setAccessibleName("Library")
+        self.library_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.library_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.library_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.library_table.verticalHeader().hide()
+        buttons = QHBoxLayout()
+        for text, slot in (
+            ("Import file…", self._on_import_clicked),
+            ("Scan folder…", self._on_scan_clicked),
+            ("Refresh", self.refresh_library),
+            ("Use as target", self._on_use_target_clicked),
+            ("Use as draft", self._on_use_draft_clicked),
+            ("Remove from library", self._on_remove_clicked),
+        ):
+            button = QPushButton(text, page)
+            button.setAccessibleName(text)
+            button.clicked.connect(slot)
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(page)
+        layout.addWidget(self.library_table)
+        layout.addLayout(buttons)
+        return page
+
+    def refresh_library(self) -> None:
+        """Re-read the library index on a background thread."""
+        from speculens.models.library import Library
+
+        self.tasks.run(lambda: Library().entries(), self._show_library, self._show_error)
+
+    def _show_library(self, entries: list[Any]) -> None:
+        from speculens.models.gguf_info import format_bytes
+
+        self.entries = entries
+        table = self.library_table
+        table.setRowCount(len(entries))
+        for row, e in enumerate(entries):
+            cells = [
+                e.name,
+                e.family or "–",
+                format_bytes(e.size),
+                e.quantization or "–",
+                f"{e.context_length:,}" if e.context_length else "–",
+                e.source.describe(),
+                e.status.value,
+            ]
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(str(e.path))
+                table.setItem(row, col, item)
+        table.resizeColumnsToContents()
+        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.statusBar().showMessage(f"{len(entries)} models in the library.", 5000)
+        self._fill_pair_combos()
+
+    def _selected_entry(self) -> Any:
+        rows = {i.row() for i in self.library_table.selectedIndexes()}
+        return self.entries[min(rows)] if rows else None
+
+    def _on_import_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "", "GGUF models (*.gguf)")
+        if path:
+            self.import_file(Path(path))
+
+    def import_file(self, path: Path) -> None:
+        """Register a file where it is (nothing is copied)."""
+        from speculens.models.library import Library
+
+        self.statusBar().showMessage(f"Reading {path.name}…")
+        self.tasks.run(lambda: Library().add(path), lambda _e: self.refresh_library(), self._show_error)
+
+    def _on_scan_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Scan a folder for GGUF models")
+        if folder:
+            self.scan_folder(Path(folder))
+
+    def scan_folder(self, folder: Path) -> None:
+        """Register every GGUF model in a folder."""
+        from speculens.models.library import Library
+
+        def done(result: Any) -> None:
+            skipped = f", {len(result.skipped)} skipped" if result.skipped else ""
+            self.statusBar().showMessage(
+                f"Scan: {len(result.added)} added, {len(result.known)} already known{skipped}.", 8000
+            )
+            self.refresh_library()
+
+        self.statusBar().showMessage(f"Scanning {folder}…")
+        self.tasks.run(lambda: Library().scan(folder), done, self._show_error)
+
+    def _on_remove_clicked(self) -> None:
+        from speculens.models.library import Library
+
+        entry = self._selected_entry()
+        if entry is not None:
+            self.tasks.run(
+                lambda: Library().remove(entry.id), lambda _r: self.refresh_library(), self._show_error
+            )
+
+    def _on_use_target_clicked(self) -> None:
+        self._pick_in_pair_tab(self._selected_entry(), self.target_combo)
+
+    def _on_use_draft_clicked(self) -> None:
+        self._pick_in_pair_tab(self._selected_entry(), self.draft_combo)
+
+    def _pick_in_pair_tab(self, entry: Any, combo: QComboBox) -> None:
+        if entry is None:
+            return
+        index = combo.findData(str(entry.path))
+        if index >= 0:
+            combo.setCurrentIndex(index)
+        self.tabs.setCurrentIndex(1)
+
+    # ---- pair picker --------------------------------------------------------------------------------
+
+    def _build_pair(self) -> QWidget:
+        page = QWidget(self)
+        self.target_combo = QComboBox(page)
+        self.target_combo.setAccessibleName("Target model")
+        self.draft_combo = QComboBox(page)
+        self.draft_combo.setAccessibleName("Draft model")
+        self.suggestions = QListWidget(page)
+        self.suggestions.setAccessibleName("Suggested drafts")
+        self.suggestions.setMaximumHeight(130)
+        self.suggestions.itemActivated.connect(self._on_suggestions_item_activated)
+        self.suggestions.itemClicked.connect(self._on_suggestions_item_activated)
+        self.banner = QLabel(page)
+        self.banner.setWordWrap(True)
+        self.banner.setAccessibleName("Compatibility verdict")
+        self.banner.hide()
+        self.report_view = QTextBrowser(page)
+        self.report_view.setAccessibleName("Compatibility report")
+        self.use_pair_button = QPushButton("Use this pair", page)
+        self.use_pair_button.setAccessibleName("Use this pair")
+        self.use_pair_button.clicked.connect(self._on_use_pair_clicked)
+        self.use_target_only_button = QPushButton("Use the target alone (draft-free strategies)", page)
+        self.use_target_only_button.clicked.connect(self._on_use_target_only_clicked)
+        form = QFormLayout()
+        form.addRow("Target", self.target_combo)
+        form.addRow("Suggested drafts", self.suggestions)
+        form.addRow("Draft", self.draft_combo)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.use_target_only_button)
+        buttons.addWidget(self.use_pair_button)
+        layout = QVBoxLayout(page)
+        layout.addLayout(form)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.report_view, 1)
+        layout.addLayout(buttons)
+        self.target_combo.currentIndexChanged.connect(self._on_target_combo_changed)
+        self.draft_combo.currentIndexChanged.connect(self._on_draft_combo_changed)
+        return page
+
+    def _fill_pair_combos(self) -> None:
+        for combo, current, blank in (
+            (self.target_combo, self.settings.target_path, "— choose a target —"),
+            (self.draft_combo, self.settings.draft_path, "— no draft —"),
+        ):
+            chosen = combo.currentData() or current
+            combo.blockSignals(True)  # refilling must not trigger a check per item
+            combo.clear()
+            combo.addItem(blank, "")
+            for e in self.entries:
+                if e.available:
+                    label = (
+                        f"{e.name} — {_format_bytes(e.size)}{' ' + e.quantization if e.quantization else ''}"
+                    )
+                    combo.addItem(label, str(e.path))
+            index = combo.findData(chosen) if chosen else 0
+            combo.setCurrentIndex(max(index, 0))
+            combo.blockSignals(False)
+        self._on_target_combo_changed()
+
+    def select_pair(self, target: Path, draft: Path | None) -> None:
+        """Pick a target and draft in the pair picker (both must be in the library)."""
+        self.target_combo.setCurrentIndex(max(0, self.target_combo.findData(str(target))))
+        self.draft_combo.setCurrentIndex(max(0, self.draft_combo.findData(str(draft) if draft else "")))
+        self.tabs.setCurrentIndex(1)
+
+    def _on_target_combo_changed(self, *_args: object) -> None:
+        from speculens.models.compat import suggest_drafts
+
+        target = self.target_combo.currentData()
+        self.suggestions.clear()
+        if not target:
+            self._check_pair()
+            return
+        self.suggestions.addItem("Looking for drafts…")
+        n_ctx = self.settings.n_ctx
+
+        def done(suggestions: list[Any]) -> None:
+            if self.target_combo.currentData() != target:
+                return  # the user picked another target meanwhile
+            self.suggestions.clear()
+            for s in suggestions:
+                where = "in your library" if s.source == "library" else "download from the hub"
+                item = QListWidgetItem(f"{s.title} ({where})")
+                item.setToolTip(s.reason)
+                item.setData(Qt.ItemDataRole.UserRole, s)
+                self.suggestions.addItem(item)
+            if not suggestions:
+                self.suggestions.addItem("No compatible smaller draft found in the library or the catalog.")
+
+        self.tasks.run(lambda: suggest_drafts(Path(target), n_ctx=n_ctx), done, self._show_error)
+        self._check_pair()
+
+    def _on_suggestions_item_activated(self, item: QListWidgetItem) -> None:
+        suggestion = item.data(Qt.ItemDataRole.UserRole)
+        if suggestion is None:
+            return
+        if suggestion.path is not None:
+            self.draft_combo.setCurrentIndex(max(0, self.draft_combo.findData(str(suggestion.path))))
+        elif suggestion.repo and suggestion.filename:
+            self.hub_search.setText(suggestion.repo)
+            self.tabs.setCurrentIndex(2)
+            self.search_hub()
+            self.statusBar().showMessage(f"Download {suggestion.filename} from {suggestion.repo}.", 8000)
+
+    def _on_draft_combo_changed(self, *_args: object) -> None:
+        self._check_pair()
+
+    def _check_pair(self) -> None:
+        from speculens.models.compat import check_pair
+
+        target, draft = self.target_combo.currentData(), self.draft_combo.currentData()
+        self.report = None
+        self.use_pair_button.setEnabled(False)
+        self.use_target_only_button.setEnabled(bool(target))
+        if not target or not draft:
+            self.banner.hide()
+            self.report_view.setHtml(
+                "<p>Choose a target and a draft to see whether they can work together.</p>"
+                if not target
+                else "<p>No draft chosen: the target runs with a draft-free strategy "
+                "(prompt lookup, n-gram cache or n-gram map).</p>"
+            )
+            return
+        self.report_view.setHtml("<p>Checking the pair…</p>")
+        n_ctx = self.settings.n_ctx
+
+        def done(report: Any) -> None:
+            if (self.target_combo.currentData(), self.draft_combo.currentData()) == (target, draft):
+                self.show_report(report)
+
+        self.tasks.run(lambda: check_pair(Path(target), Path(draft), n_ctx=n_ctx), done, self._show_error)
+
+    def show_report(self, report: Any) -> None:
+        """Show a compatibility report; a tokenizer mismatch gets a red banner that cannot be missed."""
+        self.report = report
+        self.report_view.setHtml(report_html(report))
+        self.banner.setText(("⚠ " if not report.compatible else "✓ ") + report.headline)
+        self.banner.setStyleSheet(MISMATCH_STYLE if not report.compatible else OK_STYLE)
+        self.banner.show()
+        self.use_pair_button.setEnabled(report.compatible)
+        self.use_pair_button.setToolTip(
+            "" if report.compatible else "This draft cannot draft for this target: its tokenizer differs."
+        )
+
+    def _on_use_pair_clicked(self) -> None:
+        self.pair_chosen.emit(self.target_combo.currentData() or "", self.draft_combo.currentData() or "")
+        self.statusBar().showMessage("Pair chosen; the main window is loading it.", 5000)
+
+    def _on_use_target_only_clicked(self) -> None:
+        self.pair_chosen.emit(self.target_combo.currentData() or "", "")
+
+    # ---- hub ----------------------------------------------------------------------------------------
+
+    def _build_hub(self) -> QWidget:
+        page = QWidget(self)
+        self.hub_search = QLineEdit(page)
+        self.hub_search.setPlaceholderText("Search GGUF repositories, e.g. Qwen2.5 Coder")
+        self.hub_search.setAccessibleName("Hub search")
+        self.hub_search.returnPressed.connect(self.search_hub)
+        search_button = QPushButton("Search", page)
+        search_button.clicked.connect(self.search_hub)
+        row = QHBoxLayout()
+        row.addWidget(self.hub_search, 1)
+        row.addWidget(search_button)
+        self.repo_list = QListWidget(page)
+        self.repo_list.setAccessibleName("Repositories")
+        self.repo_list.currentItemChanged.connect(self._on_repo_list_current_changed)
+        self.file_table = QTableWidget(0, 3, page)
+        self.file_table.setHorizontalHeaderLabels(["File", "Size", "Quantization"])
+        self.file_table.setAccessibleName("Repository files")
+        self.file_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.file_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.file_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.file_table.verticalHeader().hide()
+        self.file_table.doubleClicked.connect(self._on_download_clicked)
+        download = QPushButton("Download", page)
+        download.setAccessibleName("Download the selected file")
+        download.clicked.connect(self._on_download_clicked)
+        right = QWidget(page)
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.file_table)
+        right_layout.addWidget(download, alignment=Qt.AlignmentFlag.AlignRight)
+        splitter = QSplitter(page)
+        splitter.addWidget(self.repo_list)
+        splitter.addWidget(right)
+        splitter.setSizes([350, 600])
+        layout = QVBoxLayout(page)
+        layout.addLayout(row)
+        layout.addWidget(splitter, 1)
+        return page
+
+    def search_hub(self) -> None:
+        """Search the hub for the text in the search box."""
+        from speculens.models.hub import HubClient
+
+        text = self.hub_search.text().strip()
+        if not text:
+            return
+        self.repo_list.clear()
+        self.repo_list.addItem("Searching…")
+
+        def done(repos: list[Any]) -> None:
+            self.repo_list.clear()
+            for repo in repos:
+                gated = " 🔒" if repo.gated else ""
+                item = QListWidgetItem(f"{repo.repo_id}{gated}\n{repo.downloads or 0:,} downloads")
+                item.setData(Qt.ItemDataRole.UserRole, repo.repo_id)
+                self.repo_list.addItem(item)
+            if not repos:
+                self.repo_list.addItem("No GGUF repository found.")
+
+        def failed(message: str) -> None:
+            self.repo_list.clear()
+            self._show_error(message)
+
+        self.tasks.run(lambda: HubClient().search(text), done, failed)
+
+    def _on_repo_list_current_changed(self, item: QListWidgetItem | None, _previous: object) -> None:
+        from speculens.models.hub import HubClient
+
+        repo_id = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        self.file_table.setRowCount(0)
+        if not repo_id:
+            return
+
+        def done(files: list[Any]) -> None:
+            if self.repo_list.currentItem() is not item:
+                return
+            self._hub_files = files
+            self.file_table.setRowCount(len(files))
+            for row, f in enumerate(files):
+                parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
+                for col, text in enumerate((f.filename + parts, _format_bytes(f.size), f.quant or "–")):
+                    self.file_table.setItem(row, col, QTableWidgetItem(text))
+
+        self.tasks.run(lambda: HubClient().list_files(repo_id), done, self._show_error)
+
+    def _on_download_clicked(self, *_args: object) -> None:
+        rows = {i.row() for i in self.file_table.selectedIndexes()}
+        if not rows:
+            self.statusBar().showMessage("Select a file to download.", 5000)
+            return
+        f = self._hub_files[min(rows)]
+        self.start_download(f.repo_id, f.filename)
+
+    # ---- downloads ----------------------------------------------------------------------------------
+
+    def _build_downloads(self) -> QWidget:
+        page = QWidget(self)
+        self.download_table = QTableWidget(0, 6, page)
+        self.download_table.setHorizontalHeaderLabels(["File", "Progress", "Speed", "ETA", "State", ""])
+        self.download_table.setAccessibleName("Downloads")
+        self.download_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.download_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.download_table.verticalHeader().hide()
+        note = QLabel(
+            "Downloads are verified against the hub's SHA-256 before they enter the library. A cancelled or "
+            "interrupted download resumes where it stopped.",
+            page,
+        )
+        note.setWordWrap(True)
+        note.setEnabled(False)
+        layout = QVBoxLayout(page)
+        layout.addWidget(self.download_table, 1)
+        layout.addWidget(note)
+        return page
+
+    def start_download(self, repo_id: str, filename: str) -> Download:
+        """Start (or resume) a download on its own thread and show it in the Downloads tab."""
+        from speculens.models.hub import DownloadCancelled, HubClient
+
+        for existing in self.downloads:
+            if (existing.repo, existing.filename) == (repo_id, filename) and existing.state in (
+                "queued",
+                "downloading",
+                "verifying",
+            ):
+                self.tabs.setCurrentIndex(3)
+                return existing
+        download = Download(repo_id, filename)
+        self.downloads.append(download)
+        self._add_download_row(download)
+
+        def body() -> Any:
+            download.state = "downloading"
+
+            def progress(p: Any) -> None:
+                download.progress = p  # one reference swap; the GUI timer reads it
+                download.state = p.phase if p.phase != "done" else download.state
+
+            try:
+                return HubClient().download(repo_id, filename, progress=progress, cancel=download.cancel)
+            except DownloadCancelled:
+                download.state = "cancelled"
+                raise
+
+        def done(result: Any) -> None:
+            download.state = "done"
+            download.message = str(result.path)
+            self._update_download_row(download)
+            self.refresh_library()
+
+        def failed(message: str) -> None:
+            if download.state != "cancelled":
+                download.state = "failed"
+            download.message = message
+            self._update_download_row(download)
+
+        self.tasks.run(body, done, failed)
+        self._download_timer.start()
+        self.tabs.setCurrentIndex(3)
+        return download
+
+    def _add_download_row(self, download: Download) -> None:
+        table = self.download_table
+        download.row = table.rowCount()
+        table.insertRow(download.row)
+        table.setItem(download.row, 0, QTableWidgetItem(f"{download.filename}\n{download.repo}"))
+        bar = QProgressBar(table)
+        bar.setRange(0, 1000)
+        bar.setAccessibleName(f"Progress of {download.filename}")
+        table.setCellWidget(download.row, 1, bar)
+        for col in (2, 3, 4):
+            table.setItem(download.row, col, QTableWidgetItem("–"))
+        button = QPushButton("Cancel", table)
+        button.setAccessibleName(f"Cancel or resume {download.filename}")
+        button.clicked.connect(lambda: self._on_download_button_clicked(download))
+        table.setCellWidget(download.row, 5, button)
+        table.resizeRowsToContents()
+
+    def _on_download_button_clicked(self, download: Download) -> None:
+        if download.state in ("queued", "downloading", "verifying"):
+            download.cancel.set()
+        else:
+            # Resume: a fresh request continues from the .part file the hub client kept.
+            download.state = "superseded"
+            self.download_table.cellWidget(download.row, 5).setEnabled(False)
+            self.start_download(download.repo, download.filename)
+
+    def _update_download_row(self, download: Download) -> None:
+        table = self.download_table
+        p = download.progress
+        bar = table.cellWidget(download.row, 1)
+        if p is not None and isinstance(bar, QProgressBar):
+            bar.setValue(int(1000 * p.fraction))
+            bar.setFormat(f"{_format_bytes(p.downloaded)} of {_format_bytes(p.total)} (%p%)")
+            table.item(download.row, 2).setText(f"{_format_bytes(p.speed)}/s" if p.speed else "–")
+            table.item(download.row, 3).setText(_format_eta(p.eta))
+        if download.state == "done" and isinstance(bar, QProgressBar):
+            bar.setValue(1000)
+        state = download.state
+        table.item(download.row, 4).setText(state)
+        table.item(download.row, 4).setToolTip(download.message)
+        button = table.cellWidget(download.row, 5)
+        if isinstance(button, QPushButton) and state != "superseded":
+            button.setText("Cancel" if state in ("queued", "downloading", "verifying") else "Resume")
+            button.setVisible(state != "done")
+
+    def _on_download_timer_timeout(self) -> None:
+        active = False
+        for download in self.downloads:
+            if download.state in ("queued", "downloading", "verifying"):
+                active = True
+            if download.state != "superseded":
+                self._update_download_row(download)
+        if not active:
+            self._download_timer.stop()
+
+    # ---- misc ---------------------------------------------------------------------------------------
+
+    def _show_error(self, message: str) -> None:
+        self.statusBar().showMessage(message, 15000)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Hide (the main window keeps the manager); downloads continue in the background."""
+        event.accept()
+
+    def shutdown(self) -> None:
+        """Cancel downloads and join the background threads (the application is quitting)."""
+        for download in self.downloads:
+            download.cancel.set()
+        self.tasks.wait()

@@ -1,0 +1,201 @@
+"""The live panel for a known event sequence: colours, strike-through, order, counts, tooltips, stats."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QColor, QTextCursor
+
+from speculens.engine.events import (
+    DraftToken,
+    EmittedToken,
+    FinishEvent,
+    FinishReason,
+    Origin,
+    RunningStats,
+    StepEvent,
+)
+from speculens.ui.charts import ChartsPanel, RunSeries
+from speculens.ui.live_panel import LivePanel, StatsStrip
+from speculens.ui.token_view import KIND_STYLE, TokenKind, TokenView
+
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+def stats(n_steps: int, n_generated: int, n_drafted: int, n_accepted: int) -> RunningStats:
+    return RunningStats(
+        n_steps, n_generated, n_drafted, n_accepted, 0.1 * n_steps, 0.01, 0.05, 0.001, (3, 1), (4, 4)
+    )
+
+
+def d(text: str, accepted: bool, p: float = 0.9, q: float = 0.8) -> DraftToken:
+    return DraftToken(ord(text[0]), text.encode(), p, q, accepted)
+
+
+def e(text: str, origin: Origin) -> EmittedToken:
+    return EmittedToken(ord(text[0]), text.encode(), origin)
+
+
+A, C = Origin.ACCEPTED, Origin.CORRECTION
+KNOWN_STEPS = [
+    # Two drafts accepted, two rejected; the target corrects the third.
+    StepEvent(1, 4, (d("Al", True), d("Be", True), d("Cx", False, 0.6, 0.1), d("Dx", False)),
+              (e("Al", A), e("Be", A), e("Xc", C)), "AlBeXc", 1.0, 2.0, 0.1, stats(1, 3, 4, 2)),
+    # All drafts accepted, so the target adds a bonus token.
+    StepEvent(2, 2, (d("Ee", True), d("Ff", True)), (e("Ee", A), e("Ff", A), e("Yb", Origin.BONUS)),
+              "EeFfYb", 1.0, 2.0, 0.1, stats(2, 6, 6, 4)),
+    # No draft: plain target token.
+    StepEvent(3, 4, (), (e("Zt", Origin.TARGET),), "Zt", 0.5, 2.0, 0.1, stats(3, 7, 6, 4)),
+]  # fmt: skip
+K = TokenKind
+EXPECTED = [
+    ("Al", K.ACCEPTED), ("Be", K.ACCEPTED), ("Cx", K.REJECTED), ("Dx", K.REJECTED), ("Xc", K.CORRECTION),
+    ("Ee", K.ACCEPTED), ("Ff", K.ACCEPTED), ("Yb", K.BONUS), ("Zt", K.TARGET),
+]  # fmt: skip
+
+
+def char_format_at(view: TokenView, position: int):
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(position + 1)  # the format of the character before the cursor
+    return cursor.charFormat()
+
+
+@pytest.fixture()
+def panel(qtbot) -> LivePanel:
+    strip = StatsStrip()
+    p = LivePanel(RunSeries(), strip)
+    qtbot.addWidget(p)
+    qtbot.addWidget(strip)
+    p.start()
+    return p
+
+
+def test_tokens_appear_in_order_with_their_colours(panel: LivePanel) -> None:
+    panel.add_events(KNOWN_STEPS)
+    view = panel.view
+    assert view.toPlainText() == "".join(text for text, _ in EXPECTED)
+    assert [(i.text, i.kind) for i in view.infos] == EXPECTED
+    for index, (text, kind) in enumerate(EXPECTED):
+        position = 2 * index
+        fmt = char_format_at(view, position)
+        _label, (r, g, b, _a), foreground, strike = KIND_STYLE[kind]
+        assert fmt.fontStrikeOut() is strike, text
+        background = fmt.background().color()
+        if kind is TokenKind.TARGET:
+            assert fmt.background().style().name == "NoBrush", text
+        else:
+            assert (background.red(), background.green(), background.blue()) == (r, g, b), text
+        if foreground:
+            assert fmt.foreground().color() == QColor(foreground), text
+        assert view.token_at(position).text == text
+        assert view.token_at(position + 1).text == text
+
+
+def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:
+    panel.add_events(KNOWN_STEPS[:1])
+    panel.add_events(KNOWN_STEPS[1:])
+    assert panel.view.counts == {
+        TokenKind.ACCEPTED: 4,
+        TokenKind.REJECTED: 2,
+        TokenKind.CORRECTION: 1,
+        TokenKind.BONUS: 1,
+        TokenKind.TARGET: 1,
+    }
+    legend = {kind: label.text() for kind, label in panel.legend._labels.items()}
+    assert legend[TokenKind.ACCEPTED].endswith(" 4") and legend[TokenKind.REJECTED].endswith(" 2")
+    strip = panel.stats_strip
+    assert strip.value_text("counts") == "4 / 6"
+    assert strip.value_text("acceptance") == "67%"
+    assert strip.value_text("tokens") == "7"
+    assert strip.value_text("mean_len") == "2.33"
+
+
+def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
+    panel.add_events(KNOWN_STEPS)
+    rejected = panel.view.token_at(4)  # "Cx"
+    assert rejected is not None and rejected.kind is TokenKind.REJECTED
+    tip = rejected.tooltip()
+    assert "step 1" in tip and "draft probability 0.600" in tip and "target probability 0.100" in tip
+    assert "rejected by the target" in tip
+    assert "accepted by the target" in panel.view.token_at(0).tooltip()
+
+
+def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
+    panel.add_events(KNOWN_STEPS)
+    final = stats(3, 7, 6, 4)
+    panel.add_events([FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), final)])
+    assert "Finished (eog)" in panel.status.text()
+    series = panel.series
+    assert series.emitted == [3, 3, 1] and series.accepted == [2, 2, 0]
+    # α counts judged tokens only: 4 accepted + 1 rejection.
+    assert series.alpha == pytest.approx(4 / 5)
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.refresh()
+    x, y = charts.accept_step.getData()
+    assert list(x) == [1.0, 2.0] and list(y) == [0.5, 1.0]
+    assert list(charts.position_bars.opts["height"]) == [0.75, 0.25]
+
+
+def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:
+    panel.add_events(KNOWN_STEPS)
+    page = panel.view.to_html()
+    assert page.count("line-through") >= 2 + 1  # two rejected tokens and the legend
+    assert 'class="bonus"' in page and "step 2" in page
+
+
+def test_split_utf8_character_is_shown_once_whole(qtbot) -> None:
+    view = TokenView()
+    qtbot.addWidget(view)
+    euro = "€".encode()
+    smile = EmittedToken(3, "😀".encode(), Origin.TARGET)
+    steps = [
+        StepEvent(1, 0, (), (EmittedToken(1, euro[:1], Origin.TARGET),), "", 0, 0, 0, stats(1, 1, 0, 0)),
+        StepEvent(2, 0, (), (EmittedToken(2, euro[1:], Origin.TARGET),), "€", 0, 0, 0, stats(2, 2, 0, 0)),
+        StepEvent(3, 0, (), (smile, EmittedToken(4, b"x", Origin.TARGET)),
+                  "", 0, 0, 0, stats(3, 4, 0, 0)),
+    ]  # fmt: skip
+    view.append_steps(steps)
+    assert view.toPlainText() == "€😀x"
+    # "😀" is two UTF-16 units: the token after it must still be found at its position.
+    assert view.token_at(3).text == "x"
+
+
+def test_twenty_thousand_tokens_append_incrementally(qtbot) -> None:
+    """A long answer in 30 Hz-sized batches; the timing is written for people, not asserted."""
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.show()
+    n_steps = 5000
+    # Words with spaces and a line break now and then, like real answers (the view wraps at word boundaries).
+    steps = [
+        StepEvent(i, 3, (d("ab", True), d("cd ", True), d("ef", False)),
+                  (e("ab", A), e("cd ", A), e("gh\n" if i % 8 == 0 else "gh ", C)), "", 0, 0, 0,
+                  stats(i, 3 * i, 3 * i, 2 * i))
+        for i in range(1, n_steps + 1)
+    ]  # fmt: skip
+    batch = 100
+    worst = 0.0
+    t0 = time.perf_counter()
+    for start in range(0, n_steps, batch):
+        t = time.perf_counter()
+        view.append_steps(steps[start : start + batch])
+        qtbot.wait(0)  # let the view lay out and paint, as the event loop would between ticks
+        worst = max(worst, time.perf_counter() - t)
+    total = time.perf_counter() - t0
+    assert view.counts[TokenKind.ACCEPTED] == 2 * n_steps
+    assert view.counts[TokenKind.CORRECTION] == n_steps
+    assert len(view.infos) == 4 * n_steps  # 15,000 answer tokens + 5,000 rejected drafts
+    assert view.document().characterCount() - 1 == 10 * n_steps
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "token_view_timing.json").write_text(
+        json.dumps(
+            {"tokens": 4 * n_steps, "batches": n_steps // batch, "total_s": total, "worst_batch_s": worst}
+        ),
+        encoding="utf-8",
+    )

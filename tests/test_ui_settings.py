@@ -1,0 +1,129 @@
+"""Settings: the Qt-free file format (round trip, tolerance, corrupt-file backup) and the settings panel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from speculens import paths
+from speculens.settings import SCHEMA_VERSION, Settings, load_settings, save_settings
+
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    settings = Settings(
+        strategy="ngram-cache",
+        n_draft=12,
+        n_draft_min=2,
+        p_min=0.5,
+        temperature=0.7,
+        top_k=20,
+        top_p=0.9,
+        min_p=0.1,
+        seed=42,
+        max_tokens=99,
+        n_ctx=8192,
+        threads=3,
+        n_gpu_layers=-1,
+        n_gpu_layers_draft=10,
+        ngram_map_path="/maps/code.npz",
+        target_path="/m/t.gguf",
+        draft_path="/m/d.gguf",
+        system_prompt="be brief",
+    )
+    path = save_settings(settings, tmp_path / "settings.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert load_settings(path) == settings
+
+
+def test_default_location_honours_speculens_home(speculens_home: Path) -> None:
+    save_settings(Settings(n_draft=5))
+    assert paths.settings_file().is_relative_to(speculens_home)
+    assert load_settings().n_draft == 5
+
+
+def test_missing_file_gives_defaults(tmp_path: Path) -> None:
+    assert load_settings(tmp_path / "nope.json") == Settings()
+
+
+def test_unknown_missing_and_bad_values_are_tolerated(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(
+        json.dumps(
+            {
+                "schema_version": 99,
+                "n_draft": 500,  # out of range -> default
+                "temperature": "hot",  # wrong type -> default
+                "top_k": 8.0,  # an integral float is fine
+                "seed": True,  # a bool is not an int here
+                "strategy": "telepathy",  # unknown strategy -> default
+                "threads": 4,
+                "from_the_future": {"x": 1},
+            }
+        ),
+        encoding="utf-8",
+    )
+    s = load_settings(path)
+    assert (s.n_draft, s.temperature, s.top_k, s.seed, s.strategy, s.threads) == (8, 0.0, 8, 0, "draft", 4)
+
+
+@pytest.mark.parametrize("content", ["{not json", "", "\x00\x01binary"])
+def test_corrupt_file_is_backed_up_and_defaults_used(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(content, encoding="utf-8")
+    assert load_settings(path) == Settings()
+    backup = tmp_path / "settings.json.corrupt"
+    assert backup.read_text(encoding="utf-8") == content
+    save_settings(Settings(n_draft=3), path)
+    assert load_settings(path).n_draft == 3 and backup.exists()
+
+
+def test_a_non_object_document_gives_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text("[1, 2, 3]", encoding="utf-8")
+    assert load_settings(path) == Settings()
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:
+    for i in range(3):
+        save_settings(Settings(seed=i), tmp_path / "settings.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
+
+
+def test_reload_fields() -> None:
+    base = Settings(target_path="/t.gguf")
+    assert base.needs_reload(Settings(target_path="/t.gguf", temperature=1.0, n_draft=3)) == set()
+    assert base.needs_reload(Settings(target_path="/t.gguf", n_ctx=1024, threads=2)) == {"n_ctx", "threads"}
+
+
+def test_settings_panel_edits_emit_and_flag_reload(qtbot) -> None:
+    from speculens.ui.settings_panel import SettingsPanel
+
+    loaded = Settings(target_path="/t.gguf")
+    panel = SettingsPanel(loaded)
+    qtbot.addWidget(panel)
+    panel.set_loaded(loaded)
+    assert panel.reload_note.isHidden()
+    with qtbot.waitSignal(panel.settings_changed) as blocker:
+        panel.temperature.setValue(0.8)
+    assert blocker.args[0].temperature == pytest.approx(0.8)
+    assert panel.reload_note.isHidden()  # sampling applies to the next answer without a reload
+    panel.n_ctx.setValue(8192)
+    assert not panel.reload_note.isHidden()
+    assert "n ctx" in panel.reload_note.text()
+
+
+def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot) -> None:
+    from speculens.ui.settings_panel import SettingsPanel
+
+    panel = SettingsPanel(Settings())
+    qtbot.addWidget(panel)
+    panel.set_gpu_backend(None)
+    assert not panel.n_gpu_layers.isEnabled() and not panel.n_gpu_layers_draft.isEnabled()
+    assert "CPU-only" in panel.gpu_note.text()
+    panel.set_gpu_backend("Metal")
+    assert panel.n_gpu_layers.isEnabled() and "Metal" in panel.gpu_note.text()
