@@ -264,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"PyInstaller build took {info['build_seconds']} s")
     if not executable().exists():
         raise SystemExit(f"no bundle at {bundle_dir()}: build it first")
+    broken = [p for p in bundle_dir().rglob("*") if p.is_symlink() and not p.exists()]
+    if broken:  # e.g. a library dropped in the spec while a link to it stayed
+        raise SystemExit(f"broken links in the bundle: {[str(p.relative_to(DIST)) for p in broken]}")
     info["bundle_bytes"] = folder_size(bundle_dir())
     print(f"bundle {bundle_dir().relative_to(ROOT)}: {int(info['bundle_bytes']) / 2**20:.0f} MiB")
 
