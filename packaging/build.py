@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     broken = [p for p in bundle_dir().rglob("*") if p.is_symlink() and not p.exists()]
     if broken:  # e.g. a library dropped in the spec while a link to it stayed
         raise SystemExit(f"broken links in the bundle: {[str(p.relative_to(DIST)) for p in broken]}")
-    info["bundle_bytes"] = folder_size(bundle_dir())
-    print(f"bundle {bundle_dir().relative_to(ROOT)}: {int(info['bundle_bytes']) / 2**20:.0f} MiB")
+    info["bundle_bytes"] = size = folder_size(bundle_dir())
+    print(f"bundle {bundle_dir().relative_to(ROOT)}: {size / 2**20:.0f} MiB")
 
     if args.self_test:
         info["self_test_seconds"] = round(run_self_test(), 1)

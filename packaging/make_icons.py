@@ -72,7 +72,7 @@ def render_png(svg: Path, size: int) -> bytes:
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    image.save(buffer, "PNG")
+    image.save(buffer, "PNG")  # PySide6 takes the format as str at run time, whatever its stubs say
     buffer.close()
     return bytes(data.data())
 
@@ -121,13 +121,13 @@ def _frames(data: bytes) -> dict[tuple[int, ...], Any]:
     """
     from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
+    image: Any = Image.open(io.BytesIO(data))  # Any: the ICO/ICNS plugin attributes are not typed
     if image.format == "ICO":
         return {size: image.ico.getimage(size).convert("RGBA") for size in image.ico.sizes()}
     if image.format == "ICNS":
-        frames = {}
+        frames: dict[tuple[int, ...], Any] = {}
         for width, height, scale in image.info["sizes"]:
-            frame = Image.open(io.BytesIO(data))
+            frame: Any = Image.open(io.BytesIO(data))
             frame.size = (width, height)
             frame.load(scale=scale)
             frames[(width, height, scale)] = frame.convert("RGBA")
