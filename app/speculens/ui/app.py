@@ -80,6 +80,10 @@ def create_app(argv: Sequence[str] | None = None) -> QApplication:
     if isinstance(existing, QApplication):
         return existing
     check_binding()
+    # The engine's worker is a Python thread that holds the GIL between llama.cpp calls; with the default
+    # 5 ms switch interval the GUI thread can wait that long for every Python callback. 1 ms keeps the
+    # window's event loop responsive during generation for a negligible cost to the worker.
+    sys.setswitchinterval(0.001)
     QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     app = QApplication(list(argv) if argv is not None else sys.argv[:1])
     app.setApplicationName("Speculens")

@@ -8,6 +8,7 @@ token.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from speculens.engine.events import RunningStats, StepEvent
 
 REFRESH_MS = 33
+# The charts may take at most this share of the GUI thread: painting four plots in software costs several
+# milliseconds, and the token view, the chat and the user's typing must stay responsive.
+PAINT_BUDGET = 0.25
 ROLLING_STEPS = 16
 
 
@@ -189,8 +193,10 @@ class ChartsPanel(QWidget):
         self.accept_rolling = self.accept_plot.plot(pen=pg.mkPen("#2ea043", width=2), name="rolling")
 
         self.length_plot = _plot(self.graphics, 0, 2, "Tokens per target pass", "tokens", "step")
+        # A filled line, not stepMode="center": pyqtgraph's downsampling and clip-to-view break the step
+        # curve's len(x) == len(y) + 1 invariant once a long answer has thousands of steps.
         self.length_curve = self.length_plot.plot(
-            stepMode="center", fillLevel=0, brush=(56, 132, 255, 80), pen=pg.mkPen("#3884ff")
+            fillLevel=0, brush=(56, 132, 255, 80), pen=pg.mkPen("#3884ff")
         )
 
         self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by draft position", "rate", "position")
@@ -198,6 +204,7 @@ class ChartsPanel(QWidget):
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(46, 160, 67, 170))
         self.position_plot.addItem(self.position_bars)
 
+        self._next_refresh = 0.0
         self._timer = QTimer(self)
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._on_timer_timeout)
@@ -215,19 +222,23 @@ class ChartsPanel(QWidget):
         finite = np.isfinite(per_step)
         self.accept_step.setData(x[finite], per_step[finite])
         self.accept_rolling.setData(x, rolling_acc, connect="finite")
-        lengths = np.asarray(self.series.emitted, dtype=float)
-        if len(lengths):
-            edges = np.arange(len(lengths) + 1, dtype=float) + 0.5
-            self.length_curve.setData(edges, lengths)
-        else:
-            self.length_curve.setData([], [])
+        self.length_curve.setData(x, np.asarray(self.series.emitted, dtype=float))
         pos, rate = self.series.per_position()
         self.position_bars.setOpts(x=pos, height=rate)
 
     def _on_timer_timeout(self) -> None:
         # Hidden plots (a closed dock) skip the work; they catch up when shown.
-        if self.isVisible():
-            self.refresh()
+        if not self.isVisible() or self.series.version == self._drawn:
+            return
+        now = time.perf_counter()
+        if now < self._next_refresh:
+            return
+        self.refresh()
+        # Paint now rather than at the next idle moment, so the cost can be measured and the next refresh
+        # spaced out to keep the charts within their share of the GUI thread.
+        self.graphics.viewport().repaint()
+        cost = time.perf_counter() - now
+        self._next_refresh = now + max(REFRESH_MS / 1000, cost / PAINT_BUDGET)
 
     def grab_png(self) -> QPixmap:
         """The plots as an image (for export)."""
