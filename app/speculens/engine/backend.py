@@ -69,11 +69,31 @@ def gpu_backend_name() -> str | None:
     """The GPU backend this llama.cpp build has ("CUDA", "Metal", ...), or ``None`` for a CPU-only build."""
     if not supports_gpu_offload():
         return None
-    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    info = system_info()
     for name in ("CUDA", "Metal", "Vulkan", "HIP", "SYCL", "OpenCL", "MUSA", "CANN"):
         if name.upper() in info.upper():
             return name
     return "GPU"
+
+
+def system_info() -> str:
+    """llama.cpp's build and CPU feature summary (``llama_print_system_info``)."""
+    _init_backend()
+    return str(llama_cpp.llama_print_system_info().decode("utf-8", errors="replace"))
+
+
+def extra_buffers_default() -> bool:
+    """Whether llama.cpp's extra CPU buffer types (weight repacking, AMX) are safe to use.
+
+    A build with Intel AMX kernels crashes in ``ggml_backend_amx_mul_mat`` on virtual machines that do not
+    give the guest AMX tile state (seen on Firecracker), and AMX is an extra buffer type, so such builds
+    run without them. ``SPECULENS_CPU_EXTRA_BUFFERS=1`` or ``=0`` overrides the choice. A build made
+    without AMX (see the README) keeps the faster repacked weights.
+    """
+    forced = os.environ.get("SPECULENS_CPU_EXTRA_BUFFERS")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return "AMX_INT8 = 1" not in system_info()
 
 
 def check_gguf_file(path: Path) -> None:
@@ -101,6 +121,8 @@ class BackendParams:
         n_gpu_layers: layers to offload to the GPU (-1 = all, 0 = none).
         n_batch: the largest batch one decode call takes (prompt chunks are split to it).
         vocab_only: load only the tokenizer (no weights, no context).
+        extra_buffers: use llama.cpp's extra CPU buffer types (repacked weights); ``None`` decides with
+            :func:`extra_buffers_default`.
     """
 
     n_ctx: int = 4096
@@ -108,6 +130,7 @@ class BackendParams:
     n_gpu_layers: int = 0
     n_batch: int = 512
     vocab_only: bool = False
+    extra_buffers: bool | None = None
 
 
 def default_threads() -> int:
@@ -138,6 +161,8 @@ class LlamaBackend:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.params.n_gpu_layers
         mparams.vocab_only = self.params.vocab_only
+        extra = self.params.extra_buffers
+        mparams.use_extra_bufts = extra_buffers_default() if extra is None else extra
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), mparams)
         if not self._model:
             raise BackendError(

@@ -162,6 +162,12 @@ class SpeculativeEngine:
             self.draft = None
         self.target.close()
 
+    def __enter__(self) -> SpeculativeEngine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
 
 class ChatSession:
     """A multi-turn conversation formatted with the target's own chat template.

@@ -1,0 +1,1 @@
+"""Data files shipped with Speculens: the model catalog, prompt suites, style sheets."""

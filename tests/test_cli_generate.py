@@ -1,0 +1,75 @@
+"""``speculens-cli generate`` and ``ngram build`` run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import TinyModels
+
+CLI = [sys.executable, "-m", "speculens.cli"]
+
+
+def cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120, input=input)
+
+
+def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    spec = cli("generate", "-m", tiny.target, "-d", tiny.perturbed, "--p-min", "0", "-n", "24",
+               "--events", events, "the model of speculative decoding")
+    plain = cli("generate", "-m", tiny.target, "-s", "none", "-n", "24", "the model of speculative decoding")
+    assert spec.returncode == 0 and plain.returncode == 0, spec.stderr + plain.stderr
+    assert spec.stdout == plain.stdout and spec.stdout.strip()
+    for key in ("n_drafted", "n_accept", "accept", "mean accepted length", "t/s"):
+        assert key in spec.stderr
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert lines[0]["type"] == "start" and lines[-1]["type"] == "finish"
+    steps = [line for line in lines if line["type"] == "step"]
+    assert sum(len(s["emitted"]) for s in steps) == 24
+    assert lines[-1]["stats"]["n_drafted"] == sum(len(s["drafted"]) for s in steps)
+
+
+def test_color_marks_accepted_and_rejected_drafts(tiny: TinyModels) -> None:
+    out = cli("generate", "-m", tiny.target, "-d", tiny.perturbed, "--p-min", "0", "-n", "40", "--color", "one two")
+    assert out.returncode == 0, out.stderr
+    assert "\033[32m" in out.stdout and "\033[9;31m" in out.stdout
+
+
+def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_path: Path) -> None:
+    missing = cli("generate", "-m", tmp_path / "none.gguf", "hi")
+    assert missing.returncode == 1 and "no model file" in missing.stderr
+    mismatch = cli("generate", "-m", tiny.target, "-d", tiny.mismatch, "hi")
+    assert mismatch.returncode == 1 and "token texts differ" in mismatch.stderr
+    bad = cli("generate", "-m", tiny.target, "--n-draft", "0", "hi")
+    assert bad.returncode == 1 and "n_draft" in bad.stderr
+    assert "Traceback" not in missing.stderr + mismatch.stderr + bad.stderr
+
+
+def test_chat_reads_turns_from_stdin(tiny: TinyModels) -> None:
+    out = cli("generate", "-m", tiny.target, "-s", "lookup", "-n", "8", "--chat", input="hello\nhow are you\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("n_drafted") == 2
+    assert len(out.stdout.splitlines()) >= 2
+
+
+def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path) -> None:
+    plain = cli("generate", "-m", tiny.target, "-s", "none", "-n", "48", "print hello world")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "answers.txt").write_text(plain.stdout * 3)
+    map_file = tmp_path / "map.npz"
+    built = cli("ngram", "build", corpus, "-m", tiny.target, "-o", map_file)
+    assert built.returncode == 0, built.stderr
+    assert map_file.exists() and "n-grams" in built.stderr
+    spec = cli("generate", "-m", tiny.target, "-s", "ngram-map", "--ngram-map", map_file, "-n", "48", "print hello world")
+    assert spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout
+    accepted = int(next(line for line in spec.stderr.splitlines() if line.startswith("n_accept")).split("=")[1])
+    assert accepted > 10
+    other = cli("ngram", "build", corpus, "-m", tiny.mismatch, "-o", tmp_path / "other.npz")
+    assert other.returncode == 0
+    refused = cli("generate", "-m", tiny.target, "-s", "ngram-map", "--ngram-map", tmp_path / "other.npz", "hi")
+    assert refused.returncode == 1 and "another tokenizer" in refused.stderr

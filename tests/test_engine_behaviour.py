@@ -1,0 +1,237 @@
+"""Engine behaviour around the edges: rollback, cancel, stops, EOG, context, chat reuse, bad input."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TinyModels
+from speculens.engine.backend import BackendError, BackendParams, LlamaBackend
+from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
+from speculens.engine.generate import GenerationConfig, PromptError, Strategy
+from speculens.engine.sampling import SamplingParams
+from speculens.engine.session import ChatSession, ModelConfig, SpeculativeEngine
+from speculens.engine.text import TextAssembler
+from speculens.engine.vocab import VocabMismatchError
+
+PROMPT = "the model of speculative decoding"
+
+
+def greedy(strategy: Strategy = Strategy.DRAFT, **kw: object) -> GenerationConfig:
+    return GenerationConfig(strategy=strategy, p_min=0.0, **kw)  # type: ignore[arg-type]
+
+
+def finish_of(events: Iterator[object]) -> FinishEvent:
+    last = None
+    for last in events:  # noqa: B007
+        pass
+    assert isinstance(last, FinishEvent)
+    return last
+
+
+@pytest.fixture()
+def engine(tiny: TinyModels) -> Iterator[SpeculativeEngine]:
+    e = SpeculativeEngine(ModelConfig(tiny.target, tiny.perturbed, n_ctx=512))
+    yield e
+    e.close()
+
+
+def test_logits_after_rollback_equal_a_fresh_evaluation(tiny: TinyModels) -> None:
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as a, LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as b:
+        prefix = a.tokenize(PROMPT)
+        a.decode(prefix)
+        a.decode([40, 41, 42, 43, 44, 45])  # a draft that gets rejected
+        a.truncate(len(prefix))
+        assert a.tokens == prefix
+        after_rollback = a.decode([50], [0])[0].copy()
+        fresh = b.decode([*prefix, 50], [len(prefix)])[0].copy()
+    np.testing.assert_allclose(after_rollback, fresh, atol=1e-3)
+    assert int(np.argmax(after_rollback)) == int(np.argmax(fresh))
+
+
+def test_logits_rows_are_only_those_asked_for(tiny: TinyModels) -> None:
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as b:
+        rows = b.decode(b.tokenize(PROMPT), [0, 2])
+        assert rows.shape == (2, b.n_vocab)
+
+
+def test_cancel_stops_within_one_step_and_the_models_stay_usable(engine: SpeculativeEngine) -> None:
+    reference = finish_of(engine.generate(PROMPT, greedy(max_tokens=40))).tokens
+    cancel = threading.Event()
+    steps = 0
+    finish = None
+    for event in engine.generate(PROMPT, greedy(max_tokens=400, n_draft=2), cancel):
+        if isinstance(event, StepEvent):
+            steps += 1
+            if steps == 3:
+                cancel.set()
+        finish = event
+    assert isinstance(finish, FinishEvent)
+    assert finish.reason is FinishReason.CANCELLED
+    assert steps == 3
+    # The next generation reuses the same models and still gives the plain answer.
+    assert finish_of(engine.generate(PROMPT, greedy(max_tokens=40))).tokens == reference
+
+
+@pytest.mark.parametrize("n_draft", [1, 16])
+def test_a_full_context_ends_generation_without_overflow(tiny: TinyModels, n_draft: int) -> None:
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=1024)) as big:
+        plain = finish_of(big.generate(PROMPT, greedy(Strategy.NONE, max_tokens=400))).tokens
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as small:
+        n_ctx = small.target.n_ctx  # llama.cpp may round the size up
+        assert n_ctx < 400
+        n_prompt = len(small.target.tokenize(PROMPT))
+        events = list(small.generate(PROMPT, greedy(n_draft=n_draft, max_tokens=400)))
+        finish = events[-1]
+        assert isinstance(finish, FinishEvent)
+        assert finish.reason is FinishReason.CONTEXT
+        assert small.target.n_past <= n_ctx and small.draft is not None and small.draft.n_past <= n_ctx
+    # Every position of the context was used, and the answer is the plain one, cut short.
+    assert n_prompt + len(finish.tokens) == n_ctx + 1
+    assert finish.tokens == plain[: len(finish.tokens)]
+
+
+def test_stop_string_ends_the_answer_before_it(engine: SpeculativeEngine) -> None:
+    full = finish_of(engine.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60))).text
+    stop = full[20:24]
+    assert stop.strip() and full.find(stop) == 20, "pick a stop string that occurs once, mid-answer"
+    events = list(engine.generate(PROMPT, greedy(max_tokens=60, stop=(stop,))))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    assert finish.reason is FinishReason.STOP
+    assert finish.text == full[:20]
+    streamed = "".join(e.text for e in events if isinstance(e, StepEvent))
+    assert stop not in streamed and full[:20].startswith(streamed)
+
+
+def test_eog_inside_a_draft_ends_the_answer_there(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
+    plain_model = tiny_model_factory("plain", seed=3)
+    with SpeculativeEngine(ModelConfig(plain_model, None, n_ctx=512)) as plain:
+        answer = finish_of(plain.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60))).tokens
+    # Declare a token the model produces mid-answer (for the first time at position >= 5) as end-of-sequence.
+    position = next(i for i, t in enumerate(answer) if i >= 5 and t not in answer[:i] and t > 300)
+    eos = answer[position]
+    target = tiny_model_factory("eos-target", seed=3, eos_token_id=eos)
+    draft = tiny_model_factory("eos-draft", seed=3, eos_token_id=eos)
+    with SpeculativeEngine(ModelConfig(target, draft, n_ctx=512)) as engine:
+        assert eos in engine.target.vocab.eog
+        events = list(engine.generate(PROMPT, greedy(n_draft=16, max_tokens=60)))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    assert finish.reason is FinishReason.EOG
+    assert finish.tokens == answer[:position]
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    # The EOG token was drafted (and accepted) with tokens after it, and none of them was emitted.
+    assert any(d.id == eos and d.accepted for s in steps for d in s.drafted)
+    assert all(e.id != eos for s in steps for e in s.emitted)
+
+
+def test_characters_split_across_tokens_come_out_whole(tiny: TinyModels) -> None:
+    text = "日本語 😀 ünïcödé"
+    with LlamaBackend(tiny.target, BackendParams(vocab_only=True)) as vocab:
+        tokens = vocab.tokenize(text, add_special=False)
+        pieces = [vocab.piece(t) for t in tokens]
+    assert len(tokens) > len(text)  # byte fallback: one token per byte for the CJK and emoji characters
+    assembler = TextAssembler()
+    chunks = [assembler.feed(p) for p in pieces]
+    assert all("\ufffd" not in c for c in chunks)
+    assert " " + text == "".join(chunks) + assembler.flush()
+
+
+def test_streamed_text_adds_up_to_the_final_text(engine: SpeculativeEngine) -> None:
+    events = list(engine.generate("日本語 😀", greedy(max_tokens=50)))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    streamed = "".join(e.text for e in events if isinstance(e, StepEvent))
+    assert streamed == finish.text
+    assert finish.text == engine.target.detokenize(finish.tokens)
+
+
+def test_second_chat_turn_evaluates_only_the_new_tokens(tiny: TinyModels) -> None:
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=1024)) as engine:
+        chat = ChatSession(engine)
+        config = greedy(max_tokens=12)
+        first = list(chat.send("one two three", config))
+        start1 = first[0]
+        assert isinstance(start1, StartEvent) and start1.n_prompt_evaluated == start1.n_prompt
+        turn1_prompt = start1.n_prompt
+        assert engine.draft is not None
+        draft_before = engine.draft.n_decoded
+        target_before = engine.target.n_decoded
+        second = list(chat.send("what is the time", config))
+        start2 = second[0]
+        assert isinstance(start2, StartEvent)
+        # The whole first turn (prompt and answer) stays in the KV cache; only the new turn is evaluated.
+        assert start2.n_prompt_evaluated <= start2.n_prompt - turn1_prompt
+        n_new = start2.n_prompt - turn1_prompt
+        assert engine.target.n_decoded - target_before < n_new + 2 * 12 + 16
+        assert engine.draft.n_decoded - draft_before < n_new + 2 * 12 + 16
+    assert [m["role"] for m in chat.messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_missing_and_non_gguf_files_give_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="not found"):
+        LlamaBackend(tmp_path / "nope.gguf")
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("hello")
+    with pytest.raises(BackendError, match="not a GGUF"):
+        LlamaBackend(bogus)
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(b"GGUF" + b"\0" * 20)
+    with pytest.raises(BackendError, match="could not load"):
+        LlamaBackend(truncated)
+
+
+def test_a_draft_with_another_vocabulary_is_refused_with_the_failed_check(tiny: TinyModels) -> None:
+    with pytest.raises(VocabMismatchError, match=r"token texts differ from id \d+") as info:
+        SpeculativeEngine(ModelConfig(tiny.target, tiny.mismatch, n_ctx=256))
+    assert "prompt lookup" in str(info.value)
+
+
+def test_bad_requests_are_refused_and_the_engine_stays_usable(engine: SpeculativeEngine) -> None:
+    reference = finish_of(engine.generate(PROMPT, greedy(max_tokens=10))).tokens
+    with pytest.raises(PromptError, match="empty"):
+        engine.generate("   ", greedy())
+    with pytest.raises(PromptError, match="context"):
+        engine.generate("the " * 600, greedy())
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="n_draft"):
+            engine.generate(PROMPT, greedy(n_draft=bad))
+    with pytest.raises(ValueError, match="top-p"):
+        engine.generate(PROMPT, GenerationConfig(sampling=SamplingParams(temperature=1, top_p=0)))
+    with pytest.raises(ValueError, match="map file"):
+        engine.generate(PROMPT, greedy(Strategy.NGRAM_MAP))
+    assert finish_of(engine.generate(PROMPT, greedy(max_tokens=10))).tokens == reference
+
+
+def _first_tokens(engine: SpeculativeEngine, strategy: Strategy, n: int) -> np.ndarray:
+    out = []
+    for seed in range(n):
+        sampling = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+        finish = finish_of(engine.generate(PROMPT, GenerationConfig(strategy=strategy, p_min=0.0, n_draft=4, max_tokens=2, sampling=sampling)))
+        out.append(finish.tokens)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.DRAFT, Strategy.LOOKUP])
+def test_sampled_speculation_matches_plain_sampling_in_distribution(
+    tiny: TinyModels, tiny_model_factory, strategy: Strategy  # type: ignore[no-untyped-def]
+) -> None:
+    # A draft with the same vocabulary but unrelated weights: q is far from p, so any error in the
+    # acceptance rule shows up as a shifted distribution.
+    far_draft = tiny_model_factory("far-draft", seed=9)
+    with SpeculativeEngine(ModelConfig(tiny.target, far_draft, n_ctx=512)) as engine:
+        n = 400
+        plain = _first_tokens(engine, Strategy.NONE, n)
+        spec = _first_tokens(engine, strategy, n)
+    for position in range(2):
+        support = np.union1d(plain[:, position], spec[:, position])
+        assert len(support) > 3, "the test needs a spread-out distribution"
+        f_plain = np.array([(plain[:, position] == t).mean() for t in support])
+        f_spec = np.array([(spec[:, position] == t).mean() for t in support])
+        # Two samples of 400 from one distribution: total variation rarely exceeds ~0.15.
+        assert 0.5 * np.abs(f_plain - f_spec).sum() < 0.2, (position, support, f_plain, f_spec)

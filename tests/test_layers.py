@@ -1,0 +1,48 @@
+"""The dependency rule of DESIGN.md §1: the engine, the models layer and the CLI never import Qt."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import speculens
+
+PACKAGE = Path(speculens.__file__).parent
+
+
+def test_core_layers_import_without_qt() -> None:
+    modules = sorted(
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        for layer in ("engine", "models", "cli")
+        for p in (PACKAGE / layer).rglob("*.py")
+    )
+    assert len(modules) > 10
+    code = textwrap.dedent(
+        f"""
+        import importlib, sys
+        class BlockQt:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("PySide6", "pyqtgraph", "shiboken6"):
+                    raise ImportError("Qt is not allowed here: " + name)
+        sys.meta_path.insert(0, BlockQt())
+        for name in {modules!r}:
+            importlib.import_module(name.removesuffix(".__init__"))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_llama_cpp_is_imported_only_by_the_backend() -> None:
+    offenders = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "backend.py"
+        and any(
+            line.lstrip().startswith(("import llama_cpp", "from llama_cpp"))
+            for line in p.read_text(encoding="utf-8").splitlines()
+        )
+    ]
+    assert offenders == []
