@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from speculens.models.synthetic import TinyModelSpec, write_tiny_model, write_tiny_pair  # noqa: E402
+from speculens.models.synthetic import TinyModelSpec, write_tiny_model, write_tiny_pair
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,20 @@ def cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str
 
 def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
-    spec = cli("generate", "-m", tiny.target, "-d", tiny.perturbed, "--p-min", "0", "-n", "24",
-               "--events", events, "the model of speculative decoding")
+    spec = cli(
+        "generate",
+        "-m",
+        tiny.target,
+        "-d",
+        tiny.perturbed,
+        "--p-min",
+        "0",
+        "-n",
+        "24",
+        "--events",
+        events,
+        "the model of speculative decoding",
+    )
     plain = cli("generate", "-m", tiny.target, "-s", "none", "-n", "24", "the model of speculative decoding")
     assert spec.returncode == 0 and plain.returncode == 0, spec.stderr + plain.stderr
     assert spec.stdout == plain.stdout and spec.stdout.strip()
@@ -64,7 +76,18 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
     built = cli("ngram", "build", corpus, "-m", tiny.target, "-o", map_file)
     assert built.returncode == 0, built.stderr
     assert map_file.exists() and "n-grams" in built.stderr
-    spec = cli("generate", "-m", tiny.target, "-s", "ngram-map", "--ngram-map", map_file, "-n", "48", "print hello world")
+    spec = cli(
+        "generate",
+        "-m",
+        tiny.target,
+        "-s",
+        "ngram-map",
+        "--ngram-map",
+        map_file,
+        "-n",
+        "48",
+        "print hello world",
+    )
     assert spec.returncode == 0, spec.stderr
     assert spec.stdout == plain.stdout
     accepted = int(next(line for line in spec.stderr.splitlines() if line.startswith("n_accept")).split("=")[1])

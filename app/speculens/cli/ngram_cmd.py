@@ -13,7 +13,7 @@ from speculens.models.demo import DemoModelError
 from speculens.models.resolve import ModelNotFoundError, resolve_model
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``ngram`` sub-command group."""
     p = sub.add_parser("ngram", help="n-gram maps for draft-free speculation")
     group = p.add_subparsers(dest="ngram_command", required=True, metavar="ACTION")
@@ -26,7 +26,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     b.set_defaults(func=run_build)
 
 
-TEXT_SUFFIXES = {".txt", ".md", ".py", ".rst", ".c", ".h", ".cpp", ".js", ".ts", ".json", ".html", ".java", ".rs"}
+TEXT_SUFFIXES = {
+    ".txt",
+    ".md",
+    ".py",
+    ".rst",
+    ".c",
+    ".h",
+    ".cpp",
+    ".js",
+    ".ts",
+    ".json",
+    ".html",
+    ".java",
+    ".rs",
+}
 
 
 def corpus_files(items: list[Path]) -> list[Path]:

@@ -70,11 +70,12 @@ def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
         ``None`` when compatible, else a sentence naming the failed check.
     """
     if target.vocab_type != draft.vocab_type:
-        return (
-            f"vocabulary type differs: the target uses {target.type_name}, the draft {draft.type_name}"
-        )
+        return f"vocabulary type differs: the target uses {target.type_name}, the draft {draft.type_name}"
     if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
-        return f"BOS handling differs: target add_bos={target.add_bos} bos={target.bos}, draft add_bos={draft.add_bos} bos={draft.bos}"
+        return (
+            f"BOS handling differs: target add_bos={target.add_bos} bos={target.bos}, "
+            f"draft add_bos={draft.add_bos} bos={draft.bos}"
+        )
     if target.add_eos != draft.add_eos or (target.add_eos and target.eos != draft.eos):
         return f"EOS handling differs: target eos={target.eos}, draft eos={draft.eos}"
     diff = abs(target.n_vocab - draft.n_vocab)
@@ -86,7 +87,6 @@ def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
     for i in range(CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
         if target.texts[i] != draft.texts[i]:
             return (
-                f"token texts differ from id {i} on: the target has {target.texts[i]!r}, "
-                f"the draft {draft.texts[i]!r}"
+                f"token texts differ from id {i} on: the target has {target.texts[i]!r}, the draft {draft.texts[i]!r}"
             )
     return None

@@ -111,7 +111,7 @@ def chunk_files(model: DemoModel) -> list[Path]:
                 "Install it with: pip install 'speculens[demo]'"
             )
         data = importlib.resources.files(package) / "data"
-        parts = sorted(p for p in data.iterdir() if p.is_file())
+        parts = sorted((p for p in data.iterdir() if p.is_file()), key=lambda p: p.name)
         if len(parts) != 1:
             raise DemoModelError(f"package {package} should hold exactly one chunk, found {len(parts)}")
         files.append(Path(str(parts[0])))

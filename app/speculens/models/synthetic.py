@@ -21,14 +21,14 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_WORDS = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
-    "they you were her she there been one all we their has would when if will can more no out so said what up "
-    "its about into than them only other new some could time these two may then do first any my now such like "
-    "our over man me even most made after also did many before must through back years where much your way "
-    "def return class import self print if else for while yield lambda none true false int str list dict "
-    "speculative decoding draft target token model accept reject"
-).split()
+_WORDS = tuple(
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have "
+    "an they you were her she there been one all we their has would when if will can more no out so said "
+    "what up its about into than them only other new some could time these two may then do first any my "
+    "now such like our over man me even most made after also did many before must through back years "
+    "where much your way def return class import self print if else for while yield lambda none true "
+    "false int str list dict speculative decoding draft target token model accept reject".split()
+)
 
 # SentencePiece token types as llama.cpp reads them (gguf.TokenType values).
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6

@@ -12,6 +12,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class NgramTable:
 
     def save(self, path: Path, fingerprint: str) -> None:
         """Write atomically (temporary file, then rename)."""
-        arrays: dict[str, np.ndarray] = {
+        arrays: dict[str, Any] = {
             "meta": np.array([FORMAT_VERSION, self.ngram_min, self.ngram_max], dtype=np.int64),
             "fingerprint": np.array(fingerprint),
         }
