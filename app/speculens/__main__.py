@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status.
     """
     args, qt_args = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    # Logging first: a windowed build has no console, so the log is where a self-test's result lands.
+    _setup_logging(args.debug)
     if args.self_test:
         try:
             from speculens.selftest import run_self_test
@@ -55,7 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("this build has no self-test module (speculens.selftest)", file=sys.stderr)
             return 2
         return run_self_test(log=print)
-    _setup_logging(args.debug)
     from speculens.ui.app import run
     from speculens.ui.qt_compat import BrokenBindingError
 

@@ -89,7 +89,7 @@ def create_app(argv: Sequence[str] | None = None) -> QApplication:
     app.setApplicationName("Speculens")
     app.setOrganizationName("Speculens")
     app.setApplicationDisplayName("Speculens")
-    app.setDesktopFileName("speculens")
+    app.setDesktopFileName("io.speculens.Speculens")  # matches packaging/linux/*.desktop
     # Fusion looks the same everywhere and takes a palette fully, which the light/dark switch relies on.
     app.setStyle("Fusion")
     app.setWindowIcon(app_icon())
