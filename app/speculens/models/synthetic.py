@@ -54,6 +54,8 @@ class TinyModelSpec:
         extra_words: extra ordinary tokens appended to the vocabulary (changes its size).
         eos_token_id: override of the end-of-sequence id (default 2, ``</s>``).
         name: ``general.name`` in the metadata.
+        quantized: store the matrices as Q8_0 (llama.cpp's quantized kernels, as real models use) instead
+            of F32.
     """
 
     seed: int = 0
@@ -69,6 +71,7 @@ class TinyModelSpec:
     extra_words: tuple[str, ...] = field(default_factory=tuple)
     eos_token_id: int = 2
     name: str = "tiny-llama"
+    quantized: bool = False
 
 
 def tiny_vocab(spec: TinyModelSpec) -> tuple[list[str], list[float], list[int]]:
@@ -133,7 +136,7 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if spec.quantized else gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
@@ -147,19 +150,27 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     writer.add_chat_template(CHATML_TEMPLATE)
 
     ones = np.ones(spec.n_embd, dtype=np.float32)
-    writer.add_tensor("token_embd.weight", weight(n_vocab, spec.n_embd, scale=1.0))
+
+    def matrix(name: str, w: np.ndarray) -> None:
+        if spec.quantized:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(name, gguf.quants.quantize(w, q8), raw_dtype=q8)
+        else:
+            writer.add_tensor(name, w)
+
+    matrix("token_embd.weight", weight(n_vocab, spec.n_embd, scale=1.0))
     writer.add_tensor("output_norm.weight", ones)
-    writer.add_tensor("output.weight", weight(n_vocab, spec.n_embd))
+    matrix("output.weight", weight(n_vocab, spec.n_embd))
     for i in range(spec.n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", ones)
-        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(spec.n_embd, spec.n_embd))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(spec.n_embd, spec.n_embd))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(spec.n_embd, spec.n_embd))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(spec.n_embd, spec.n_embd))
+        matrix(f"blk.{i}.attn_q.weight", weight(spec.n_embd, spec.n_embd))
+        matrix(f"blk.{i}.attn_k.weight", weight(spec.n_embd, spec.n_embd))
+        matrix(f"blk.{i}.attn_v.weight", weight(spec.n_embd, spec.n_embd))
+        matrix(f"blk.{i}.attn_output.weight", weight(spec.n_embd, spec.n_embd))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(spec.n_ff, spec.n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(spec.n_ff, spec.n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(spec.n_embd, spec.n_ff))
+        matrix(f"blk.{i}.ffn_gate.weight", weight(spec.n_ff, spec.n_embd))
+        matrix(f"blk.{i}.ffn_up.weight", weight(spec.n_ff, spec.n_embd))
+        matrix(f"blk.{i}.ffn_down.weight", weight(spec.n_embd, spec.n_ff))
     tmp = path.with_name(path.name + ".tmp")
     # Write under a temporary name, then rename: never a half-written model.
     writer.write_header_to_file(path=tmp)
