@@ -22,6 +22,8 @@ PROMPT = "the model of speculative decoding"
 
 
 def greedy(strategy: Strategy = Strategy.DRAFT, **kw: object) -> GenerationConfig:
+    """Greedy, no p_min, and the fixed draft length unless ``adaptive=True`` is passed."""
+    kw.setdefault("adaptive", False)
     return GenerationConfig(strategy=strategy, p_min=0.0, **kw)  # type: ignore[arg-type]
 
 
@@ -77,15 +79,16 @@ def test_cancel_stops_within_one_step_and_the_models_stay_usable(engine: Specula
     assert finish_of(engine.generate(PROMPT, greedy(max_tokens=40))).tokens == reference
 
 
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 @pytest.mark.parametrize("n_draft", [1, 16])
-def test_a_full_context_ends_generation_without_overflow(tiny: TinyModels, n_draft: int) -> None:
+def test_a_full_context_ends_generation_without_overflow(tiny: TinyModels, n_draft: int, adaptive: bool) -> None:
     with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=1024)) as big:
         plain = finish_of(big.generate(PROMPT, greedy(Strategy.NONE, max_tokens=400))).tokens
     with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as small:
         n_ctx = small.target.n_ctx  # llama.cpp may round the size up
         assert n_ctx < 400
         n_prompt = len(small.target.tokenize(PROMPT))
-        events = list(small.generate(PROMPT, greedy(n_draft=n_draft, max_tokens=400)))
+        events = list(small.generate(PROMPT, greedy(n_draft=n_draft, max_tokens=400, adaptive=adaptive)))
         finish = events[-1]
         assert isinstance(finish, FinishEvent)
         assert finish.reason is FinishReason.CONTEXT
@@ -212,7 +215,10 @@ def _first_tokens(engine: SpeculativeEngine, strategy: Strategy, n: int) -> np.n
     out = []
     for seed in range(n):
         sampling = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
-        finish = finish_of(engine.generate(PROMPT, GenerationConfig(strategy=strategy, p_min=0.0, n_draft=4, max_tokens=2, sampling=sampling)))
+        config = GenerationConfig(
+            strategy=strategy, p_min=0.0, n_draft=4, max_tokens=2, sampling=sampling, adaptive=False
+        )
+        finish = finish_of(engine.generate(PROMPT, config))
         out.append(finish.tokens)
     return np.array(out)
 

@@ -70,17 +70,24 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 @pytest.mark.parametrize("n_draft", [1, 4, 16])
 @pytest.mark.parametrize(("engine_key", "strategy"), CASES)
-def test_greedy_output_equals_plain_decoding(family: dict, engine_key: str, strategy: Strategy, n_draft: int) -> None:
+def test_greedy_output_equals_plain_decoding(
+    family: dict, engine_key: str, strategy: Strategy, n_draft: int, adaptive: bool
+) -> None:
     engine = family["engines"][engine_key]
-    config = GenerationConfig(strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS)
+    config = GenerationConfig(
+        strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS, adaptive=adaptive
+    )
     drafted = accepted = 0
     for prompt in PROMPTS:
         finish, steps = run(engine, prompt, config)
         assert list(finish.tokens) == list(family["plain"][prompt]), f"{strategy} n_draft={n_draft}: {prompt!r}"
         assert sum(len(s.emitted) for s in steps) == len(finish.tokens)
-        assert all(len(s.drafted) <= n_draft for s in steps)
+        assert all(len(s.drafted) <= s.n_draft_max <= n_draft for s in steps)
+        if not adaptive:
+            assert steps[0].n_draft_max == n_draft and not any(s.probe for s in steps)
         drafted += finish.stats.n_drafted
         accepted += finish.stats.n_accepted
     if engine_key == "identical":
@@ -91,7 +98,9 @@ def test_greedy_output_equals_plain_decoding(family: dict, engine_key: str, stra
 
 def test_perturbed_draft_is_partially_accepted(family: dict) -> None:
     engine = family["engines"]["perturbed"]
-    config = GenerationConfig(strategy=Strategy.DRAFT, n_draft=16, p_min=0.0, max_tokens=N_TOKENS)
+    config = GenerationConfig(
+        strategy=Strategy.DRAFT, n_draft=16, p_min=0.0, max_tokens=N_TOKENS, adaptive=False
+    )
     finishes = [run(engine, prompt, config)[0] for prompt in PROMPTS]
     drafted = sum(f.stats.n_drafted for f in finishes)
     accepted = sum(f.stats.n_accepted for f in finishes)
@@ -126,7 +135,9 @@ class OracleDrafter:
 @pytest.mark.parametrize("n_draft", [1, 4, 16])
 def test_oracle_drafts_with_mistakes_never_change_the_output(family: dict, error_rate: float, n_draft: int) -> None:
     engine = family["engines"]["perturbed"]
-    config = GenerationConfig(strategy=Strategy.LOOKUP, n_draft=n_draft, max_tokens=N_TOKENS)
+    config = GenerationConfig(
+        strategy=Strategy.LOOKUP, n_draft=n_draft, max_tokens=N_TOKENS, adaptive=False
+    )
     origins: set[Origin] = set()
     for i, prompt in enumerate(PROMPTS):
         tokens = engine.target.tokenize(prompt)
@@ -147,14 +158,15 @@ def test_sampling_with_identical_draft_reproduces_plain_sampling_for_a_seed(fami
     """Identical weights give p == q, so every draft is accepted and the sampled text is plain sampling's."""
     engine = family["engines"]["identical"]
     sampling = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=5)
-    finish, _ = run(engine, PROMPTS[0], GenerationConfig(strategy=Strategy.DRAFT, p_min=0.0, sampling=sampling))
+    config = GenerationConfig(strategy=Strategy.DRAFT, p_min=0.0, sampling=sampling, adaptive=False)
+    finish, _ = run(engine, PROMPTS[0], config)
     assert finish.stats.n_accepted == finish.stats.n_drafted > 0
 
 
 def test_ngram_cache_persists_between_runs(family: dict, tmp_path: Path) -> None:
     target = next(family["folder"].glob("tiny-target-*.gguf"))
     config = ModelConfig(target, None, n_ctx=512, ngram_cache_dir=tmp_path)
-    gen = GenerationConfig(strategy=Strategy.NGRAM_CACHE, max_tokens=N_TOKENS)
+    gen = GenerationConfig(strategy=Strategy.NGRAM_CACHE, max_tokens=N_TOKENS, adaptive=False)
     with_cache = SpeculativeEngine(config)
     try:
         # llama.cpp's strict thresholds want an n-gram seen at least twice before the dynamic cache drafts it.

@@ -177,6 +177,7 @@ class LlamaBackend:
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self.decode_seconds = 0.0  # time spent inside llama_decode, for honest overhead accounting
         self.n_decoded = 0  # tokens evaluated (for tests and statistics)
+        self.n_decode_calls = 0  # llama_decode calls (the adaptive controller costs a draft per call)
         if self.params.vocab_only:
             return
         cparams = llama_cpp.llama_context_default_params()
@@ -365,6 +366,7 @@ class LlamaBackend:
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, b)
             self.decode_seconds += time.perf_counter() - t0
+            self.n_decode_calls += 1
             if rc != 0:
                 raise BackendError(f"llama_decode failed with code {rc} (1 = no KV slot: the context is full)")
             self.tokens.extend(chunk)

@@ -132,7 +132,8 @@ class StepEvent:
 
     Attributes:
         step: 1-based step number.
-        n_draft_max: the draft length asked of the drafter this step.
+        n_draft_max: the draft length asked of the drafter this step: ``n_draft``, or the adaptive
+            controller's choice (0 = it decoded plainly).
         drafted: what was drafted, with the verdict on each token.
         emitted: what the answer gained (accepted drafts, then a correction or bonus).
         text: the new answer text made visible by this step.
@@ -140,6 +141,7 @@ class StepEvent:
         verify_ms: time in the target's decode call.
         overhead_ms: the rest of the step: sampling, verification, bookkeeping.
         stats: totals so far.
+        probe: the adaptive controller speculated this step to re-measure, not because it expected a gain.
     """
 
     step: int
@@ -151,6 +153,7 @@ class StepEvent:
     verify_ms: float
     overhead_ms: float
     stats: RunningStats
+    probe: bool = False
 
     @property
     def n_accepted(self) -> int:

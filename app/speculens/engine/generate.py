@@ -15,6 +15,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from speculens.engine.adaptive import AdaptiveController, CostModel, StepPlan
 from speculens.engine.backend import LlamaBackend
 from speculens.engine.drafters.base import Draft, Drafter
 from speculens.engine.events import (
@@ -51,12 +52,15 @@ class GenerationConfig:
 
     Args:
         strategy: the draft source.
-        n_draft: the most tokens drafted per step.
+        n_draft: the most tokens drafted per step (with ``adaptive``, the upper bound of its choice).
         n_draft_min: a shorter draft is dropped (the step decodes plainly).
         p_min: a draft model stops when its top probability falls below this.
         max_tokens: the most tokens generated.
         stop: strings that end the answer (not included in it).
         sampling: temperature, top-k, top-p, min-p, seed.
+        adaptive: choose the draft length each step from measured costs and acceptance, down to plain
+            decoding when speculation does not pay (:mod:`speculens.engine.adaptive`); off, every step
+            asks for ``n_draft`` tokens.
     """
 
     strategy: Strategy = Strategy.DRAFT
@@ -66,6 +70,7 @@ class GenerationConfig:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    adaptive: bool = True
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""
@@ -77,6 +82,8 @@ class GenerationConfig:
             raise ValueError(f"p_min must be between 0 and 1, not {self.p_min}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"adaptive must be True or False, not {self.adaptive!r}")
         self.sampling.validate()
 
 
@@ -129,6 +136,7 @@ def generate(
     rng: np.random.Generator,
     cancel: threading.Event | None = None,
     draft_backend: LlamaBackend | None = None,
+    costs: CostModel | None = None,
 ) -> Iterator[Event]:
     """Generate from ``prompt`` with speculation, yielding a start event, one event per step and a finish.
 
@@ -140,6 +148,11 @@ def generate(
         rng: the random generator (used only when sampling).
         cancel: set it from any thread to stop after the current step.
         draft_backend: the draft model, when there is one, so its decode time is accounted as drafting.
+        costs: the session's measured costs for the adaptive controller (kept by the caller across
+            generations; a fresh model when ``None``).
+
+    Returns:
+        The events, lazily: nothing runs until the first one is taken.
 
     Raises:
         PromptError: empty prompt, or no room in the context.
@@ -154,7 +167,10 @@ def generate(
             f"the prompt has {len(prompt)} tokens but the context holds {limit}: "
             "shorten the prompt or raise the context size"
         )
-    return _run(target, drafter, prompt, config, rng, cancel, draft_backend, limit)
+    controller = None
+    if config.adaptive and drafter is not None:
+        controller = AdaptiveController(config.n_draft, draft_backend is not None, costs, config.n_draft_min)
+    return _run(target, drafter, prompt, config, rng, cancel, draft_backend, limit, controller)
 
 
 def _run(
@@ -166,6 +182,7 @@ def _run(
     cancel: threading.Event | None,
     draft_backend: LlamaBackend | None,
     limit: int,
+    controller: AdaptiveController | None,
 ) -> Iterator[Event]:
     sampling = config.sampling
     t0 = time.perf_counter()
@@ -195,9 +212,19 @@ def _run(
         step_t0 = time.perf_counter()
         target_dec0 = target.decode_seconds
         draft_dec0 = draft_backend.decode_seconds if draft_backend is not None else 0.0
+        draft_calls0 = draft_backend.n_decode_calls if draft_backend is not None else 0
+        draft_tokens0 = draft_backend.n_decoded if draft_backend is not None else 0
 
-        # 1. Draft.
+        # 1. Draft: as many tokens as the controller chooses (or n_draft), within the answer and context.
         n_max = min(config.n_draft, remaining - 1, room) if drafter is not None else 0
+        plan: StepPlan | None = None
+        if controller is not None and drafter is not None:
+            controller.shadow_check(history)
+            plan = controller.plan(n_max)
+            n_max = plan.n_draft
+            if plan.shadow:  # a plain step asks a draft-free source what it would have drafted (free)
+                shadow = drafter.draft(history, plan.shadow).tokens
+                controller.shadow_drafted(len(history), shadow, plan.shadow)
         draft = drafter.draft(history, n_max) if drafter is not None and n_max > 0 else Draft()
         if len(draft.tokens) < max(config.n_draft_min, 1):
             draft = Draft()
@@ -256,6 +283,10 @@ def _run(
         stats.draft_s += draft_s
         stats.verify_s += verify_s
         stats.overhead_s += overhead_s
+        if controller is not None and plan is not None:
+            calls = draft_backend.n_decode_calls - draft_calls0 if draft_backend is not None else 0
+            tokens_decoded = draft_backend.n_decoded - draft_tokens0 if draft_backend is not None else 0
+            controller.observe(plan, len(draft.tokens), k, verify_s, overhead_s, draft_dec, calls, tokens_decoded)
         yield StepEvent(
             step=stats.n_steps,
             n_draft_max=n_max,
@@ -266,6 +297,7 @@ def _run(
             verify_ms=verify_s * 1e3,
             overhead_ms=overhead_s * 1e3,
             stats=stats.freeze(),
+            probe=plan is not None and plan.probe,
         )
 
     if drafter is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
@@ -70,6 +71,9 @@ class SpeculativeEngine:
             config.target, BackendParams(config.n_ctx, config.n_threads, config.n_gpu_layers)
         )
         self.draft: LlamaBackend | None = None
+        # What this machine charges for verification and drafting, learnt by the adaptive controller and
+        # kept across generations (acceptance is per text and starts afresh each time).
+        self.costs = CostModel()
         self._ngram_cache: NgramCacheDrafter | None = None
         self._ngram_map: NgramMapDrafter | None = None
         if config.draft is not None:
@@ -95,6 +99,7 @@ class SpeculativeEngine:
         if self.draft is not None:
             self.draft.close()
         self.draft = draft
+        self.costs.forget_draft()
 
     @property
     def fingerprint(self) -> str:
@@ -153,6 +158,7 @@ class SpeculativeEngine:
             rng,
             cancel,
             self.draft if config.strategy == Strategy.DRAFT else None,
+            self.costs,
         )
 
     def close(self) -> None:

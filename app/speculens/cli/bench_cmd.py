@@ -1,0 +1,259 @@
+"""``speculens-cli bench``: plain decoding against speculative settings over a prompt suite.
+
+The table goes to stdout, progress to stderr; ``-o`` writes the JSON document and a PNG chart beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from speculens.cli.generate_cmd import add_model_arguments, model_config
+from speculens.engine.backend import BackendError
+from speculens.engine.bench import (
+    BenchResults,
+    cost_profile,
+    load_suite,
+    results_document,
+    run_suite,
+    settings_for,
+)
+from speculens.engine.generate import MAX_N_DRAFT, GenerationConfig, Strategy
+from speculens.engine.sampling import SamplingParams
+from speculens.engine.session import SpeculativeEngine
+from speculens.engine.vocab import VocabMismatchError
+from speculens.models.demo import DemoModelError
+from speculens.models.resolve import ModelNotFoundError
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _sweep(text: str) -> list[int]:
+    name, _, values = text.partition("=")
+    if name.strip() != "n_draft" or not values:
+        raise argparse.ArgumentTypeError("use --sweep n_draft=1,2,4,8,16")
+    try:
+        lengths = sorted({int(v) for v in _comma_list(values)})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"draft lengths must be whole numbers: {values}") from exc
+    if not lengths or lengths[0] < 1 or lengths[-1] > MAX_N_DRAFT:
+        raise argparse.ArgumentTypeError(f"draft lengths must be between 1 and {MAX_N_DRAFT}")
+    return lengths
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``bench`` sub-command."""
+    p = sub.add_parser(
+        "bench",
+        help="benchmark plain decoding against speculative settings",
+        description="Run plain decoding and each strategy/setting over a prompt suite (warm-up, repeated runs, "
+        "same seed and token budget) and report speed, acceptance, time shares, speedup and output identity.",
+    )
+    add_model_arguments(p)
+    p.add_argument(
+        "--strategies",
+        type=_comma_list,
+        default=None,
+        help="comma-separated draft sources (default: draft,lookup,ngram-cache; draft only with --draft)",
+    )
+    p.add_argument(
+        "--modes",
+        type=_comma_list,
+        default=["adaptive", "fixed"],
+        help="adaptive and/or fixed draft length (default: adaptive,fixed)",
+    )
+    p.add_argument("--n-draft", type=int, default=8, help="fixed draft length and adaptive bound (default 8)")
+    p.add_argument("--sweep", type=_sweep, default=[], help="fixed draft lengths to try: n_draft=1,2,4,8,16")
+    p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
+    p.add_argument("--n-draft-min", type=int, default=0)
+    p.add_argument("-n", "--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per setting and prompt (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per setting and prompt (default 1)")
+    p.add_argument("--prompts", type=_comma_list, default=None, help="run only these prompt ids")
+    p.add_argument("--suite", type=Path, help="a prompt suite JSON file instead of the shipped one")
+    p.add_argument(
+        "--fresh-costs",
+        action="store_true",
+        help="start the adaptive controller from an empty cost model in every run",
+    )
+    p.add_argument("--profile", action="store_true", help="also measure the machine's cost profile (k = 1..16)")
+    p.add_argument("--profile-only", action="store_true", help="measure the cost profile only")
+    p.add_argument("-o", "--output", type=Path, help="write the results as JSON here (and a PNG chart beside it)")
+    p.add_argument("--chart", type=Path, help="where to write the PNG chart (default: the JSON path with .png)")
+    p.set_defaults(func=run)
+
+
+def _progress(line: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``bench``."""
+    modes = [m for m in args.modes if m in ("adaptive", "fixed")]
+    if not modes or len(modes) != len(args.modes):
+        print("error: --modes takes adaptive and/or fixed", file=sys.stderr)
+        return 2
+    try:
+        names = args.strategies or (["draft"] if args.draft else []) + ["lookup", "ngram-cache"]
+        strategies = [Strategy(s) for s in names]
+    except ValueError as exc:
+        print(f"error: {exc}; choose from {', '.join(s.value for s in Strategy)}", file=sys.stderr)
+        return 2
+    if Strategy.DRAFT in strategies and not args.draft:
+        print("error: the draft strategy needs --draft", file=sys.stderr)
+        return 2
+    try:
+        prompts = load_suite(args.suite.read_text(encoding="utf-8") if args.suite else None)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.prompts:
+        unknown = set(args.prompts) - {p.id for p in prompts}
+        if unknown:
+            print(f"error: no prompt {', '.join(sorted(unknown))} in the suite", file=sys.stderr)
+            return 2
+        prompts = [p for p in prompts if p.id in args.prompts]
+    base = GenerationConfig(
+        n_draft=max(args.sweep or [args.n_draft]),
+        n_draft_min=args.n_draft_min,
+        p_min=args.p_min,
+        max_tokens=args.max_tokens,
+        sampling=SamplingParams(temperature=args.temp, seed=args.seed),
+    )
+    try:
+        base.validate()
+        settings = settings_for(strategies, modes, args.n_draft, args.sweep)
+        engine = SpeculativeEngine(model_config(args))
+    except (ModelNotFoundError, DemoModelError, BackendError, VocabMismatchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        profile = None
+        if args.profile or args.profile_only:
+            _progress("measuring the cost profile")
+            profile = cost_profile(engine.target, engine.draft)
+            if sys.stderr.isatty():
+                print(file=sys.stderr)
+            print(format_profile(profile))
+        if args.profile_only:
+            if args.output:
+                _write_json(args.output, {"schema": "speculens-bench/1", "profile": profile})
+            return 0
+        t0 = time.perf_counter()
+        results = run_suite(engine, prompts, settings, base, args.repeat, args.warmup, args.fresh_costs, _progress)
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        results.profile = profile
+        results.config = {
+            "target": str(engine.config.target),
+            "draft": str(engine.config.draft) if engine.config.draft else None,
+            "threads": engine.target.params.n_threads,
+            "n_ctx": engine.target.n_ctx,
+            "max_tokens": args.max_tokens,
+            "temperature": args.temp,
+            "seed": args.seed,
+            "p_min": args.p_min,
+            "repeat": args.repeat,
+            "warmup": args.warmup,
+            "fresh_costs": args.fresh_costs,
+            "wall_s": time.perf_counter() - t0,
+        }
+    except (BackendError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        engine.close()
+    print(format_table(results))
+    if args.output:
+        doc = results_document(results)
+        _write_json(args.output, doc)
+        print(f"wrote {args.output}", file=sys.stderr)
+        chart = args.chart or args.output.with_suffix(".png")
+        from speculens.cli.bench_chart import render_chart
+
+        problem = render_chart(doc, chart)
+        print(f"wrote {chart}" if problem is None else f"no chart: {problem}", file=sys.stderr)
+    return 0
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def format_profile(profile: dict[str, Any]) -> str:
+    """The cost profile as a table: decode time of a batch of k tokens, and its ratio to one token."""
+    target = profile["target"]
+    draft = profile.get("draft")
+    lines = [
+        "cost profile: one decode call of k tokens (ms), and relative to k = 1",
+        f"{'k':>3} {'target':>9} {'×1':>6}" + (f" {'draft':>9} {'×1':>6}" if draft else ""),
+    ]
+    for k in target:
+        row = f"{k:>3} {target[k]:9.1f} {target[k] / target['1']:6.2f}"
+        if draft:
+            row += f" {draft[k]:9.1f} {draft[k] / draft['1']:6.2f}"
+        lines.append(row)
+    if draft:
+        lines.append(f"draft / target for one token: {profile['draft_over_target']:.2f}")
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def format_table(results: BenchResults) -> str:
+    """A readable table: one block per prompt, one row per setting, then the overall summary."""
+    header = (
+        f"{'setting':<22} {'tok/s':>7} {'±':>5} {'speedup':>7} {'accept':>6} {'len':>5} {'k̄':>5} "
+        f"{'draft':>5} {'verify':>6} {'ovh':>5} {'same':>4}"
+    )
+    lines = []
+    for p in results.prompts:
+        if p.id not in results.runs:
+            continue
+        lines.append(f"\n{p.id} ({p.category}, {results.n_prompt_tokens.get(p.id, '?')} prompt tokens)")
+        lines.append(header)
+        for s in results.settings:
+            if not results.runs[p.id].get(s.label):
+                continue
+            m = results.summary(p.id, s.label)
+            speedup = f"{m.speedup:.2f}×" if m.speedup is not None else "–"
+            same = "–" if m.identical is None or s.is_plain else ("yes" if m.identical else "NO")
+            lines.append(
+                f"{s.label:<22} {m.tps_median:7.2f} {_pct(m.spread):>5} {speedup:>7} "
+                f"{_pct(m.acceptance) if m.acceptance or not s.is_plain else '–':>6} "
+                f"{m.mean_accepted_length:5.2f} {m.mean_n_draft:5.2f} {_pct(m.draft_share):>5} "
+                f"{_pct(m.verify_share):>6} {_pct(m.overhead_share):>5} {same:>4}"
+            )
+            if m.acceptance_by_position and not s.is_plain:
+                shown = " ".join(f"{a:.2f}" for a in m.acceptance_by_position[:8])
+                more = " …" if len(m.acceptance_by_position) > 8 else ""
+                lines.append(f"{'':<22}   acceptance by position: {shown}{more}")
+    lines.append("\noverall (speedup over plain decoding, measured per prompt in the same run)")
+    lines.append(f"{'setting':<22} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'same':>4}")
+    for s in results.settings:
+        o = results.overall(s.label)
+        if s.is_plain:
+            lines.append(f"{s.label:<22} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7}")
+            continue
+        same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
+        lines.append(
+            f"{s.label:<22} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
+            f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {same:>4}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,596 @@
+"""Benchmarks: run plain decoding and speculative settings over a prompt suite, and summarise honestly.
+
+Three parts, all Qt-free:
+
+* the **suite** (``resources/prompts/bench.json``, read with :mod:`importlib.resources`) and the settings to
+  compare (:class:`BenchSetting`);
+* the **runner** (:func:`run_suite`): one engine, chat-formatted prompts, warm-up runs, then repeated runs in
+  an order that rotates every repetition, all with the same seed and the same token budget;
+* the **arithmetic** (:func:`summarise_runs`, :func:`overall`, :func:`results_document`): medians and spread of
+  tokens per second, acceptance, mean accepted length, acceptance by draft position, the draft / verify /
+  overhead shares of the decoding time, the speedup over plain decoding measured in the same session, and
+  whether each greedy output equals plain decoding's. Expected tokens per step follow Leviathan, Kalman &
+  Matias, "Fast Inference from Transformers via Speculative Decoding" (ICML 2023).
+
+:func:`cost_profile` times the target's and the draft's decode calls for batches of 1..16 tokens.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from speculens.engine.backend import LlamaBackend
+from speculens.engine.drafters.base import Drafter
+from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
+from speculens.engine.events import FinishEvent, RunningStats, StepEvent
+from speculens.engine.generate import GenerationConfig, Strategy, generate
+from speculens.engine.session import SpeculativeEngine
+
+SCHEMA = "speculens-bench/1"
+SUITE_FILE = "prompts/bench.json"
+
+
+# ---- the suite and the settings ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    """One prompt of the suite.
+
+    Attributes:
+        id: short unique name.
+        category: chat, code-generation, code-rewrite, summarisation, long-context, ...
+        messages: the conversation, formatted with the target's chat template.
+    """
+
+    id: str
+    category: str
+    messages: tuple[dict[str, str], ...]
+
+
+def load_suite(text: str | None = None) -> list[BenchPrompt]:
+    """The prompt suite: the shipped one, or one given as JSON text.
+
+    Args:
+        text: a suite in the same JSON format (``{"prompts": [{"id", "category", "messages"}]}``).
+
+    Returns:
+        The prompts, in order.
+
+    Raises:
+        ValueError: the JSON is not a suite.
+    """
+    if text is None:
+        text = (importlib.resources.files("speculens.resources") / SUITE_FILE).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+        prompts = [
+            BenchPrompt(str(p["id"]), str(p["category"]), tuple(dict(m) for m in p["messages"]))
+            for p in data["prompts"]
+        ]
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a prompt suite: {exc}") from exc
+    if len({p.id for p in prompts}) != len(prompts):
+        raise ValueError("prompt ids in a suite must be unique")
+    return prompts
+
+
+@dataclass(frozen=True)
+class BenchSetting:
+    """One way of decoding to compare.
+
+    Attributes:
+        strategy: the draft source (``none`` is plain decoding, the baseline).
+        n_draft: the most tokens drafted per step.
+        adaptive: the adaptive controller chooses the draft length.
+    """
+
+    strategy: Strategy
+    n_draft: int = 8
+    adaptive: bool = True
+
+    @property
+    def label(self) -> str:
+        """A short unique name: ``none``, ``lookup/adaptive≤16``, ``draft/n=8``."""
+        if self.strategy is Strategy.NONE:
+            return "none"
+        mode = f"adaptive≤{self.n_draft}" if self.adaptive else f"n={self.n_draft}"
+        return f"{self.strategy.value}/{mode}"
+
+    @property
+    def is_plain(self) -> bool:
+        """Whether this is the plain-decoding baseline."""
+        return self.strategy is Strategy.NONE
+
+
+def settings_for(
+    strategies: Sequence[Strategy], modes: Sequence[str], n_draft: int, sweep: Sequence[int] = ()
+) -> list[BenchSetting]:
+    """The settings a benchmark compares: plain decoding first, then every strategy in every mode.
+
+    Args:
+        strategies: draft sources (``none`` is always included, first).
+        modes: ``adaptive`` and/or ``fixed``.
+        n_draft: the draft length of fixed runs and the bound of adaptive ones.
+        sweep: fixed draft lengths to try instead of ``n_draft`` (adaptive runs use the largest as bound).
+
+    Returns:
+        The settings, without duplicates.
+    """
+    out = [BenchSetting(Strategy.NONE)]
+    lengths = list(sweep) or [n_draft]
+    for strategy in strategies:
+        if strategy is Strategy.NONE:
+            continue
+        if "adaptive" in modes:
+            out.append(BenchSetting(strategy, max(lengths), True))
+        if "fixed" in modes:
+            out.extend(BenchSetting(strategy, n, False) for n in lengths)
+    unique: dict[str, BenchSetting] = {}
+    for setting in out:
+        unique.setdefault(setting.label, setting)
+    return list(unique.values())
+
+
+# ---- one run ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One timed generation.
+
+    Attributes:
+        tokens: the answer's token ids.
+        n_generated: tokens emitted.
+        elapsed_s: decoding wall time (prompt processing excluded).
+        draft_s: time spent drafting (model decode calls and the drafter's own Python).
+        verify_s: time in the target's decode calls.
+        overhead_s: everything outside llama.cpp's decode calls.
+        n_steps: target passes.
+        n_drafted: tokens drafted.
+        n_accepted: drafted tokens accepted.
+        accepted_by_position: accepted counts per draft position.
+        drafted_by_position: drafted counts per draft position.
+        n_draft_chosen: the draft length asked for at each step (the adaptive controller's choices).
+        n_probes: steps the controller speculated only to re-measure.
+    """
+
+    tokens: tuple[int, ...]
+    n_generated: int
+    elapsed_s: float
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    n_steps: int
+    n_drafted: int
+    n_accepted: int
+    accepted_by_position: tuple[int, ...] = ()
+    drafted_by_position: tuple[int, ...] = ()
+    n_draft_chosen: tuple[int, ...] = ()
+    n_probes: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Emitted tokens per second of decoding."""
+        return self.n_generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @classmethod
+    def from_stats(
+        cls, tokens: Sequence[int], stats: RunningStats, chosen: Sequence[int] = (), n_probes: int = 0
+    ) -> RunResult:
+        """A result from a generation's final statistics."""
+        return cls(
+            tokens=tuple(tokens),
+            n_generated=stats.n_generated,
+            elapsed_s=stats.elapsed_s,
+            draft_s=stats.draft_s,
+            verify_s=stats.verify_s,
+            overhead_s=stats.overhead_s,
+            n_steps=stats.n_steps,
+            n_drafted=stats.n_drafted,
+            n_accepted=stats.n_accepted,
+            accepted_by_position=stats.accepted_by_position,
+            drafted_by_position=stats.drafted_by_position,
+            n_draft_chosen=tuple(chosen),
+            n_probes=n_probes,
+        )
+
+
+def _drafter(engine: SpeculativeEngine, config: GenerationConfig, rng: np.random.Generator) -> Drafter | None:
+    if config.strategy == Strategy.NGRAM_CACHE:
+        # A fresh cache per run: the dynamic table would otherwise learn the answer from the earlier
+        # repetitions of the same prompt and flatter the n-gram cache.
+        return NgramCacheDrafter(engine.fingerprint, None)
+    return engine.drafter(config, rng)
+
+
+def run_once(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> RunResult:
+    """Generate once and collect the figures.
+
+    Args:
+        engine: the loaded engine (its KV caches keep the prompt between runs).
+        prompt: the prompt's tokens.
+        config: the generation settings.
+
+    Returns:
+        The run's result.
+    """
+    rng = np.random.default_rng(config.sampling.seed)
+    drafter = _drafter(engine, config, rng)
+    draft_backend = engine.draft if config.strategy == Strategy.DRAFT else None
+    chosen: list[int] = []
+    probes = 0
+    finish: FinishEvent | None = None
+    for event in generate(engine.target, drafter, prompt, config, rng, None, draft_backend, engine.costs):
+        if isinstance(event, StepEvent):
+            chosen.append(event.n_draft_max)
+            probes += event.probe
+        elif isinstance(event, FinishEvent):
+            finish = event
+    assert finish is not None
+    return RunResult.from_stats(finish.tokens, finish.stats, chosen, probes)
+
+
+# ---- the arithmetic ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One setting on one prompt, over its repeated runs.
+
+    Attributes:
+        tps_median: median tokens per second.
+        tps_min: slowest run.
+        tps_max: fastest run.
+        spread: ``(max - min) / median`` of tokens per second.
+        speedup: median tokens per second over plain decoding's median on the same prompt (``None`` when
+            there is no plain baseline).
+        acceptance: accepted / drafted over all runs.
+        mean_accepted_length: tokens emitted per target pass.
+        acceptance_by_position: per draft position ``j``, the share of tokens drafted there that were
+            accepted (a token at ``j`` is accepted only when the ones before it were).
+        draft_share: drafting time (the draft model's decode calls and the drafter's own Python) over
+            decoding time.
+        verify_share: the target's decode time over decoding time.
+        overhead_share: time outside llama.cpp's decode calls over decoding time: our own cost, which
+            includes a drafter's Python time (so it overlaps ``draft_share`` by that much).
+        identical: every run's tokens equal plain decoding's (``None`` without a baseline).
+        mean_n_draft: the mean draft length asked for per step.
+        n_runs: timed runs.
+    """
+
+    tps_median: float
+    tps_min: float
+    tps_max: float
+    spread: float
+    speedup: float | None
+    acceptance: float
+    mean_accepted_length: float
+    acceptance_by_position: tuple[float, ...]
+    draft_share: float
+    verify_share: float
+    overhead_share: float
+    identical: bool | None
+    mean_n_draft: float
+    n_runs: int
+
+
+def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None = None) -> Summary:
+    """Summarise the repeated runs of one setting on one prompt.
+
+    Args:
+        runs: the timed runs (at least one).
+        plain: plain decoding's runs on the same prompt (the baseline for speedup and identity).
+
+    Returns:
+        The summary.
+    """
+    if not runs:
+        raise ValueError("no runs to summarise")
+    tps = [r.tokens_per_second for r in runs]
+    med = statistics.median(tps)
+    elapsed = sum(r.elapsed_s for r in runs)
+    drafted = sum(r.n_drafted for r in runs)
+    accepted = sum(r.n_accepted for r in runs)
+    steps = sum(r.n_steps for r in runs)
+    width = max((len(r.drafted_by_position) for r in runs), default=0)
+    by_pos = []
+    for j in range(width):
+        d = sum(r.drafted_by_position[j] for r in runs if j < len(r.drafted_by_position))
+        a = sum(r.accepted_by_position[j] for r in runs if j < len(r.accepted_by_position))
+        by_pos.append(a / d if d else 0.0)
+    chosen = [k for r in runs for k in r.n_draft_chosen]
+    speedup = identical = None
+    if plain:
+        base = statistics.median(p.tokens_per_second for p in plain)
+        speedup = med / base if base > 0 else None
+        identical = all(r.tokens == plain[0].tokens for r in runs)
+    return Summary(
+        tps_median=med,
+        tps_min=min(tps),
+        tps_max=max(tps),
+        spread=(max(tps) - min(tps)) / med if med > 0 else 0.0,
+        speedup=speedup,
+        acceptance=accepted / drafted if drafted else 0.0,
+        mean_accepted_length=sum(r.n_generated for r in runs) / steps if steps else 0.0,
+        acceptance_by_position=tuple(by_pos),
+        draft_share=sum(r.draft_s for r in runs) / elapsed if elapsed > 0 else 0.0,
+        verify_share=sum(r.verify_s for r in runs) / elapsed if elapsed > 0 else 0.0,
+        overhead_share=sum(r.overhead_s for r in runs) / elapsed if elapsed > 0 else 0.0,
+        identical=identical,
+        mean_n_draft=sum(chosen) / len(chosen) if chosen else 0.0,
+        n_runs=len(runs),
+    )
+
+
+@dataclass(frozen=True)
+class OverallSummary:
+    """One setting over the whole suite.
+
+    Attributes:
+        label: the setting's label.
+        speedup_geomean: geometric mean of the per-prompt speedups.
+        speedup_min: the worst prompt's speedup.
+        speedup_max: the best prompt's speedup.
+        tps_median_of_medians: median over prompts of the median tokens per second.
+        acceptance: accepted / drafted over every run.
+        overhead_share_max: the largest per-prompt overhead share.
+        identical_all: every output on every prompt equals plain decoding's.
+        n_prompts: prompts summarised.
+    """
+
+    label: str
+    speedup_geomean: float | None
+    speedup_min: float | None
+    speedup_max: float | None
+    tps_median_of_medians: float
+    acceptance: float
+    overhead_share_max: float
+    identical_all: bool | None
+    n_prompts: int
+
+
+def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -> OverallSummary:
+    """Combine one setting's per-prompt summaries.
+
+    Args:
+        label: the setting's label.
+        summaries: one per prompt.
+        acceptance: accepted / drafted over all its runs (computed by the caller from the counts).
+
+    Returns:
+        The suite-wide summary.
+    """
+    speedups = [s.speedup for s in summaries if s.speedup is not None]
+    identical = [s.identical for s in summaries if s.identical is not None]
+    return OverallSummary(
+        label=label,
+        speedup_geomean=float(np.exp(np.mean(np.log(speedups)))) if speedups else None,
+        speedup_min=min(speedups) if speedups else None,
+        speedup_max=max(speedups) if speedups else None,
+        tps_median_of_medians=statistics.median(s.tps_median for s in summaries) if summaries else 0.0,
+        acceptance=acceptance,
+        overhead_share_max=max((s.overhead_share for s in summaries), default=0.0),
+        identical_all=all(identical) if identical else None,
+        n_prompts=len(summaries),
+    )
+
+
+# ---- the runner -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchResults:
+    """Everything a benchmark measured.
+
+    Attributes:
+        prompts: the suite's prompts that were run.
+        settings: the settings compared (plain decoding first).
+        runs: ``runs[prompt_id][label]`` = the timed runs.
+        n_prompt_tokens: prompt length per prompt id.
+        config: how it was run (threads, max tokens, repeats, ...).
+        profile: the machine's cost profile, when measured.
+    """
+
+    prompts: list[BenchPrompt]
+    settings: list[BenchSetting]
+    runs: dict[str, dict[str, list[RunResult]]] = field(default_factory=dict)
+    n_prompt_tokens: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] | None = None
+
+    def summary(self, prompt_id: str, label: str) -> Summary:
+        """The summary of one setting on one prompt."""
+        by_label = self.runs[prompt_id]
+        return summarise_runs(by_label[label], by_label.get("none"))
+
+    def overall(self, label: str) -> OverallSummary:
+        """The suite-wide summary of one setting."""
+        ids = [p.id for p in self.prompts if label in self.runs.get(p.id, {})]
+        runs = [r for i in ids for r in self.runs[i][label]]
+        drafted = sum(r.n_drafted for r in runs)
+        acceptance = sum(r.n_accepted for r in runs) / drafted if drafted else 0.0
+        return overall(label, [self.summary(i, label) for i in ids], acceptance)
+
+
+Progress = Callable[[str], None]
+
+
+def run_suite(
+    engine: SpeculativeEngine,
+    prompts: Sequence[BenchPrompt],
+    settings: Sequence[BenchSetting],
+    base: GenerationConfig,
+    repeats: int = 3,
+    warmup: int = 1,
+    fresh_costs: bool = False,
+    progress: Progress | None = None,
+) -> BenchResults:
+    """Run every setting on every prompt: warm-up runs, then ``repeats`` timed runs each.
+
+    Within a prompt the settings run in turn, and the order rotates every repetition, so a slow moment of
+    the machine is shared out rather than charged to one setting. All runs use ``base``'s seed, sampling and
+    token budget; only the strategy, the draft length and the adaptive switch change.
+
+    Args:
+        engine: the loaded engine (with a draft model when ``draft`` is among the settings).
+        prompts: the prompts.
+        settings: the settings (plain decoding should be among them: it is the baseline).
+        base: the shared generation settings.
+        repeats: timed runs per setting and prompt.
+        warmup: untimed runs per setting and prompt before the timed ones.
+        fresh_costs: give the adaptive controller an empty cost model for every run, instead of the
+            session's (which keeps what earlier runs measured, as the app does).
+        progress: called with a line of text before each run.
+
+    Returns:
+        The results.
+    """
+    from speculens.engine.adaptive import CostModel
+
+    results = BenchResults(list(prompts), list(settings))
+    total = len(prompts) * len(settings) * (repeats + warmup)
+    done = 0
+    for prompt in prompts:
+        tokens = engine.target.format_chat(list(prompt.messages))
+        results.n_prompt_tokens[prompt.id] = len(tokens)
+        by_label: dict[str, list[RunResult]] = {s.label: [] for s in settings}
+        for rep in range(warmup + repeats):
+            shift = rep % len(settings)
+            for setting in [*settings[shift:], *settings[:shift]]:
+                done += 1
+                kind = "warm-up" if rep < warmup else f"run {rep - warmup + 1}/{repeats}"
+                if progress is not None:
+                    progress(f"[{done}/{total}] {prompt.id}: {setting.label} ({kind})")
+                if fresh_costs:
+                    engine.costs = CostModel()
+                config = GenerationConfig(
+                    strategy=setting.strategy,
+                    n_draft=setting.n_draft,
+                    n_draft_min=base.n_draft_min,
+                    p_min=base.p_min,
+                    max_tokens=base.max_tokens,
+                    stop=base.stop,
+                    sampling=base.sampling,
+                    adaptive=setting.adaptive,
+                )
+                result = run_once(engine, tokens, config)
+                if rep >= warmup:
+                    by_label[setting.label].append(result)
+        results.runs[prompt.id] = by_label
+    return results
+
+
+def cost_profile(
+    target: LlamaBackend, draft: LlamaBackend | None, max_batch: int = 16, repeats: int = 5
+) -> dict[str, Any]:
+    """Time one decode call of ``k`` tokens (logits for all of them), ``k = 1..max_batch``, after a short
+    context, for the target and the draft: the machine's price list for speculation.
+
+    Args:
+        target: the target model.
+        draft: the draft model, if any.
+        max_batch: the largest batch timed.
+        repeats: calls per batch size (the median is kept).
+
+    Returns:
+        ``{"target": {"1": ms, ...}, "draft": {...}, "draft_over_target": ratio of single-token costs}``.
+    """
+    out: dict[str, Any] = {}
+    for name, backend in (("target", target), ("draft", draft)):
+        if backend is None:
+            continue
+        text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
+        context = backend.tokenize(text * 8)
+        backend.sync(context)
+        n_past = backend.n_past
+        filler = (context * (1 + max_batch // max(len(context), 1)))[:max_batch]
+        backend.decode(filler[:4], range(4))  # warm the kernels
+        backend.truncate(n_past)
+        times: dict[str, float] = {}
+        for k in range(1, max_batch + 1):
+            samples = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                backend.decode(filler[:k], range(k))
+                samples.append(time.perf_counter() - t0)
+                backend.truncate(n_past)
+            times[str(k)] = 1e3 * statistics.median(samples)
+        out[name] = times
+    if "draft" in out:
+        out["draft_over_target"] = out["draft"]["1"] / out["target"]["1"]
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    try:
+        load: list[float] | None = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": load,
+    }
+
+
+def results_document(results: BenchResults) -> dict[str, Any]:
+    """The JSON document of a benchmark (schema ``speculens-bench/1``).
+
+    Returns:
+        ``{"schema", "machine", "config", "settings", "prompts": [{"id", "category", "n_prompt",
+        "results": {label: {"summary", "runs"}}}], "overall": {label: ...}, "profile"}``.
+    """
+    prompts = []
+    for p in results.prompts:
+        if p.id not in results.runs:
+            continue
+        per_label = {}
+        for s in results.settings:
+            runs = results.runs[p.id].get(s.label)
+            if not runs:
+                continue
+            per_label[s.label] = {
+                "summary": asdict(results.summary(p.id, s.label)),
+                "runs": [
+                    {
+                        **{k: v for k, v in asdict(r).items() if k not in ("tokens", "n_draft_chosen")},
+                        "tokens_per_second": r.tokens_per_second,
+                        "n_draft_chosen_histogram": _histogram(r.n_draft_chosen),
+                    }
+                    for r in runs
+                ],
+            }
+        n_prompt = results.n_prompt_tokens.get(p.id)
+        prompts.append({"id": p.id, "category": p.category, "n_prompt": n_prompt, "results": per_label})
+    return {
+        "schema": SCHEMA,
+        "machine": machine_info(),
+        "config": results.config,
+        "settings": [
+            {"label": s.label, "strategy": s.strategy.value, "n_draft": s.n_draft, "adaptive": s.adaptive}
+            for s in results.settings
+        ],
+        "prompts": prompts,
+        "overall": {s.label: asdict(results.overall(s.label)) for s in results.settings},
+        "profile": results.profile,
+    }
+
+
+def _histogram(values: Sequence[int]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[str(v)] = counts.get(str(v), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))

@@ -1,0 +1,316 @@
+"""The benchmark: its arithmetic on made-up runs, its JSON on the tiny models, and the CLI as users run it.
+
+No timing is asserted: the tiny models decode in microseconds and machines are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TinyModels
+from speculens.cli.bench_chart import chart_data
+from speculens.cli.bench_cmd import format_profile, format_table
+from speculens.engine.bench import (
+    SCHEMA,
+    BenchSetting,
+    RunResult,
+    cost_profile,
+    load_suite,
+    overall,
+    results_document,
+    run_suite,
+    settings_for,
+    summarise_runs,
+)
+from speculens.engine.generate import GenerationConfig, Strategy
+from speculens.engine.session import ModelConfig, SpeculativeEngine
+
+
+def result(tps: float, tokens: tuple[int, ...] = (1, 2, 3), **kw: object) -> RunResult:
+    """A made-up run of 100 tokens at ``tps`` tokens per second."""
+    fields: dict = dict(
+        tokens=tokens,
+        n_generated=100,
+        elapsed_s=100 / tps,
+        draft_s=0.0,
+        verify_s=0.0,
+        overhead_s=0.0,
+        n_steps=100,
+        n_drafted=0,
+        n_accepted=0,
+    )
+    fields.update(kw)
+    return RunResult(**fields)
+
+
+def test_median_spread_and_speedup_over_plain_decoding() -> None:
+    plain = [result(10.0), result(12.0), result(11.0)]
+    spec = [result(20.0), result(24.0), result(21.0)]
+    s = summarise_runs(spec, plain)
+    assert s.tps_median == pytest.approx(21.0)
+    assert (s.tps_min, s.tps_max) == (pytest.approx(20.0), pytest.approx(24.0))
+    assert s.spread == pytest.approx(4.0 / 21.0)
+    assert s.speedup == pytest.approx(21.0 / 11.0)
+    assert s.identical is True and s.n_runs == 3
+    assert summarise_runs(plain, plain).speedup == pytest.approx(1.0)
+    assert summarise_runs(spec).speedup is None and summarise_runs(spec).identical is None
+
+
+def test_a_different_output_in_any_run_is_reported() -> None:
+    plain = [result(10.0, (1, 2, 3))]
+    assert summarise_runs([result(12.0, (1, 2, 3)), result(12.0, (1, 2, 4))], plain).identical is False
+
+
+def test_time_shares_acceptance_and_lengths() -> None:
+    runs = [
+        result(
+            10.0,
+            elapsed_s=10.0,
+            draft_s=2.0,
+            verify_s=7.0,
+            overhead_s=0.5,
+            n_steps=40,
+            n_drafted=80,
+            n_accepted=60,
+            drafted_by_position=(40, 40),
+            accepted_by_position=(35, 25),
+            n_draft_chosen=(2,) * 40,
+        ),
+        result(
+            10.0,
+            elapsed_s=10.0,
+            draft_s=0.0,
+            verify_s=9.5,
+            overhead_s=0.5,
+            n_steps=60,
+            n_drafted=20,
+            n_accepted=0,
+            drafted_by_position=(20,),
+            accepted_by_position=(0,),
+            n_draft_chosen=(0,) * 40 + (1,) * 20,
+        ),
+    ]
+    s = summarise_runs(runs)
+    assert s.draft_share == pytest.approx(2.0 / 20.0)
+    assert s.verify_share == pytest.approx(16.5 / 20.0)
+    assert s.overhead_share == pytest.approx(1.0 / 20.0)
+    assert s.acceptance == pytest.approx(60 / 100)
+    assert s.mean_accepted_length == pytest.approx(200 / 100)  # tokens per target pass
+    assert s.acceptance_by_position == pytest.approx((35 / 60, 25 / 40))
+    assert s.mean_n_draft == pytest.approx((80 + 20) / 100)
+
+
+def test_overall_takes_the_geometric_mean_and_the_worst_prompt() -> None:
+    plain = [result(10.0)]
+    per_prompt = [summarise_runs([result(tps)], plain) for tps in (5.0, 20.0, 10.0)]
+    o = overall("lookup/adaptive≤8", per_prompt, acceptance=0.5)
+    assert o.speedup_geomean == pytest.approx(1.0)
+    assert (o.speedup_min, o.speedup_max) == (pytest.approx(0.5), pytest.approx(2.0))
+    assert o.identical_all is True and o.n_prompts == 3
+    with pytest.raises(ValueError):
+        summarise_runs([])
+
+
+def test_settings_start_with_plain_decoding_and_cover_every_mode() -> None:
+    settings = settings_for([Strategy.DRAFT, Strategy.LOOKUP], ["adaptive", "fixed"], 8, sweep=[1, 4, 16])
+    labels = [s.label for s in settings]
+    assert labels[0] == "none"
+    assert "draft/adaptive≤16" in labels and "lookup/n=1" in labels and "lookup/n=16" in labels
+    assert len(labels) == len(set(labels)) == 1 + 2 * (1 + 3)
+    assert [s.label for s in settings_for([Strategy.NONE, Strategy.LOOKUP], ["fixed"], 8)] == ["none", "lookup/n=8"]
+    assert BenchSetting(Strategy.NGRAM_CACHE, 4, False).label == "ngram-cache/n=4"
+
+
+def test_the_shipped_suite_covers_the_required_kinds_of_prompt() -> None:
+    suite = load_suite()
+    categories = [p.category for p in suite]
+    for needed in ("chat", "code-generation", "summarisation", "long-context"):
+        assert needed in categories
+    assert categories.count("code-rewrite") >= 2
+    assert len({p.id for p in suite}) == len(suite)
+    assert all(p.messages and p.messages[-1]["role"] == "user" for p in suite)
+    long = next(p for p in suite if p.category == "long-context")
+    assert len(long.messages[-1]["content"]) > 5000
+    with pytest.raises(ValueError, match="suite"):
+        load_suite('{"prompts": [{"id": "x"}]}')
+    with pytest.raises(ValueError, match="unique"):
+        load_suite(
+            '{"prompts": [{"id": "a", "category": "c", "messages": []}, {"id": "a", "category": "c", "messages": []}]}'
+        )
+
+
+SMALL_SUITE = json.dumps(
+    {
+        "prompts": [
+            {"id": "one", "category": "chat", "messages": [{"role": "user", "content": "one two three"}]},
+            {
+                "id": "two",
+                "category": "code-rewrite",
+                "messages": [{"role": "user", "content": "def return class import self print if else"}],
+            },
+        ]
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from speculens.models.synthetic import write_tiny_pair
+
+    folder = tmp_path_factory.mktemp("bench-models")
+    target, draft = write_tiny_pair(folder, "perturbed")
+    settings = settings_for([Strategy.DRAFT, Strategy.LOOKUP, Strategy.NGRAM_CACHE], ["adaptive", "fixed"], 4)
+    with SpeculativeEngine(ModelConfig(target, draft, n_ctx=512)) as engine:
+        results = run_suite(
+            engine,
+            load_suite(SMALL_SUITE),
+            settings,
+            GenerationConfig(p_min=0.0, max_tokens=24),
+            repeats=2,
+            warmup=1,
+        )
+        profile = cost_profile(engine.target, engine.draft, max_batch=4, repeats=1)
+    results.profile = profile
+    return {"results": results, "doc": results_document(results)}
+
+
+def test_every_setting_ran_on_every_prompt_with_identical_greedy_output(tiny_results: dict) -> None:
+    results = tiny_results["results"]
+    for prompt in ("one", "two"):
+        for setting in results.settings:
+            runs = results.runs[prompt][setting.label]
+            assert len(runs) == 2 and all(r.n_generated == 24 for r in runs)
+            assert results.summary(prompt, setting.label).identical is True
+    # Fixed settings draft at most n_draft per step; the adaptive ones report each step's choice.
+    fixed = results.runs["one"]["draft/n=4"][0]
+    assert fixed.n_draft_chosen[0] == 4 and max(fixed.n_draft_chosen) <= 4
+    assert all(0 <= k <= 4 for k in results.runs["one"]["lookup/adaptive≤4"][0].n_draft_chosen)
+
+
+def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:
+    doc = json.loads(json.dumps(tiny_results["doc"]))  # serialisable as is
+    assert doc["schema"] == SCHEMA
+    assert {"platform", "cpus", "load_average"} <= doc["machine"].keys()
+    assert next(s["label"] for s in doc["settings"]) == "none"
+    assert [p["id"] for p in doc["prompts"]] == ["one", "two"]
+    for p in doc["prompts"]:
+        assert p["n_prompt"] > 0
+        assert set(p["results"]) == {s["label"] for s in doc["settings"]}
+        for _label, entry in p["results"].items():
+            summary = entry["summary"]
+            for key in (
+                "tps_median",
+                "tps_min",
+                "tps_max",
+                "spread",
+                "speedup",
+                "acceptance",
+                "mean_accepted_length",
+                "acceptance_by_position",
+                "draft_share",
+                "verify_share",
+                "overhead_share",
+                "identical",
+                "mean_n_draft",
+                "n_runs",
+            ):
+                assert key in summary, key
+            assert summary["tps_min"] <= summary["tps_median"] <= summary["tps_max"]
+            # Decode calls and everything outside them partition the time (drafting overlaps both).
+            assert 0.0 < summary["verify_share"] + summary["overhead_share"] <= 1.0 + 1e-9
+            assert 0.0 <= summary["draft_share"] <= 1.0
+            assert len(entry["runs"]) == 2
+            run = entry["runs"][0]
+            assert "tokens" not in run and sum(run["n_draft_chosen_histogram"].values()) == run["n_steps"]
+            assert math.isclose(run["tokens_per_second"], run["n_generated"] / run["elapsed_s"])
+        assert p["results"]["none"]["summary"]["speedup"] == pytest.approx(1.0)
+    assert set(doc["overall"]) == {s["label"] for s in doc["settings"]}
+    assert doc["overall"]["lookup/adaptive≤4"]["identical_all"] is True
+    assert set(doc["profile"]["target"]) == {"1", "2", "3", "4"} and "draft_over_target" in doc["profile"]
+
+
+def test_table_profile_and_chart_data(tiny_results: dict) -> None:
+    table = format_table(tiny_results["results"])
+    for label in ("none", "draft/adaptive≤4", "lookup/n=4", "overall"):
+        assert label in table
+    assert "acceptance by position" in table
+    assert "draft / target" in format_profile(tiny_results["doc"]["profile"])
+    prompts, labels, values = chart_data(tiny_results["doc"])
+    assert prompts == ["one", "two"] and "none" not in labels
+    assert len(values) == len(labels) and all(len(row) == 2 for row in values)
+
+
+def test_bench_cli_writes_json_and_a_png_and_prints_a_table(tiny: TinyModels, tmp_path: Path) -> None:
+    suite = tmp_path / "suite.json"
+    suite.write_text(SMALL_SUITE, encoding="utf-8")
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "speculens.cli",
+            "bench",
+            "-m",
+            str(tiny.target),
+            "-d",
+            str(tiny.perturbed),
+            "--suite",
+            str(suite),
+            "--prompts",
+            "one",
+            "-n",
+            "12",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--strategies",
+            "draft,lookup",
+            "--sweep",
+            "n_draft=2,4",
+            "--p-min",
+            "0",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "lookup/n=2" in proc.stdout and "overall" in proc.stdout
+    assert "[1/" in proc.stderr  # progress
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["schema"] == SCHEMA and doc["config"]["max_tokens"] == 12
+    assert [s["label"] for s in doc["settings"]] == [
+        "none",
+        "draft/adaptive≤4",
+        "draft/n=2",
+        "draft/n=4",
+        "lookup/adaptive≤4",
+        "lookup/n=2",
+        "lookup/n=4",
+    ]
+    png = out.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "speculens.cli", "bench", "-m", str(tiny.target), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert cli("--strategies", "draft").returncode == 2  # no draft model
+    assert cli("--sweep", "n_draft=0,4").returncode == 2
+    assert cli("--modes", "sometimes").returncode == 2
+    assert cli("--prompts", "nope").returncode == 2
