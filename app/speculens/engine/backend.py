@@ -7,6 +7,7 @@ only at the positions the caller needs — never an ``n_ctx × n_vocab`` buffer.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -27,19 +28,20 @@ _llama_log = logging.getLogger("speculens.llama_cpp")
 
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continue the previous line.
 _LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-_log_state = {"level": logging.DEBUG, "line": ""}
+_log_level = [logging.DEBUG]  # the level of the line being assembled
+_log_line: list[str] = []
 
 
-@llama_cpp.llama_log_callback  # type: ignore[misc]
+@llama_cpp.llama_log_callback
 def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     # llama.cpp logs in fragments; join them into lines and hand them to Python logging, so the CLI's
     # stdout and stderr stay clean and the GUI's log file gets everything.
     if level != 5:
-        _log_state["level"] = _LEVELS.get(level, logging.DEBUG)
-    _log_state["line"] = str(_log_state["line"]) + text.decode("utf-8", errors="replace")
-    if str(_log_state["line"]).endswith("\n"):
-        _llama_log.log(int(_log_state["level"]), "%s", str(_log_state["line"]).rstrip())
-        _log_state["line"] = ""
+        _log_level[0] = _LEVELS.get(level, logging.DEBUG)
+    _log_line.append(text.decode("utf-8", errors="replace"))
+    if _log_line[-1].endswith("\n"):
+        _llama_log.log(_log_level[0], "%s", "".join(_log_line).rstrip())
+        _log_line.clear()
 
 
 _init_lock = threading.Lock()
@@ -96,6 +98,25 @@ def extra_buffers_default() -> bool:
     return "AMX_INT8 = 1" not in system_info()
 
 
+# llama.cpp's CPU backend computes a batch of up to this many tokens with the same kernels, and so the same
+# rounding, as one token at a time, provided the extra buffer types (repacked weights) are off, flash attention
+# is off and the build has no llamafile kernels; otherwise logits drift by up to ~0.6 between the two (measured
+# on the Qwen demo models, llama.cpp of llama-cpp-python 0.3.36: from 8 rows on, with repacked weights from 3,
+# and with flash attention once the KV cache passes 512 cells, where one query takes a split-KV path).
+# Verification batches are cut to this size so that speculation reproduces plain decoding bit for bit;
+# tests/test_engine_behaviour.py checks it on every build.
+BATCH_INVARIANT_CHUNK = 7
+
+
+def has_llamafile_kernels() -> bool:
+    """Whether this build uses llamafile's matrix kernels, which round batches differently from single tokens.
+
+    Build llama-cpp-python with ``CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"`` for bit-exact verification at any context
+    length; with them, exactness holds while flash attention takes the same path for one and several tokens.
+    """
+    return "LLAMAFILE = 1" in system_info()
+
+
 def check_gguf_file(path: Path) -> None:
     """Raise :class:`BackendError` with a clear message unless ``path`` is a readable GGUF file."""
     if not path.exists():
@@ -123,6 +144,9 @@ class BackendParams:
         vocab_only: load only the tokenizer (no weights, no context).
         extra_buffers: use llama.cpp's extra CPU buffer types (repacked weights); ``None`` decides with
             :func:`extra_buffers_default`.
+        batch_invariant: evaluate so that batches of up to :data:`BATCH_INVARIANT_CHUNK` tokens give the same
+            logits as one token at a time (no repacked weights; flash attention off on builds without llamafile
+            kernels). The target of an exact speculative engine is loaded this way.
     """
 
     n_ctx: int = 4096
@@ -131,6 +155,7 @@ class BackendParams:
     n_batch: int = 512
     vocab_only: bool = False
     extra_buffers: bool | None = None
+    batch_invariant: bool = False
 
 
 def default_threads() -> int:
@@ -162,7 +187,10 @@ class LlamaBackend:
         mparams.n_gpu_layers = self.params.n_gpu_layers
         mparams.vocab_only = self.params.vocab_only
         extra = self.params.extra_buffers
-        mparams.use_extra_bufts = extra_buffers_default() if extra is None else extra
+        invariant = self.params.batch_invariant
+        mparams.use_extra_bufts = False if invariant else (extra_buffers_default() if extra is None else extra)
+        # The largest decode call whose logits are bit-identical to one-token decoding (None: no guarantee).
+        self.invariant_chunk: int | None = BATCH_INVARIANT_CHUNK if invariant else None
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), mparams)
         if not self._model:
             raise BackendError(
@@ -188,6 +216,11 @@ class LlamaBackend:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        if self.params.batch_invariant and not has_llamafile_kernels():
+            # One query takes a split-KV flash-attention path past 512 cells; without flash attention every
+            # query goes through the same matrix kernels. (With llamafile kernels the non-flash path is not
+            # invariant either, so such builds keep flash attention: exact while the KV cache is short.)
+            cparams.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -324,12 +357,16 @@ class LlamaBackend:
 
     # ---- evaluation ---------------------------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = ()) -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], logits_for: Sequence[int] = (), max_chunk: int | None = None
+    ) -> np.ndarray:
         """Evaluate tokens appended after the KV cache's current contents.
 
         Args:
             tokens: the tokens, evaluated at positions ``n_past ..``.
             logits_for: indices into ``tokens`` whose logits the caller wants.
+            max_chunk: the most tokens per ``llama_decode`` call (default: the batch size); see
+                :attr:`invariant_chunk`.
 
         Returns:
             A ``(len(logits_for), n_vocab)`` float32 array. It is a view into llama.cpp's output buffer
@@ -347,7 +384,7 @@ class LlamaBackend:
         want = set(logits_for)
         if any(not 0 <= i < len(tokens) for i in want):
             raise ValueError("logits_for indexes outside the batch")
-        n_batch = self.params.n_batch
+        n_batch = min(self.params.n_batch, max_chunk or self.params.n_batch)
         rows: list[np.ndarray] = []
         for start in range(0, len(tokens), n_batch):
             chunk = tokens[start : start + n_batch]
@@ -373,6 +410,8 @@ class LlamaBackend:
             self.n_decoded += len(chunk)
             if outputs:
                 rows.append(self._logit_rows(outputs))
+                if start + n_batch < len(tokens):  # the next call reuses llama.cpp's buffer: keep a copy
+                    rows[-1] = rows[-1].copy()
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
@@ -440,7 +479,6 @@ class LlamaBackend:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        # At interpreter shutdown the library may already be gone.
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # interpreter shutdown: the library may already be gone
-            pass

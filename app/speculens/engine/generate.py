@@ -232,7 +232,7 @@ def _run(
 
         # 2. Verify all drafted positions in one target pass.
         batch = [history[-1], *draft.tokens]
-        rows = target.decode(batch, range(len(batch)))
+        rows = target.decode(batch, range(len(batch)), max_chunk=target.invariant_chunk)
         t_verified_dec = target.decode_seconds
         verdict = _verify(draft, rows, sampling, rng)
         target.truncate(len(history) + verdict.n_accepted)

@@ -41,6 +41,9 @@ class ModelConfig:
         n_gpu_layers_draft: draft layers offloaded to the GPU (-1 = all).
         ngram_map: an n-gram map file for the ``ngram-map`` strategy.
         ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
+        exact: load the target so that verification reproduces plain decoding bit for bit (no repacked
+            weights, verification in batches of at most ``BATCH_INVARIANT_CHUNK`` tokens); ``False``
+            allows llama.cpp's faster repacked weights, whose batched rounding can flip greedy near-ties.
     """
 
     target: Path
@@ -51,6 +54,7 @@ class ModelConfig:
     n_gpu_layers_draft: int = 0
     ngram_map: Path | None = None
     ngram_cache_dir: Path | None = None
+    exact: bool = True
 
 
 class SpeculativeEngine:
@@ -68,7 +72,10 @@ class SpeculativeEngine:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
         self.target = LlamaBackend(
-            config.target, BackendParams(config.n_ctx, config.n_threads, config.n_gpu_layers)
+            config.target,
+            BackendParams(
+                config.n_ctx, config.n_threads, config.n_gpu_layers, batch_invariant=config.exact
+            ),
         )
         self.draft: LlamaBackend | None = None
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
