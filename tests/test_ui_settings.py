@@ -17,6 +17,7 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     settings = Settings(
         strategy="ngram-cache",
         n_draft=12,
+        adaptive=False,
         n_draft_min=2,
         p_min=0.5,
         temperature=0.7,
@@ -115,6 +116,9 @@ def test_settings_panel_edits_emit_and_flag_reload(qtbot) -> None:
     panel.n_ctx.setValue(8192)
     assert not panel.reload_note.isHidden()
     assert "n ctx" in panel.reload_note.text()
+    with qtbot.waitSignal(panel.settings_changed) as blocker:
+        panel.adaptive.setChecked(False)
+    assert blocker.args[0].adaptive is False
 
 
 def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot) -> None:

@@ -44,6 +44,7 @@ class Settings:
     Args:
         strategy: the draft source: ``draft``, ``lookup``, ``ngram-cache``, ``ngram-map`` or ``none``.
         n_draft: the most tokens drafted per step (1–64).
+        adaptive: let the controller choose the draft length each step (up to n_draft, down to plain decoding).
         n_draft_min: drafts shorter than this are dropped (0–n_draft).
         p_min: a draft model stops drafting when its top probability falls below this (0–1).
         temperature: 0 is greedy (deterministic; speculation gives the same text as plain decoding).
@@ -64,6 +65,7 @@ class Settings:
 
     strategy: str = "draft"
     n_draft: int = 8
+    adaptive: bool = True
     n_draft_min: int = 0
     p_min: float = 0.75
     temperature: float = 0.0
@@ -152,6 +154,8 @@ class Settings:
 
 def _coerce(value: object, kind: type) -> Any:
     # JSON has one number type; accept 8.0 for an int field, never a bool (True is an int in Python).
+    if kind is bool:
+        return value if isinstance(value, bool) else None
     if isinstance(value, bool):
         return None
     if kind is int:
@@ -269,6 +273,7 @@ def generation_config(settings: Settings, strategy: str | None = None) -> Genera
         n_draft=n_draft,
         n_draft_min=min(settings.n_draft_min, n_draft),
         p_min=settings.p_min,
+        adaptive=settings.adaptive,
         max_tokens=settings.max_tokens,
         sampling=SamplingParams(
             temperature=settings.temperature,

@@ -11,6 +11,7 @@ import dataclasses
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -71,6 +72,11 @@ class SettingsPanel(QWidget):
             self.strategy.addItem(STRATEGY_LABELS[key], key)
             self.strategy.setItemData(i, STRATEGY_TIPS[key], Qt.ItemDataRole.ToolTipRole)
         self.n_draft = self._spin(1, 64, "Most tokens drafted per step")
+        self.adaptive = QCheckBox("Adaptive")
+        self.adaptive.setToolTip(
+            "Choose the draft length each step from measured costs and acceptance, up to n_draft and down to "
+            "plain decoding when speculation does not pay"
+        )
         self.n_draft_min = self._spin(0, 64, "Drafts shorter than this are not verified (0 = any)")
         self.p_min = self._dspin(
             0.0, 1.0, 0.05, "A draft model stops when its top token is less likely than this"
@@ -117,6 +123,7 @@ class SettingsPanel(QWidget):
         form = QFormLayout(speculation)
         form.addRow("Strategy", self.strategy)
         form.addRow("Draft tokens (n_draft)", self.n_draft)
+        form.addRow("Draft length", self.adaptive)
         form.addRow("Minimum draft (n_draft_min)", self.n_draft_min)
         form.addRow("Draft confidence (p_min)", self.p_min)
         form.addRow("N-gram map", map_row)
@@ -154,6 +161,7 @@ class SettingsPanel(QWidget):
         for label, widget in (
             ("Strategy", self.strategy),
             ("Draft tokens", self.n_draft),
+            ("Adaptive draft length", self.adaptive),
             ("Minimum draft", self.n_draft_min),
             ("Draft confidence", self.p_min),
             ("Temperature", self.temperature),
@@ -194,6 +202,7 @@ class SettingsPanel(QWidget):
 
     def _connect(self) -> None:
         self.strategy.currentIndexChanged.connect(self._on_widget_changed)
+        self.adaptive.toggled.connect(self._on_widget_changed)
         for spin in (
             self.n_draft, self.n_draft_min, self.top_k, self.seed, self.max_tokens, self.n_ctx,
             self.threads, self.n_gpu_layers, self.n_gpu_layers_draft,
@@ -216,6 +225,7 @@ class SettingsPanel(QWidget):
             s = settings
             self.strategy.setCurrentIndex(max(0, self.strategy.findData(s.strategy)))
             self.n_draft.setValue(s.n_draft)
+            self.adaptive.setChecked(s.adaptive)
             self.n_draft_min.setValue(s.n_draft_min)
             self.p_min.setValue(s.p_min)
             self.temperature.setValue(s.temperature)
@@ -259,6 +269,7 @@ class SettingsPanel(QWidget):
         s = dataclasses.replace(self._settings)
         s.strategy = str(self.strategy.currentData())
         s.n_draft = self.n_draft.value()
+        s.adaptive = self.adaptive.isChecked()
         s.n_draft_min = min(self.n_draft_min.value(), s.n_draft)
         s.p_min = self.p_min.value()
         s.temperature = self.temperature.value()
