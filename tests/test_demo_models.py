@@ -53,7 +53,9 @@ def answer(engine: SpeculativeEngine, prompt: str, config: GenerationConfig) -> 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_qwen_pair_greedy_output_equals_the_target_alone(engine: SpeculativeEngine, prompt: str) -> None:
     plain = answer(engine, prompt, GenerationConfig(strategy=Strategy.NONE, max_tokens=64))
-    spec = answer(engine, prompt, GenerationConfig(strategy=Strategy.DRAFT, n_draft=8, p_min=0.0, max_tokens=64, adaptive=False))
+    spec = answer(
+        engine, prompt, GenerationConfig(strategy=Strategy.DRAFT, n_draft=8, p_min=0.0, max_tokens=64, adaptive=False)
+    )
     print(
         f"\n{prompt[:40]!r}: acceptance {spec.stats.acceptance:.0%}, {spec.stats.tokens_per_second:.1f} t/s "
         f"vs plain {plain.stats.tokens_per_second:.1f} t/s"
@@ -66,7 +68,9 @@ def test_qwen_verification_batches_match_one_token_decoding(demo_paths: dict) ->
     params = BackendParams(n_ctx=2048, n_threads=2, batch_invariant=True)
     with LlamaBackend(demo_paths["qwen-1.5b"], params) as seq, LlamaBackend(demo_paths["qwen-1.5b"], params) as bat:
         # Past 512 KV cells, where flash attention would send one query down another path.
-        prefix = seq.tokenize("def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 30)
+        prefix = seq.tokenize(
+            "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 30
+        )
         assert len(prefix) > 600
         seq.decode(prefix)
         bat.decode(prefix)
@@ -77,7 +81,11 @@ def test_qwen_verification_batches_match_one_token_decoding(demo_paths: dict) ->
 
 
 def test_qwen_pair_accepts_most_drafts_on_code(engine: SpeculativeEngine) -> None:
-    spec = answer(engine, PROMPTS[0], GenerationConfig(strategy=Strategy.DRAFT, n_draft=8, p_min=0.0, max_tokens=96, adaptive=False))
+    spec = answer(
+        engine,
+        PROMPTS[0],
+        GenerationConfig(strategy=Strategy.DRAFT, n_draft=8, p_min=0.0, max_tokens=96, adaptive=False),
+    )
     print(f"\ncode prompt acceptance {spec.stats.acceptance:.1%}")
     assert spec.stats.acceptance > 0.5
 

@@ -77,9 +77,7 @@ def test_greedy_output_equals_plain_decoding(
     family: dict, engine_key: str, strategy: Strategy, n_draft: int, adaptive: bool
 ) -> None:
     engine = family["engines"][engine_key]
-    config = GenerationConfig(
-        strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS, adaptive=adaptive
-    )
+    config = GenerationConfig(strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS, adaptive=adaptive)
     drafted = accepted = 0
     for prompt in PROMPTS:
         finish, steps = run(engine, prompt, config)
@@ -98,9 +96,7 @@ def test_greedy_output_equals_plain_decoding(
 
 def test_perturbed_draft_is_partially_accepted(family: dict) -> None:
     engine = family["engines"]["perturbed"]
-    config = GenerationConfig(
-        strategy=Strategy.DRAFT, n_draft=16, p_min=0.0, max_tokens=N_TOKENS, adaptive=False
-    )
+    config = GenerationConfig(strategy=Strategy.DRAFT, n_draft=16, p_min=0.0, max_tokens=N_TOKENS, adaptive=False)
     finishes = [run(engine, prompt, config)[0] for prompt in PROMPTS]
     drafted = sum(f.stats.n_drafted for f in finishes)
     accepted = sum(f.stats.n_accepted for f in finishes)
@@ -135,9 +131,7 @@ class OracleDrafter:
 @pytest.mark.parametrize("n_draft", [1, 4, 16])
 def test_oracle_drafts_with_mistakes_never_change_the_output(family: dict, error_rate: float, n_draft: int) -> None:
     engine = family["engines"]["perturbed"]
-    config = GenerationConfig(
-        strategy=Strategy.LOOKUP, n_draft=n_draft, max_tokens=N_TOKENS, adaptive=False
-    )
+    config = GenerationConfig(strategy=Strategy.LOOKUP, n_draft=n_draft, max_tokens=N_TOKENS, adaptive=False)
     origins: set[Origin] = set()
     for i, prompt in enumerate(PROMPTS):
         tokens = engine.target.tokenize(prompt)

@@ -237,9 +237,7 @@ class LlamaBackend:
     def _read_vocab(self) -> VocabInfo:
         v = self._vocab_ptr
         n = int(llama_cpp.llama_vocab_n_tokens(v))
-        texts = tuple(
-            (llama_cpp.llama_vocab_get_text(v, i) or b"").decode("utf-8", errors="replace") for i in range(n)
-        )
+        texts = tuple((llama_cpp.llama_vocab_get_text(v, i) or b"").decode("utf-8", errors="replace") for i in range(n))
         eog = frozenset(i for i in range(n) if llama_cpp.llama_vocab_is_eog(v, i))
         # llama_vocab_get_attr: bit 0x2 UNKNOWN... special tokens are CONTROL(8)/USER_DEFINED(16)/UNUSED.
         special = frozenset(i for i in range(n) if int(llama_cpp.llama_vocab_get_attr(v, i)) & (1 | 2 | 8))
@@ -357,9 +355,7 @@ class LlamaBackend:
 
     # ---- evaluation ---------------------------------------------------------------------------------
 
-    def decode(
-        self, tokens: Sequence[int], logits_for: Sequence[int] = (), max_chunk: int | None = None
-    ) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (), max_chunk: int | None = None) -> np.ndarray:
         """Evaluate tokens appended after the KV cache's current contents.
 
         Args:

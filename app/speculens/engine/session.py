@@ -73,9 +73,7 @@ class SpeculativeEngine:
         self.config = config
         self.target = LlamaBackend(
             config.target,
-            BackendParams(
-                config.n_ctx, config.n_threads, config.n_gpu_layers, batch_invariant=config.exact
-            ),
+            BackendParams(config.n_ctx, config.n_threads, config.n_gpu_layers, batch_invariant=config.exact),
         )
         self.draft: LlamaBackend | None = None
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
@@ -199,9 +197,7 @@ class ChatSession:
         if system:
             self.messages.append({"role": "system", "content": system})
 
-    def send(
-        self, user_text: str, config: GenerationConfig, cancel: threading.Event | None = None
-    ) -> Iterator[Event]:
+    def send(self, user_text: str, config: GenerationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Add a user message and generate the assistant's answer; the answer joins the history at the end."""
         if not user_text.strip():
             raise PromptError("the message is empty: type something first")
