@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from conftest import TinyModels
-from speculens.cli.bench_chart import chart_data
 from speculens.cli.bench_cmd import format_profile, format_table
 from speculens.engine.bench import (
     SCHEMA,
@@ -30,6 +29,7 @@ from speculens.engine.bench import (
 )
 from speculens.engine.generate import GenerationConfig, Strategy
 from speculens.engine.session import ModelConfig, SpeculativeEngine
+from speculens.ui.bench_chart import chart_data
 
 
 def result(tps: float, tokens: tuple[int, ...] = (1, 2, 3), **kw: object) -> RunResult:

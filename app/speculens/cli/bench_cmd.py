@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         _write_json(args.output, doc)
         print(f"wrote {args.output}", file=sys.stderr)
         chart = args.chart or args.output.with_suffix(".png")
-        from speculens.cli.bench_chart import render_chart
+        from speculens.ui.bench_chart import render_chart
 
         problem = render_chart(doc, chart)
         print(f"wrote {chart}" if problem is None else f"no chart: {problem}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The benchmark's PNG chart: speedup over plain decoding per prompt and setting, drawn with QPainter.
 
-matplotlib is not a dependency, and the CLI layer must not import Qt at import time (DESIGN.md §1), so Qt is
+matplotlib is not a dependency, so Qt draws it; the module lives with the other Qt code in ``ui/`` (the CLI
+stays Qt-free, DESIGN.md §1) and ``speculens-cli bench`` imports it only when it writes a PNG. Qt itself is
 imported inside :func:`render_chart`, on the offscreen platform when no GUI application is running.
 """
 
