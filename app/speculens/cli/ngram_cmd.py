@@ -7,10 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+from speculens.cli import resolve
 from speculens.engine.backend import BackendError, BackendParams, LlamaBackend
 from speculens.engine.drafters.ngram_table import build_table
 from speculens.models.demo import DemoModelError
-from speculens.models.resolve import ModelNotFoundError, resolve_model
+from speculens.models.resolve import ModelNotFoundError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +64,7 @@ def run_build(args: argparse.Namespace) -> int:
         if not files:
             print("error: the corpus holds no text files", file=sys.stderr)
             return 1
-        vocab = LlamaBackend(resolve_model(args.model), BackendParams(vocab_only=True))
+        vocab = LlamaBackend(resolve(args.model), BackendParams(vocab_only=True))
     except (FileNotFoundError, ModelNotFoundError, DemoModelError, BackendError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

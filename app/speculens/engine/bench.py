@@ -24,7 +24,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -474,14 +474,10 @@ def run_suite(
                     progress(f"[{done}/{total}] {prompt.id}: {setting.label} ({kind})")
                 if fresh_costs:
                     engine.costs = CostModel()
-                config = GenerationConfig(
+                config = replace(
+                    base,
                     strategy=setting.strategy,
                     n_draft=setting.n_draft,
-                    n_draft_min=base.n_draft_min,
-                    p_min=base.p_min,
-                    max_tokens=base.max_tokens,
-                    stop=base.stop,
-                    sampling=base.sampling,
                     adaptive=setting.adaptive,
                 )
                 result = run_once(engine, tokens, config)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from speculens.models.demo import DEMO_MODELS, demo_model, ensure_demo_model
+from speculens.models.demo import DEMO_MODELS, DemoModel, demo_model, ensure_demo_model
 from speculens.models.library import EntryStatus, Library
 
 
@@ -13,20 +13,18 @@ class ModelNotFoundError(LookupError):
     """Nothing matches what the user asked for; the message lists what would."""
 
 
-def _print_progress(done: int, total: int) -> None:
-    if sys.stderr.isatty():
-        print(f"\rassembling demo model: {100 * done // max(total, 1)}%", end="", file=sys.stderr, flush=True)
-        if done >= total:
-            print(file=sys.stderr)
-
-
-def resolve_model(spec: str, library: Library | None = None) -> Path:
+def resolve_model(
+    spec: str,
+    library: Library | None = None,
+    progress: Callable[[DemoModel, int, int], None] | None = None,
+) -> Path:
     """A model file for ``spec``: an existing path, a demo model key (assembled on first use), or the id or
     name of a model in the library.
 
     Args:
         spec: what the user typed.
         library: the library to look in (default: the user's).
+        progress: called with (model, bytes written, total) while a demo model is assembled.
 
     Raises:
         ModelNotFoundError: neither a file nor a known name, or a library model whose file is missing.
@@ -40,14 +38,13 @@ def resolve_model(spec: str, library: Library | None = None) -> Path:
     except KeyError:
         pass
     else:
-        return ensure_demo_model(model, progress=_print_progress)
+        report = None if progress is None else (lambda done, total: progress(model, done, total))
+        return ensure_demo_model(model, progress=report)
     entry = (library or Library()).get(spec)
     if entry is not None:
         if entry.status is EntryStatus.OK or entry.status is EntryStatus.CHANGED:
             return entry.path
-        raise ModelNotFoundError(
-            f"{entry.name} ({entry.id}) is in the library, but its file is missing: {entry.path}"
-        )
+        raise ModelNotFoundError(f"{entry.name} ({entry.id}) is in the library, but its file is missing: {entry.path}")
     keys = ", ".join(m.key for m in DEMO_MODELS)
     raise ModelNotFoundError(
         f"no model file {spec!r}, and it is neither a demo model ({keys}) nor a model in the library "
