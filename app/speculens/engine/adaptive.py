@@ -53,8 +53,10 @@ class AdaptiveParams:
         accept_alpha: EWMA weight of a new acceptance observation (larger follows the text faster).
         prior_accept: conditional acceptance assumed for a position never observed (the first position;
             deeper positions start from the one before them).
-        prior_accept_free: the same for a draft-free source, whose proposals are often plain guesses (its
-            shadow drafts raise the estimate for free when the text repeats).
+        prior_accept_free: the same for a draft-free source, by the draft's confidence class (its weakest
+            proposals are often plain guesses; shadow drafts correct the estimates for free).
+        caution_free: standard errors taken off a draft-free source's acceptance estimates before deciding
+            (see :meth:`PositionRates.estimates`).
         prior_deliver: probability that the drafter delivers a position never observed.
         prior_weight: how many observations the prior (or the previous position's estimate) is worth.
         evidence_cap: the most observations a position's own mean is worth against its prior (the mean
@@ -62,8 +64,13 @@ class AdaptiveParams:
         prior_slope: verification cost growth per extra batch token, relative to one token, assumed until
             two batch sizes have been measured.
         prior_draft_ratio: a draft-model call's cost relative to a target step, assumed until measured.
-        margin: speculation must beat plain decoding's expected rate by this fraction to be chosen.
-        probe_every: plain steps before the first probe; doubles after each losing probe.
+        margin: speculation must beat plain decoding's expected rate by this fraction to be chosen; the
+            fraction grows by one ``margin`` for every plain step's worth of time speculation has lost in this
+            generation (a deficit that fades by ``deficit_decay`` per step).
+        deficit_decay: how fast a deficit is forgiven.
+        probe_every: plain steps before the first probe; doubles after each losing probe (from the
+            ``probe_min``-th probe on).
+        probe_min: the first probes of a generation, which come back to back whatever they find.
         probe_every_max: the longest interval between probes.
         probe_budget: the share of decoding time that probes may lose against plain decoding.
         probe_credit: target steps' worth of loss a generation may spend on probes before any budget has
@@ -72,9 +79,11 @@ class AdaptiveParams:
     """
 
     cost_alpha: float = 0.1
-    accept_alpha: float = 0.08
+    accept_alpha: float = 0.05
     prior_accept: float = 0.6
-    prior_accept_free: float = 0.35
+    prior_accept_free: tuple[float, ...] = (0.2, 0.3, 0.45, 0.6)
+    caution_free: float = 0.5
+    deficit_decay: float = 0.97
     prior_deliver: float = 0.9
     prior_weight: float = 2.0
     evidence_cap: float = 32.0
@@ -82,9 +91,10 @@ class AdaptiveParams:
     prior_draft_ratio: float = 0.5
     margin: float = 0.03
     probe_every: int = 8
+    probe_min: int = 3
     probe_every_max: int = 64
     probe_budget: float = 0.015
-    probe_credit: float = 1.0
+    probe_credit: float = 2.0
     prior_catchup_ratio: float = 0.3
 
 
@@ -120,30 +130,56 @@ class Ewma:
 class BatchCosts:
     """The target's verification time as a function of the batch size, learnt online.
 
-    Each measured size keeps an :class:`Ewma`. A size never measured is interpolated linearly between
-    its measured neighbours, or extrapolated with a least-squares line through the measured sizes (never
-    below the nearest measurement: a bigger batch does not get cheaper). With one measured size only, the
-    line's slope comes from ``prior_slope``.
+    Verification gets dearer as the KV cache grows (attention reads every cell, for each token of the batch),
+    so a batch cost measured early in a long answer would be stale by its end, and speculation would look
+    cheaper than it is. The one-token cost is therefore an :class:`Ewma` of its own (plain steps keep it
+    current), and every batch size ``n ≥ 2`` keeps an EWMA of its cost *relative to* the one-token cost of
+    the moment; an estimate is that ratio times the current one-token cost.
+
+    A size never measured is interpolated linearly between its measured neighbours, or extrapolated from the
+    largest measured one with the slope of a least-squares line through the measured ratios, capped at
+    ``prior_slope`` (and never negative: a bigger batch does not get cheaper). A batch larger than
+    ``chunk`` is verified in chunks of ``chunk`` tokens (batch-invariant verification), so its cost is the sum
+    of its chunks' costs.
 
     Args:
         max_batch: the largest batch size tracked.
         alpha: EWMA weight of a new measurement.
-        prior_slope: relative growth per extra token assumed with a single measured size.
+        prior_slope: relative growth per extra token assumed until a batch has been measured.
+        chunk: the most tokens per decode call of the target (``None``: one call per batch).
     """
 
-    def __init__(self, max_batch: int, alpha: float = 0.1, prior_slope: float = 0.15) -> None:
+    def __init__(self, max_batch: int, alpha: float = 0.1, prior_slope: float = 0.15, chunk: int | None = None) -> None:
         self.max_batch = max_batch
         self.prior_slope = prior_slope
-        self._sizes = [Ewma(alpha, clip=3.0) for _ in range(max_batch + 1)]  # index = batch size
+        self.chunk = chunk
+        self._top = min(max_batch, chunk) if chunk else max_batch  # the largest size measured on its own
+        self._single = Ewma(alpha, clip=3.0)
+        self._ratio = [Ewma(alpha, clip=3.0) for _ in range(self._top + 1)]  # index = batch size
 
     def observe(self, n: int, seconds: float) -> None:
         """Record one verification of ``n`` tokens that took ``seconds``."""
-        if 1 <= n <= self.max_batch and seconds > 0:
-            self._sizes[n].add(seconds)
+        if seconds <= 0:
+            return
+        if n == 1:
+            self._single.add(seconds)
+        elif 2 <= n <= self._top and self._single.count:
+            self._ratio[n].add(seconds / self._single.value)
+
+    def has(self, n: int) -> bool:
+        """Whether a batch of ``n`` tokens (or, beyond ``chunk``, each of its chunks) has been measured."""
+        if not self._single.count:
+            return False
+        if n > self._top:
+            return self.has(self._top) and (n % self._top == 0 or self.has(n % self._top))
+        return n == 1 or self._ratio[n].count > 0
 
     def measured(self) -> dict[int, float]:
-        """The measured sizes and their current estimates."""
-        return {n: e.value for n, e in enumerate(self._sizes) if e.count}
+        """The measured sizes and their current estimates in seconds."""
+        if not self._single.count:
+            return {}
+        one = self._single.value
+        return {1: one} | {n: one * e.value for n, e in enumerate(self._ratio) if n >= 2 and e.count}
 
     def estimate(self, n: int) -> float | None:
         """Seconds to verify a batch of ``n`` tokens, or ``None`` before any measurement."""
@@ -151,7 +187,7 @@ class BatchCosts:
         return None if curve is None else float(curve[n])
 
     def curve(self, n_max: int) -> np.ndarray | None:
-        """Estimated seconds for every batch size up to ``n_max``, or ``None`` before any measurement.
+        """Estimated seconds for every batch size up to ``n_max``, or ``None`` before the one-token cost is known.
 
         Args:
             n_max: the largest batch size wanted.
@@ -159,25 +195,28 @@ class BatchCosts:
         Returns:
             An array indexed by batch size (index 0 is unused and 0).
         """
-        points = self.measured()
-        if not points:
+        if not self._single.count:
             return None
+        points = {1: (1.0, self._single.weight)} | {
+            n: (e.value, e.weight) for n, e in enumerate(self._ratio) if n >= 2 and e.count
+        }
         sizes = np.array(sorted(points), dtype=float)
-        values = np.array([points[int(s)] for s in sizes])
-        n = np.arange(n_max + 1, dtype=float)
-        if len(sizes) == 1:
-            out = values[0] * (1 + self.prior_slope * (n - 1)) / (1 + self.prior_slope * (sizes[0] - 1))
-        else:
-            out = np.interp(n, sizes, values)  # exact at measured sizes, linear between them
-            w = np.array([self._sizes[int(s)].weight for s in sizes])
-            slope, intercept = _weighted_line(sizes, values, w)
-            line = intercept + max(slope, 0.0) * n
-            # Beyond the largest measured size: the trend, never below that measurement. Below the smallest:
-            # the trend, never above it (a smaller batch is not dearer) and never below a tenth of it.
-            out = np.where(n > sizes[-1], np.maximum(line, values[-1]), out)
-            out = np.where(n < sizes[0], np.clip(line, 0.1 * values[0], values[0]), out)
-        out[0] = 0.0
-        return out
+        values = np.array([points[int(s)][0] for s in sizes])
+        n = np.arange(self._top + 1, dtype=float)
+        ratio = np.interp(n, sizes, values)  # exact at measured sizes, linear between them
+        slope = self.prior_slope
+        if len(sizes) > 1:
+            w = np.array([points[int(s)][1] for s in sizes])
+            slope = min(max(_weighted_line(sizes, values, w)[0], 0.0), slope)
+        # Beyond the largest measured size: its cost plus the trend, but no steeper than ``prior_slope``.
+        # Optimism about a size never tried gets it tried (once measured, its own cost counts), while a
+        # pessimistic extrapolation from the steep first steps of a CPU's curve would never try it.
+        ratio = np.where(n > sizes[-1], values[-1] + slope * (n - sizes[-1]), ratio)
+        ratio[0] = 0.0
+        if n_max > self._top:  # whole chunks plus the rest
+            sizes_all = np.arange(n_max + 1)
+            ratio = (sizes_all // self._top) * ratio[self._top] + ratio[sizes_all % self._top]
+        return self._single.value * ratio[: n_max + 1]
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
@@ -194,6 +233,7 @@ class CostModel:
     Args:
         max_batch: the largest verification batch tracked.
         params: the controller's tuning.
+        chunk: the most tokens per decode call of the target's verification (see :class:`BatchCosts`).
 
     Attributes:
         verify: the target's verification time by batch size.
@@ -201,9 +241,9 @@ class CostModel:
         draft_catchup: the draft model's time per token when it catches up on tokens it missed.
     """
 
-    def __init__(self, max_batch: int = 65, params: AdaptiveParams | None = None) -> None:
+    def __init__(self, max_batch: int = 65, params: AdaptiveParams | None = None, chunk: int | None = None) -> None:
         self.params = params or AdaptiveParams()
-        self.verify = BatchCosts(max_batch, self.params.cost_alpha, self.params.prior_slope)
+        self.verify = BatchCosts(max_batch, self.params.cost_alpha, self.params.prior_slope, chunk)
         self.draft_call = Ewma(self.params.cost_alpha, clip=3.0)
         self.draft_catchup = Ewma(self.params.cost_alpha, clip=3.0)
 
@@ -250,14 +290,21 @@ class PositionRates:
         if 0 <= position < len(self._ewma):
             self._ewma[position].add(1.0 if success else 0.0)
 
-    def estimates(self) -> np.ndarray:
-        """The current estimate of every position."""
+    def estimates(self, caution: float = 0.0) -> np.ndarray:
+        """The current estimate of every position.
+
+        Args:
+            caution: subtract this many standard errors (``sqrt(p (1 - p) / evidence)``), so a position seen
+                only a few times counts for less than its mean: a lower confidence bound.
+        """
         out = np.empty(len(self._ewma))
         base = self.prior
         for j, e in enumerate(self._ewma):
             w = min(float(e.count), self.evidence_cap)
             base = (self.prior_weight * base + w * e.value) / (self.prior_weight + w)
             out[j] = base
+            if caution:
+                out[j] = max(0.0, base - caution * math.sqrt(base * (1.0 - base) / (self.prior_weight + w)))
         return out
 
     def observations(self) -> list[int]:
@@ -267,10 +314,14 @@ class PositionRates:
 
 @dataclass
 class _Shadow:
-    """A shadow draft waiting to be scored: proposed at history length ``start``, scored up to ``scored``."""
+    """Draft tokens that were not verified, waiting to be scored against what the target produces.
+
+    ``tokens[:scored]`` were verified (or already scored); they must be in the history for the rest to count.
+    """
 
     start: int
     tokens: tuple[int, ...]
+    confidence: int
     scored: int = 0
 
 
@@ -279,20 +330,23 @@ class StepPlan:
     """The controller's choice for one step.
 
     Attributes:
-        n_draft: how many tokens to ask of the drafter (0 = plain decoding).
+        n_draft: how many tokens to verify (0 = plain decoding).
         probe: this step speculates to learn, not because it is expected to pay.
-        shadow: how many tokens to ask of a draft-free source for a shadow draft (scored, never verified).
+        confidence: the draft's confidence class (draft-free sources), whose acceptance this step teaches.
         expected_rate: the expected tokens per second of the choice (0 before anything is measured).
     """
 
     n_draft: int
     probe: bool = False
-    shadow: int = 0
+    confidence: int = 0
     expected_rate: float = 0.0
 
 
 class AdaptiveController:
     """Chooses ``n_draft`` per step from measured costs and acceptance (see the module docstring).
+
+    A draft model is planned *before* it drafts (its drafting is what costs); a draft-free source drafts
+    first, for free, and the plan picks how much of that draft to verify, knowing its length and confidence.
 
     One controller serves one generation (acceptance belongs to the text); the :class:`CostModel` it is
     given can outlive it and serve the session.
@@ -300,7 +354,7 @@ class AdaptiveController:
     Args:
         n_draft: the most tokens drafted per step.
         draft_model: the drafter is a model (its cost is per decode call); otherwise it is draft-free
-            (drafting costs only Python time, and plain steps ask it for shadow drafts).
+            (drafting costs only Python time, and what is not verified is scored as a shadow draft).
         costs: the session's cost model (a fresh one if ``None``).
         n_draft_min: drafts shorter than this are dropped, so ``0 < k < n_draft_min`` is never chosen.
         params: tuning.
@@ -320,8 +374,8 @@ class AdaptiveController:
         self.costs = costs or CostModel(n_draft + 1, self.params)
         self.n_draft_min = n_draft_min
         p = self.params
-        prior = p.prior_accept if draft_model else p.prior_accept_free
-        self.accept = PositionRates(n_draft, p.accept_alpha, prior, p.prior_weight, p.evidence_cap)
+        # Conditional acceptance by position, one table per confidence class (a draft model has only class 0).
+        self._accept: dict[int, PositionRates] = {}
         self.deliver = PositionRates(n_draft, p.accept_alpha, p.prior_deliver, p.prior_weight, p.evidence_cap)
         # Our own time per step (drafting Python included), plain and speculative steps apart.
         self.overhead_plain = Ewma(p.cost_alpha, clip=3.0)
@@ -333,26 +387,52 @@ class AdaptiveController:
         self._probe_interval = p.probe_every
         self._elapsed = 0.0  # decoding time observed in this generation
         self._probe_loss = 0.0  # what probes lost against plain decoding
+        self._n_probes = 0
+        self._spec_gain = 0.0  # what the other speculative steps won (or, negative, lost) against it
         self._behind = 0  # tokens the draft model has not seen (it is synced when it drafts)
         self._shadows: list[_Shadow] = []
 
+    def accept(self, confidence: int = 0) -> PositionRates:
+        """The acceptance estimates of one confidence class."""
+        rates = self._accept.get(confidence)
+        if rates is None:
+            p = self.params
+            if self.draft_model:
+                prior = p.prior_accept
+            else:
+                prior = p.prior_accept_free[min(max(confidence, 0), len(p.prior_accept_free) - 1)]
+            rates = self._accept[confidence] = PositionRates(
+                self.n_draft, p.accept_alpha, prior, p.prior_weight, p.evidence_cap
+            )
+        return rates
+
     # ---- the model ----------------------------------------------------------------------------------
 
-    def curves(self, k_max: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Expected tokens and seconds of a step that asks for ``k`` drafts, for every ``k`` in ``0..k_max``.
+    def curves(
+        self, k_max: int, offered: int | None = None, confidence: int = 0
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Expected tokens and seconds of a step that verifies up to ``k`` drafts, for every ``k`` in ``0..k_max``.
 
         Args:
             k_max: the longest draft considered (at most ``n_draft``).
+            offered: a draft-free source has already drafted this many tokens (delivery is certain up to
+                it); ``None`` for a draft model, whose delivery is estimated.
+            confidence: the draft's confidence class.
 
         Returns:
             ``(tokens, seconds)`` arrays indexed by ``k``, or ``None`` before any cost is measured.
         """
         k_max = min(k_max, self.n_draft)
+        if offered is not None:
+            k_max = min(k_max, offered)
         verify = self.costs.verify.curve(k_max + 1)
         if verify is None:
             return None
-        g = self.deliver.estimates()[:k_max]
-        a = self.accept.estimates()[:k_max]
+        g = np.ones(k_max) if offered is not None else self.deliver.estimates()[:k_max]
+        # A draft-free source's acceptance is judged cautiously: its shadow drafts bring evidence for free,
+        # so waiting for it costs little, and speculating on a lucky few observations costs a batch each time.
+        caution = 0.0 if self.draft_model else self.params.caution_free
+        a = self.accept(confidence).estimates(caution)[:k_max]
         # tokens[k] = Σ_{i=0..k} P(accepted ≥ i),  P(accepted ≥ i) = Π_{j<i} g_j a_j.
         tokens = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(g * a))))
         # P(delivered ≥ i) for i = 0..k_max; a step asking for k verifies 1 + min(delivered, k) tokens.
@@ -363,21 +443,21 @@ class AdaptiveController:
             # A draft of d < k tokens took d + 1 calls (the last one found p < p_min), a full one k calls.
             calls = np.concatenate(([0.0], np.cumsum(at_least[:-1])))
             seconds += self.costs.draft_call_seconds() * calls
-        # A draft-free source's Python time is part of the speculative steps' overhead.
+        # A draft-free source's Python time is part of the overhead.
         seconds[0] += self._overhead(False)
         seconds[1:] += self._overhead(True)
         return tokens, seconds
 
-    def expected_tokens(self, k: int) -> float:
+    def expected_tokens(self, k: int, confidence: int = 0) -> float:
         """Expected tokens emitted by a step that asks for ``k`` drafts (Leviathan et al. 2023, eq. 1,
         generalised to acceptance and delivery by position): ``Σ_{i=0..k} Π_{j<i} g_j a_j``."""
-        g = self.deliver.estimates()[:k]
-        a = self.accept.estimates()[:k]
+        g = self.deliver.estimates()[:k] if self.draft_model else np.ones(k)
+        a = self.accept(confidence).estimates()[:k]
         return 1.0 + float(np.cumprod(g * a).sum())
 
-    def expected_rate(self, k: int) -> float:
+    def expected_rate(self, k: int, confidence: int = 0) -> float:
         """Expected tokens per second when asking for ``k`` drafts (0 before any measurement)."""
-        curves = self.curves(k)
+        curves = self.curves(k, None if self.draft_model else k, confidence)
         if curves is None:
             return 0.0
         tokens, seconds = curves
@@ -394,38 +474,55 @@ class AdaptiveController:
 
     # ---- decisions ----------------------------------------------------------------------------------
 
-    def plan(self, limit: int) -> StepPlan:
+    def plan(self, limit: int, offered: int | None = None, confidence: int = 0) -> StepPlan:
         """Choose this step's draft length.
 
         Args:
             limit: the most the step may draft (tokens left to generate, context room, ``n_draft``).
+            offered: for a draft-free source, the length of the draft it has already made (``None`` for a
+                draft model, which drafts after the plan).
+            confidence: that draft's confidence class.
 
         Returns:
-            The plan; ``n_draft`` is within ``0..limit``.
+            The plan; ``n_draft`` is within ``0..limit`` (and ``0..offered``).
         """
         limit = min(limit, self.n_draft)
-        if limit <= 0:
-            return StepPlan(0)
-        shadow = 0 if self.draft_model else limit
-        curves = self.curves(limit)
+        if offered is not None:
+            limit = min(limit, offered)
+        k_min = max(1, self.n_draft_min)
+        if limit < k_min:
+            return StepPlan(0, confidence=confidence)
+        curves = self.curves(limit, offered, confidence)
         if curves is None:
-            return StepPlan(0, shadow=shadow)  # measure plain decoding first
+            return StepPlan(0, confidence=confidence)  # measure plain decoding first
         tokens, seconds = curves
         rates = tokens / np.maximum(seconds, 1e-9)
-        k_min = max(1, self.n_draft_min)
-        if k_min > limit:
-            return StepPlan(0, shadow=shadow)
         k_best = k_min + int(np.argmax(rates[k_min:]))
         rate_best, rate_plain = float(rates[k_best]), float(rates[0])
-        if rate_best > rate_plain * (1.0 + self.params.margin):
-            return StepPlan(k_best, expected_rate=rate_best)
-        if self._plain_run + 1 >= self._probe_interval:
+        # Speculation that has lost time in this generation must promise more before it is tried again: the
+        # estimates were wrong for this text, and each wrong bet costs a batch.
+        deficit = max(0.0, -self._spec_gain) / max(float(seconds[0]), 1e-9)
+        if rate_best > rate_plain * (1.0 + self.params.margin * (1.0 + deficit)):
+            return StepPlan(k_best, confidence=confidence, expected_rate=rate_best)
+        # Probes learn what plain steps cannot. A draft model's acceptance needs them; a draft-free source's
+        # is learnt from its shadow drafts, so it probes only for a batch size whose cost was never measured.
+        needs_probe = self.draft_model or not self.costs.verify.has(k_best + 1)
+        if needs_probe and self._plain_run + 1 >= self._probe_interval and self._could_pay(tokens, seconds):
             catchup = self.costs.catchup_seconds(self._behind) if self.draft_model else 0.0
             loss = max(0.0, float(seconds[k_best]) + catchup - float(tokens[k_best] * seconds[0]))
             allowance = self.params.probe_budget * self._elapsed + self.params.probe_credit * float(seconds[0])
             if self._probe_loss + loss <= allowance:
-                return StepPlan(k_best, probe=True, expected_rate=rate_best)
-        return StepPlan(0, shadow=shadow, expected_rate=rate_plain)
+                return StepPlan(k_best, probe=True, confidence=confidence, expected_rate=rate_best)
+        return StepPlan(0, confidence=confidence, expected_rate=rate_plain)
+
+    def _could_pay(self, tokens: np.ndarray, seconds: np.ndarray) -> bool:
+        """Whether speculation could beat plain decoding at all on this machine: with every draft accepted.
+
+        A draft model that costs half a target step per token, with batches that cost several single steps,
+        loses even then, and probing it would only spend the exploration budget.
+        """
+        best_case = np.arange(len(tokens)) + 1.0
+        return bool(np.max(best_case[1:] / np.maximum(seconds[1:], 1e-9)) > (1.0 + self.params.margin) / seconds[0])
 
     # ---- learning -----------------------------------------------------------------------------------
 
@@ -456,6 +553,7 @@ class AdaptiveController:
         plain_seconds = self._plain_seconds()
         step_s = verify_s + overhead_s + (draft_s if self.draft_model else 0.0)
         self._elapsed += step_s
+        self._spec_gain *= self.params.deficit_decay if self._spec_gain < 0 else 1.0
         self.costs.verify.observe(drafted + 1, verify_s)
         (self.overhead_spec if plan.n_draft > 0 else self.overhead_plain).add(overhead_s)
         if plan.n_draft == 0 or not self.draft_model:
@@ -471,9 +569,17 @@ class AdaptiveController:
             else:
                 singles = (draft_calls - 1) * self.costs.draft_call_seconds()
                 self.costs.draft_catchup.add(max(0.0, draft_s - singles) / synced)
-        if plan.probe and plain_seconds is not None:
-            self._probe_loss += max(0.0, step_s - (accepted + 1) * plain_seconds)
-        self._observe_draft(plan.n_draft, drafted, accepted)
+        if plain_seconds is not None:
+            gain = (accepted + 1) * plain_seconds - step_s
+            self._spec_gain += gain
+            if plan.probe:
+                self._probe_loss += max(0.0, -gain)
+        if self.draft_model:
+            for j in range(min(plan.n_draft, drafted + 1)):
+                self.deliver.observe(j, j < drafted)
+        rates = self.accept(plan.confidence)
+        for j in range(min(drafted, accepted + 1)):
+            rates.observe(j, j < accepted)
         if not plan.probe:
             self._plain_run = 0
             self._probe_interval = self.params.probe_every
@@ -482,49 +588,53 @@ class AdaptiveController:
             # beat plain decoding's expected rate brings the next one soon; a losing one waits twice as
             # long. (A draft-free probe that found nothing to draft cost nothing: it probes again.)
             self._plain_run = 0
+            # The first few probes come one after another, whatever they find: one or two observations are
+            # too few to back off on, and back to back the draft model never falls behind.
+            self._n_probes += 1
             won = drafted > 0 and (accepted + 1) / max(step_s, 1e-9) > self.expected_rate(0)
-            self._probe_interval = (
-                self.params.probe_every if won else min(2 * self._probe_interval, self.params.probe_every_max)
-            )
+            if self._n_probes < self.params.probe_min:
+                self._probe_interval = 1
+            elif won:
+                self._probe_interval = self.params.probe_every
+            else:
+                doubled = max(2 * self._probe_interval, self.params.probe_every)
+                self._probe_interval = min(doubled, self.params.probe_every_max)
 
-    def _observe_draft(self, asked: int, delivered: int, accepted: int) -> None:
-        for j in range(min(asked, delivered + 1)):
-            self.deliver.observe(j, j < delivered)
-        for j in range(min(delivered, accepted + 1)):
-            self.accept.observe(j, j < accepted)
-
-    def shadow_drafted(self, history_len: int, tokens: Sequence[int], asked: int) -> None:
-        """Record a draft-free source's shadow draft for the position after ``history_len`` tokens.
+    def shadow_drafted(self, history_len: int, tokens: Sequence[int], verified: int, confidence: int = 0) -> None:
+        """Keep the part of a draft-free source's draft that this step does not verify, to score it later.
 
         Args:
             history_len: the history's length when it was drafted.
-            tokens: what the source proposed (not verified).
-            asked: how many tokens it was asked for.
+            tokens: the whole draft.
+            verified: how many of its tokens the step verifies (they are learnt from by :meth:`observe`;
+                the rest counts only if all of them are accepted).
+            confidence: the draft's confidence class.
         """
-        delivered = min(len(tokens), asked)
-        for j in range(min(asked, delivered + 1)):
-            self.deliver.observe(j, j < delivered)
-        if delivered:
-            self._shadows.append(_Shadow(history_len, tuple(tokens[:delivered])))
+        if len(tokens) > verified:
+            self._shadows.append(_Shadow(history_len, tuple(tokens), confidence, verified))
 
     def shadow_check(self, history: Sequence[int]) -> None:
         """Score pending shadow drafts against the tokens the target has produced since, position by position.
 
         In greedy mode a drafted token is accepted exactly when it equals the target's token; when sampling,
         verification of a draft-free source accepts exactly when its sample equals the draft. Either way the
-        tokens produced by plain decoding tell what verification would have accepted. One shadow is taken
-        per plain step, so in a repeating stretch every step adds evidence.
+        tokens the target produced tell what verification would have accepted, so a draft-free source's
+        acceptance is learnt on plain steps too, at no cost: the controller notices when the text starts
+        repeating (a code rewrite) without paying for a single verification.
 
         Args:
             history: the accepted history so far.
         """
         pending = []
         for shadow in self._shadows:
-            tokens, j = shadow.tokens, shadow.scored
+            tokens, j, start = shadow.tokens, shadow.scored, shadow.start
+            if list(history[start : start + j]) != list(tokens[:j]):
+                continue  # a verified token was rejected: the rest was never in question
+            rates = self.accept(shadow.confidence)
             hit = True
-            while hit and j < len(tokens) and shadow.start + j < len(history):
-                hit = history[shadow.start + j] == tokens[j]
-                self.accept.observe(j, hit)
+            while hit and j < len(tokens) and start + j < len(history):
+                hit = history[start + j] == tokens[j]
+                rates.observe(j, hit)
                 j += 1
             shadow.scored = j
             if hit and j < len(tokens):
@@ -533,9 +643,9 @@ class AdaptiveController:
 
     # ---- reporting ----------------------------------------------------------------------------------
 
-    def acceptance_by_position(self) -> list[float]:
+    def acceptance_by_position(self, confidence: int = 0) -> list[float]:
         """The current conditional acceptance estimate per draft position."""
-        return [float(a) for a in self.accept.estimates()]
+        return [float(a) for a in self.accept(confidence).estimates()]
 
     @property
     def probe_interval(self) -> int:

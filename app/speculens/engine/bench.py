@@ -473,7 +473,7 @@ def run_suite(
                 if progress is not None:
                     progress(f"[{done}/{total}] {prompt.id}: {setting.label} ({kind})")
                 if fresh_costs:
-                    engine.costs = CostModel()
+                    engine.costs = CostModel(chunk=engine.target.invariant_chunk)
                 config = replace(
                     base,
                     strategy=setting.strategy,

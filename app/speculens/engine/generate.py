@@ -218,14 +218,20 @@ def _run(
         # 1. Draft: as many tokens as the controller chooses (or n_draft), within the answer and context.
         n_max = min(config.n_draft, remaining - 1, room) if drafter is not None else 0
         plan: StepPlan | None = None
-        if controller is not None and drafter is not None:
+        if controller is None or drafter is None:
+            draft = drafter.draft(history, n_max) if drafter is not None and n_max > 0 else Draft()
+        elif controller.draft_model:  # drafting costs: plan first, then draft that much
             controller.shadow_check(history)
             plan = controller.plan(n_max)
             n_max = plan.n_draft
-            if plan.shadow:  # a plain step asks a draft-free source what it would have drafted (free)
-                shadow = drafter.draft(history, plan.shadow).tokens
-                controller.shadow_drafted(len(history), shadow, plan.shadow)
-        draft = drafter.draft(history, n_max) if drafter is not None and n_max > 0 else Draft()
+            draft = drafter.draft(history, n_max) if n_max > 0 else Draft()
+        else:  # drafting is free: draft, then verify as much of it as pays; the rest is scored later
+            controller.shadow_check(history)
+            offer = drafter.draft(history, n_max) if n_max > 0 else Draft()
+            plan = controller.plan(n_max, len(offer.tokens), offer.confidence)
+            controller.shadow_drafted(len(history), offer.tokens, plan.n_draft, offer.confidence)
+            n_max = plan.n_draft
+            draft = Draft(offer.tokens[:n_max], confidence=offer.confidence) if n_max > 0 else Draft()
         if len(draft.tokens) < max(config.n_draft_min, 1):
             draft = Draft()
         t_drafted = time.perf_counter()

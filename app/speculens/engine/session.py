@@ -78,7 +78,7 @@ class SpeculativeEngine:
         self.draft: LlamaBackend | None = None
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
         # kept across generations (acceptance is per text and starts afresh each time).
-        self.costs = CostModel()
+        self.costs = CostModel(chunk=self.target.invariant_chunk)
         self._ngram_cache: NgramCacheDrafter | None = None
         self._ngram_map: NgramMapDrafter | None = None
         if config.draft is not None:
@@ -125,7 +125,7 @@ class SpeculativeEngine:
                 raise ValueError("the draft strategy needs a draft model: load one, or pick a draft-free strategy")
             return DraftModelDrafter(self.draft, config.sampling, config.p_min, self.target.n_vocab, rng)
         if strategy is Strategy.LOOKUP:
-            return PromptLookupDrafter()
+            return PromptLookupDrafter(whitespace=self.target.vocab.whitespace_ids)
         if strategy is Strategy.NGRAM_CACHE:
             if self._ngram_cache is None:
                 path = None

@@ -7,6 +7,7 @@ a small tolerance, and identical token texts from the first ordinary token on.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
@@ -48,6 +49,16 @@ class VocabInfo:
     def type_name(self) -> str:
         """Readable vocabulary type."""
         return VOCAB_TYPE_NAMES.get(self.vocab_type, str(self.vocab_type))
+
+    @functools.cached_property
+    def whitespace_ids(self) -> frozenset[int]:
+        """Ids of the tokens that are only spaces and tabs (indentation), in BPE (``Ġ``, ``ĉ``) or SPM (``▁``)
+        spelling."""
+        return frozenset(
+            i
+            for i, text in enumerate(self.texts)
+            if text and i not in self.special and not text.strip(" \tĠĉ▁")
+        )
 
     def fingerprint(self) -> str:
         """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""

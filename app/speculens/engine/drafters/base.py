@@ -18,11 +18,14 @@ class Draft:
         probs: the drafter's probability of each proposed token, or ``None`` for draft-free sources.
         dists: ``(len(tokens), n_vocab_target)`` draft distributions ``q`` when a draft model sampled them
             (needed for rejection sampling); ``None`` otherwise.
+        confidence: how the drafter found the tokens, as a small class (0 = its weakest guess); the adaptive
+            controller learns acceptance for each class apart, so it can speculate on strong drafts only.
     """
 
     tokens: tuple[int, ...] = ()
     probs: tuple[float, ...] | None = None
     dists: np.ndarray | None = None
+    confidence: int = 0
 
 
 EMPTY_DRAFT = Draft()

@@ -1,69 +1,145 @@
-"""Prompt lookup decoding: continue the text the way an earlier occurrence of its last n-gram continued.
+"""Prompt lookup decoding: continue the text the way an earlier occurrence of its end continued.
 
 The draft is free (no model runs), and it pays off when the answer repeats the prompt: code edits,
 summaries quoting their source, chat turns restating earlier ones. (Saxena, "Prompt Lookup Decoding", 2023;
 llama.cpp's ``lookup`` example.)
+
+Answers that *rewrite* their prompt are where it matters most, and where a plain n-gram lookup stumbles:
+after a renamed identifier or a re-indented line the suffix n-gram no longer occurs, and in repetitive code
+its most recent occurrence is often the wrong one. So the drafter here follows a copy as it goes:
+
+* **alignment**: once the answer is copying from a position, the next draft continues from where the last
+  one left off instead of looking the suffix up again;
+* **substitutions**: when the answer departs from its source by one token and then follows it again (an
+  identifier renamed, a line indented deeper), the pair is learnt and applied to later drafts
+  (``items`` → ``stock``, four spaces → eight), and forgotten as soon as the answer keeps the original;
+* **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
+  re-indented line still finds the original.
+
+Each draft says how it was found (:attr:`Draft.confidence`): 3 continues a copy the answer has followed for
+at least :data:`LONG_RUN` tokens, 2 one it has just started following, 1 follows a copy across a single
+substitution or starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a
+shorter match. The adaptive controller learns acceptance
+for each separately, so it can speculate on the copies and decode plainly between them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 
+STRONG_MATCH = 3  # suffix tokens that make a fresh match worth confidence 1
+LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3
+_WS = -1  # the key every whitespace-only token shares
+
 
 class PromptLookupDrafter:
-    """Drafts the continuation of the most recent earlier match of the longest suffix n-gram.
+    """Drafts by copying from the earlier occurrence of the text's end that the answer is following.
 
     Args:
-        ngram_max: the longest suffix tried.
+        ngram_max: the longest suffix looked up.
         ngram_min: the shortest suffix accepted as a match.
+        whitespace: ids of whitespace-only tokens (indentation), which match one another in lookups.
     """
 
     name = "lookup"
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(self, ngram_max: int = 4, ngram_min: int = 1, whitespace: Collection[int] = ()) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
-        self._history: list[int] = []
-        # n-gram -> end (exclusive) of its latest occurrence that is not the current suffix
-        self._last_end: dict[tuple[int, ...], int] = {}
-        self._indexed_to = 0  # n-grams ending at or before this index are in _last_end
+        self.whitespace = frozenset(whitespace)
+        self.begin(())
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Start a new index over the prompt."""
-        self._history = []
-        self._last_end = {}
-        self._indexed_to = 0
+        self._history: list[int] = []
+        self._keys: list[int] = []
+        # key n-gram -> ends (exclusive, ascending) of its occurrences; the current suffix is never its own match
+        self._ends: dict[tuple[int, ...], list[int]] = {}
+        self._ptr: int | None = None  # the history position the answer is copying next
+        self._run = 0  # tokens in a row that followed the copy
+        self._miss = 0  # tokens in a row that did not
+        self._followed = 0  # the run before the last miss
+        self._subst: dict[int, int] = {}  # source token -> the answer's replacement for it
+        self._pending: tuple[int, int] | None = None  # a substitution seen once, learnt if the copy resumes
+        self._answer_from = len(prompt)
         self._extend(prompt)
 
     def _extend(self, history: Sequence[int]) -> None:
-        if history[: len(self._history)] != self._history:  # edited history: index again from scratch
-            self._history, self._last_end, self._indexed_to = [], {}, 0
-        self._history.extend(history[len(self._history) :])
-        # Index every n-gram that ends before the last token (the current suffix is never its own match).
-        h = self._history
-        for end in range(self._indexed_to + 1, len(h)):
-            for n in range(self.ngram_min, self.ngram_max + 1):
-                if end - n >= 0:
-                    self._last_end[tuple(h[end - n : end])] = end
-        self._indexed_to = max(self._indexed_to, len(h) - 1)
+        n = len(self._history)
+        if len(history) < n or list(history[:n]) != self._history:  # edited history: index again from scratch
+            prompt_len = min(self._answer_from, len(history))
+            self.begin(history[:prompt_len])
+            n = len(self._history)
+        for token in history[n:]:
+            if len(self._history) >= self._answer_from:
+                self._follow(token)
+            self._history.append(token)
+            self._keys.append(_WS if token in self.whitespace else token)
+            end = len(self._keys) - 1
+            for size in range(self.ngram_min, min(self.ngram_max, end) + 1):
+                self._ends.setdefault(tuple(self._keys[end - size : end]), []).append(end)
+
+    def _follow(self, token: int) -> None:
+        """Move the copy along with one token of the answer, learning substitutions."""
+        if self._ptr is None or self._ptr >= len(self._history):
+            self._ptr = None
+            return
+        source = self._history[self._ptr]
+        if token == self._subst.get(source, source) or token == source:
+            if token == source:
+                self._subst.pop(source, None)
+            if self._pending is not None and self._run == 0 and self._miss == 1:
+                self._subst[self._pending[0]] = self._pending[1]
+            self._pending = None
+            self._run += 1
+            self._miss = 0
+        else:
+            self._pending = (source, token) if self._run >= 2 else None
+            self._followed = self._run if self._miss == 0 else 0
+            self._run = 0
+            self._miss += 1
+        self._ptr += 1
+
+    def _lookup(self) -> tuple[int | None, int]:
+        """The source position for the current suffix, and the matched length: the longest suffix first,
+        and among its occurrences the first at or after the copy's position, else the most recent."""
+        keys = self._keys
+        for size in range(min(self.ngram_max, len(keys)), self.ngram_min - 1, -1):
+            ends = self._ends.get(tuple(keys[-size:]))
+            if not ends:
+                continue
+            if self._ptr is not None:
+                for end in ends:
+                    if end >= self._ptr - 1:
+                        return end, size
+            return ends[-1], size
+        return None, 0
 
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
-        """Look the suffix up, longest n-gram first."""
+        """Continue the copy, or find a new one for the current suffix."""
         self._extend(history)
         if n_max <= 0:
             return EMPTY_DRAFT
-        h = self._history
-        for n in range(min(self.ngram_max, len(h)), self.ngram_min - 1, -1):
-            end = self._last_end.get(tuple(h[-n:]))
-            if end is not None:
-                cont = h[end : end + n_max]
-                if cont:
-                    return Draft(tuple(cont))
-        return EMPTY_DRAFT
+        confidence = 3 if self._run >= LONG_RUN else 2
+        if self._run == 0:
+            found, size = self._lookup()
+            if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
+                confidence = 1  # one token differed: assume a substitution and keep copying
+            elif found is not None:
+                self._ptr = found
+                confidence = 1 if size >= STRONG_MATCH else 0
+            else:
+                self._ptr = None
+        if self._ptr is None:
+            return EMPTY_DRAFT
+        source = self._history[self._ptr : self._ptr + n_max]
+        if not source:
+            return EMPTY_DRAFT
+        return Draft(tuple(self._subst.get(t, t) for t in source), confidence=confidence)
 
     def end(self, history: Sequence[int]) -> None:
         """Nothing to persist."""

@@ -1,0 +1,110 @@
+"""Prompt lookup on token ids: copying, following a copy, learnt substitutions, re-indentation, confidence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from speculens.engine.drafters.prompt_lookup import LONG_RUN, PromptLookupDrafter
+
+WS4, WS8 = 900, 901  # whitespace-only tokens: four and eight spaces of indentation
+NL = 10
+
+
+def follow(drafter: PromptLookupDrafter, prompt: Sequence[int], answer: Sequence[int], n: int = 8) -> list[int]:
+    """Feed ``answer`` one token at a time as a target would; return how many drafted tokens each step got right."""
+    drafter.begin(prompt)
+    history = list(prompt)
+    hits = []
+    for token in answer:
+        draft = drafter.draft(history, n).tokens
+        i = 0
+        while i < len(draft) and len(history) - len(prompt) + i < len(answer):
+            if draft[i] != answer[len(history) - len(prompt) + i]:
+                break
+            i += 1
+        hits.append(i)
+        history.append(token)
+    return hits
+
+
+def test_it_copies_what_followed_the_suffix_in_the_prompt() -> None:
+    d = PromptLookupDrafter()
+    prompt = [1, 2, 3, 4, 5, 6, 7, 0, 1, 2]
+    d.begin(prompt)
+    assert d.draft(prompt, 4).tokens == (3, 4, 5, 6)
+    assert d.draft(prompt, 0).tokens == ()
+    assert d.draft([*prompt, 99], 4).tokens == ()  # 99 never occurred: nothing to copy
+
+
+def test_a_copy_is_followed_rather_than_the_latest_occurrence_of_the_suffix() -> None:
+    # Two lines share their last tokens; the answer copies the first one, then the line after it.
+    first, second = [20, 21, 5, 6], [30, 31, 5, 6]
+    prompt = [*first, 40, 41, 42, NL, *second, 50, 51, 52, NL]
+    answer = [*first, 40, 41, 42]
+    d = PromptLookupDrafter(ngram_max=2)  # a short suffix alone would pick the latest "5 6": the wrong line
+    hits = follow(d, prompt, answer)
+    assert hits[4:] == [3, 2, 1]  # after "20 21 5 6" it drafts 40 41 42 from the line it is copying
+
+
+def test_a_renamed_identifier_is_learnt_and_substituted() -> None:
+    items, stock = 500, 501
+    line = [7, 8, items, 9, 11, 12, NL]  # "self . items [ name ] \n"
+    prompt = [1, 2, NL, *line, *line, *line, *line, 3]
+    answer = [l if l != items else stock for l in line * 4]
+    d = PromptLookupDrafter()
+    hits = follow(d, prompt, answer)
+    line_hits = [hits[i * len(line) + 2] for i in range(4)]  # the drafts made just before each "items"
+    assert line_hits[0] == 0  # the first rename is news
+    assert all(h >= 5 for h in line_hits[2:])  # later lines are drafted with "stock" in place of "items"
+    assert sum(hits) >= 0.75 * len(answer) * 3  # most of the answer came from long accepted drafts
+
+
+def test_a_substitution_is_forgotten_when_the_answer_keeps_the_original() -> None:
+    a, b = 600, 601
+    block = [5, 6, 4, a, 7, 8, 9, NL]
+    prompt = [1, *block, *block, *block, 2]
+    answer = [5, 6, 4, b, 7, 8, 9, NL, 5, 6, 4, a, 7, 8, 9, NL, 5, 6, 4, a, 7, 8, 9]
+    d = PromptLookupDrafter()
+    hits = follow(d, prompt, answer)
+    assert hits[3] == 0 and hits[11] == 0  # "a" became "b" once (learnt), then "a" came back
+    assert hits[19] >= 4  # the third block is drafted with "a" again
+
+
+def test_re_indented_lines_still_find_their_source_and_take_the_new_indentation() -> None:
+    # "5" starts line A and also occurs later in line B; the answer re-indents line A.
+    prompt = [1, NL, WS4, 5, 6, 7, 8, NL, WS4, 3, 5, 9, 9, NL, 2]
+    history = [*prompt, NL, WS8, 5]
+    plain, aware = PromptLookupDrafter(), PromptLookupDrafter(whitespace={WS4, WS8})
+    plain.begin(prompt)
+    aware.begin(prompt)
+    assert plain.draft(history, 3).tokens == (9, 9, NL)  # only "5" matches: the latest one, in line B
+    assert aware.draft(history, 3).tokens == (6, 7, 8)  # "\n <indent> 5" matches line A
+    # A whole block moved four spaces deeper: after the first line, the new indentation is drafted too.
+    body = [[71, 72, 73, 74], [81, 82, 83, 84], [91, 92, 93, 94], [61, 62, 63, 64]]
+    prompt = [1, 2, NL] + [t for b in body for t in (WS4, *b, NL)]
+    answer = [t for b in body for t in (WS8, *b, NL)]
+    hits = follow(PromptLookupDrafter(whitespace={WS4, WS8}), prompt, answer)
+    line = len(body[0]) + 2
+    assert hits[line - 1] < 3  # line 2's indentation is news ...
+    assert hits[2 * line - 1] == 8  # ... learnt: from the end of line 2, NL, WS8 and line 3 are all drafted
+
+
+def test_confidence_rises_as_a_copy_is_followed() -> None:
+    prompt = list(range(100, 140)) + [7]
+    d = PromptLookupDrafter()
+    d.begin(prompt)
+    history = list(prompt)
+    history.append(100)  # the answer starts copying the prompt
+    assert d.draft(history, 4).confidence == 0  # a one-token match: a guess
+    seen = []
+    for token in range(101, 101 + LONG_RUN + 1):
+        history.append(token)
+        seen.append(d.draft(history, 4).confidence)
+    assert seen[0] == 2 and seen[-1] == 3
+
+
+def test_an_edited_history_is_indexed_again() -> None:
+    d = PromptLookupDrafter()
+    d.begin([1, 2, 3, 1])
+    assert d.draft([1, 2, 3, 1], 2).tokens == (2, 3)
+    assert d.draft([4, 5, 6, 4], 2).tokens == (5, 6)  # a different conversation: the old index is gone
