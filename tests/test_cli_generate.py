@@ -46,8 +46,9 @@ def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: P
 
 def test_color_marks_accepted_and_rejected_drafts(tiny: TinyModels) -> None:
     out = cli(
-        "generate", "-m", tiny.target, "-d", tiny.perturbed, "--p-min", "0", "--no-adaptive", "-n", "40", "--color", "one two"
-    )
+        "generate", "-m", tiny.target, "-d", tiny.perturbed, "--p-min", "0", "--no-adaptive", "-n", "40", "--color",
+        "one two",
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "\033[32m" in out.stdout and "\033[9;31m" in out.stdout
 

@@ -168,6 +168,7 @@ def test_a_draft_free_source_probes_only_batch_sizes_never_measured() -> None:
     assert all(plan.n_draft == 0 for plan, *_ in history[100:])
     assert _slowdown(history, cpu_verify(1)) <= 1.02
 
+
 def test_high_acceptance_and_cheap_batches_draft_long() -> None:
     controller = AdaptiveController(16, draft_model=False)
     machine = FakeMachine(gpu_verify, draft_call=0.0, accept=lambda j: 0.97)
@@ -258,6 +259,7 @@ def test_confidence_classes_are_learnt_apart() -> None:
     assert controller.plan(8, offered=8, confidence=0).n_draft == 0
     assert controller.plan(8, offered=3, confidence=3).n_draft == 3  # never more than was drafted
 
+
 def test_a_mismatching_shadow_draft_counts_as_a_rejection_at_its_position() -> None:
     controller = AdaptiveController(8, draft_model=False)
     controller.shadow_drafted(3, [7, 8, 9], verified=0)
@@ -278,6 +280,7 @@ def test_the_unverified_rest_of_a_draft_counts_only_behind_an_accepted_prefix() 
     controller.shadow_drafted(5, [4, 5, 6], verified=1, confidence=1)
     controller.shadow_check([0, 1, 7, 8, 9, 3, 5, 6])  # the verified 4 was rejected: the rest was never in play
     assert controller.accept(1).observations()[:3] == [0, 0, 0]
+
 
 def test_acceptance_by_position_converges() -> None:
     truth = [0.9, 0.8, 0.7, 0.6]
@@ -340,6 +343,7 @@ def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
     assert costs.estimate(10) == pytest.approx(0.15 + 0.09)
     assert costs.estimate(14) == pytest.approx(0.30)
     assert costs.has(10) and not costs.has(12)
+
 
 def test_a_cost_outlier_is_clipped() -> None:
     e = Ewma(0.1, clip=3.0)

@@ -50,7 +50,7 @@ def test_a_renamed_identifier_is_learnt_and_substituted() -> None:
     items, stock = 500, 501
     line = [7, 8, items, 9, 11, 12, NL]  # "self . items [ name ] \n"
     prompt = [1, 2, NL, *line, *line, *line, *line, 3]
-    answer = [l if l != items else stock for l in line * 4]
+    answer = [t if t != items else stock for t in line * 4]
     d = PromptLookupDrafter()
     hits = follow(d, prompt, answer)
     line_hits = [hits[i * len(line) + 2] for i in range(4)]  # the drafts made just before each "items"
@@ -90,7 +90,7 @@ def test_re_indented_lines_still_find_their_source_and_take_the_new_indentation(
 
 
 def test_confidence_rises_as_a_copy_is_followed() -> None:
-    prompt = list(range(100, 140)) + [7]
+    prompt = [*range(100, 140), 7]
     d = PromptLookupDrafter()
     d.begin(prompt)
     history = list(prompt)

@@ -140,6 +140,28 @@ def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
     x, y = charts.accept_step.getData()
     assert list(x) == [1.0, 2.0] and list(y) == [0.5, 1.0]
     assert list(charts.position_bars.opts["height"]) == [0.75, 0.25]
+    assert list(charts.chosen_curve.getData()[1]) == [4.0, 2.0, 4.0]  # the draft length asked for each step
+
+
+def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> None:
+    from speculens.ui.teach_panel import explain_step
+
+    plain = StepEvent(1, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.1, 2.0, 0.1, stats(1, 1, 0, 0), offered=5)
+    probe = StepEvent(2, 2, (d("Al", True), d("Bx", False)), (e("Al", A), e("Xc", C)), "AlXc", 0.1, 2.0, 0.1,
+                      stats(2, 3, 2, 1), probe=True, offered=6)  # fmt: skip
+    series = RunSeries()
+    series.add([plain, probe])
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.refresh()
+    assert list(charts.chosen_curve.getData()[1]) == [0.0, 2.0]
+    x, y = charts.probe_marks.getData()
+    assert list(x) == [2.0] and list(y) == [2.0]
+    text = explain_step(plain)
+    assert "Plain step" in text and "proposed 5 tokens" in text and "verified none" in text
+    text = explain_step(probe)
+    assert "<b>probe</b>" in text and "of 6 proposed" in text
+    assert "probe" not in explain_step(KNOWN_STEPS[0])
 
 
 def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:

@@ -5,12 +5,14 @@ k + 1 tokens costs about as much as one, so long drafts pay; on a small CPU a ba
 single steps and a draft model costs half a target step per token, so the same setting is slower than
 plain decoding. The controller here measures, in this session:
 
-* the target's verification cost as a function of the batch size ``n = k + 1`` (an EWMA per size, with
-  interpolation between measured sizes and a linear fit beyond them: :class:`BatchCosts`);
+* the target's one-token cost, and its verification cost for each batch size ``n = k + 1`` relative to it
+  (so the estimates follow the context as attention gets dearer; :class:`BatchCosts`);
 * the draft model's cost per decode call (draft-free sources cost nothing but their Python time);
 * for the current text, by draft position ``j``: how often the drafter delivers position ``j`` when asked
-  (a draft model stops early below ``p_min``; prompt lookup finds a continuation or not), and the
-  conditional acceptance ``a_j = P(position j accepted | positions < j accepted)``.
+  (a draft model stops early below ``p_min``), and the conditional acceptance
+  ``a_j = P(position j accepted | positions < j accepted)``, kept apart for each confidence class a
+  draft-free source reports (a prompt-lookup draft that continues a long copy is right far more often
+  than one found from a single matching token).
 
 With ``P(accepted ≥ i) = Π_{j<i} g_j a_j`` the expected tokens of a step that asks for ``k`` drafts are
 
@@ -21,17 +23,22 @@ and full delivery this is ``(1 − α^{k+1}) / (1 − α)``, Leviathan, Kalman &
 Transformers via Speculative Decoding", ICML 2023, eq. 1), and its expected time is the draft's cost, the
 verification of the delivered batch and our own overhead. The controller picks the ``k`` in
 ``0..n_draft`` with the best ratio, where ``k = 0`` is plain decoding. It picks plain decoding unless
-speculation is expected to win by a margin, and while it decodes plainly it keeps learning:
+speculation is expected to win by a margin (larger once speculation has lost time in this answer), and it
+keeps learning while it decodes plainly:
 
-* draft-free sources are asked for a *shadow* draft (free), which is scored against the tokens the target
-  then produces — exactly what verification would have accepted — so the controller notices when the
-  text starts repeating (a code rewrite) without paying a single verification;
-* every so often (backing off while it keeps losing) it *probes*: one real speculative step with the best
-  ``k > 0``, which refreshes the draft model's acceptance and the batch costs. Probes draw on an exploration
-  budget (a small share of the decoding time): a draft model that sat out many steps must first catch up on
-  the tokens it missed, and on a small CPU that batch alone can cost several target steps.
+* a draft-free source drafts *first*, for free; the controller then verifies as much of the draft as pays
+  (``delivery`` is known), and the rest — all of it on a plain step — is a *shadow* draft, scored against
+  the tokens the target then produces, which is exactly what verification would have accepted. So the
+  controller notices when the text starts repeating (a code rewrite) without paying for a verification;
+  its acceptance is judged cautiously (a lower confidence bound), since waiting for evidence costs little;
+* a draft model drafts after the plan (its drafting is what costs). It *probes*: one real speculative step
+  with the best ``k > 0``, three back to back at the start of an answer and then every so often, backing
+  off while probes keep losing, and never when even a draft that is always right could not win. Probes draw
+  on an exploration budget (a small share of the decoding time): a draft model that sat out many steps must
+  first catch up on the tokens it missed, and on a small CPU that batch alone can cost several target steps.
+  Draft-free sources probe only to measure a batch size never measured.
 
-The controller only changes how many tokens are drafted; verification keeps the output exactly the
+The controller only changes how many tokens are verified; verification keeps the output exactly the
 target's. This module is pure Python + numpy and knows nothing of llama.cpp.
 """
 
@@ -51,6 +58,8 @@ class AdaptiveParams:
     Args:
         cost_alpha: EWMA weight of a new cost measurement.
         accept_alpha: EWMA weight of a new acceptance observation (larger follows the text faster).
+        accept_alpha_free: the same for a draft-free source, whose shadow drafts bring an observation at
+            every position the target reaches, so its estimates can follow the text faster.
         prior_accept: conditional acceptance assumed for a position never observed (the first position;
             deeper positions start from the one before them).
         prior_accept_free: the same for a draft-free source, by the draft's confidence class (its weakest
@@ -64,26 +73,26 @@ class AdaptiveParams:
         prior_slope: verification cost growth per extra batch token, relative to one token, assumed until
             two batch sizes have been measured.
         prior_draft_ratio: a draft-model call's cost relative to a target step, assumed until measured.
-        margin: speculation must beat plain decoding's expected rate by this fraction to be chosen; the
-            fraction grows by one ``margin`` for every plain step's worth of time speculation has lost in this
-            generation (a deficit that fades by ``deficit_decay`` per step).
-        deficit_decay: how fast a deficit is forgiven.
+        margin: speculation must beat plain decoding's expected rate by this fraction to be chosen.
         probe_every: plain steps before the first probe; doubles after each losing probe (from the
             ``probe_min``-th probe on).
         probe_min: the first probes of a generation, which come back to back whatever they find.
         probe_every_max: the longest interval between probes.
-        probe_budget: the share of decoding time that probes may lose against plain decoding.
-        probe_credit: target steps' worth of loss a generation may spend on probes before any budget has
-            accrued (the first probe of a text is cheap: the draft model is in sync after the prompt).
+        loss_budget: the share of decoding time that speculation (probes included) may have lost against
+            plain decoding, net of what it won, in a generation. A step is taken only if losing *all* of it
+            would stay within the budget, so a text on which the estimates are wrong costs at most this much,
+            while a text on which speculation wins earns room for longer drafts.
+        loss_credit: target steps' worth of loss allowed before any budget has accrued (the first probes of
+            an answer, and the first short drafts of a rewrite).
         prior_catchup_ratio: a draft-model catch-up token's cost relative to a draft call, until measured.
     """
 
     cost_alpha: float = 0.1
     accept_alpha: float = 0.05
+    accept_alpha_free: float = 0.1
     prior_accept: float = 0.6
-    prior_accept_free: tuple[float, ...] = (0.2, 0.3, 0.45, 0.6)
+    prior_accept_free: tuple[float, ...] = (0.2, 0.3, 0.45, 0.6, 0.75)
     caution_free: float = 0.5
-    deficit_decay: float = 0.97
     prior_deliver: float = 0.9
     prior_weight: float = 2.0
     evidence_cap: float = 32.0
@@ -93,8 +102,8 @@ class AdaptiveParams:
     probe_every: int = 8
     probe_min: int = 3
     probe_every_max: int = 64
-    probe_budget: float = 0.015
-    probe_credit: float = 2.0
+    loss_budget: float = 0.01
+    loss_credit: float = 1.0
     prior_catchup_ratio: float = 0.3
 
 
@@ -238,7 +247,8 @@ class CostModel:
     Attributes:
         verify: the target's verification time by batch size.
         draft_call: the draft model's time per decode call (``count == 0`` until it drafted).
-        draft_catchup: the draft model's time per token when it catches up on tokens it missed.
+        draft_catchup: the draft model's extra time per missed token when it catches up (its first call of a
+            step evaluates them in one batch).
     """
 
     def __init__(self, max_batch: int = 65, params: AdaptiveParams | None = None, chunk: int | None = None) -> None:
@@ -253,7 +263,7 @@ class CostModel:
         self.draft_catchup = Ewma(self.params.cost_alpha, clip=3.0)
 
     def catchup_seconds(self, n_tokens: int) -> float:
-        """Time for the draft model to evaluate ``n_tokens`` it missed, in one batch."""
+        """Extra time for the draft model to evaluate ``n_tokens`` it missed along with its next call."""
         if self.draft_catchup.count:
             per_token = self.draft_catchup.value
         else:
@@ -323,6 +333,9 @@ class _Shadow:
     tokens: tuple[int, ...]
     confidence: int
     scored: int = 0
+    # A plain step's road not taken: the draft length the estimates favoured, that step's expected time,
+    # and plain decoding's, to score what speculating would have won.
+    counterfactual: tuple[int, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -386,9 +399,11 @@ class AdaptiveController:
         self._plain_run = p.probe_every - 1 if draft_model else 0
         self._probe_interval = p.probe_every
         self._elapsed = 0.0  # decoding time observed in this generation
-        self._probe_loss = 0.0  # what probes lost against plain decoding
         self._n_probes = 0
-        self._spec_gain = 0.0  # what the other speculative steps won (or, negative, lost) against it
+        self._ledger = 0.0  # what speculative steps won (or, negative, lost) against plain decoding
+        # What the speculation the loss guard declined would have won, scored on shadow drafts (capped).
+        self._hindsight = 0.0
+        self._declined: tuple[int, float, float] | None = None
         self._behind = 0  # tokens the draft model has not seen (it is synced when it drafts)
         self._shadows: list[_Shadow] = []
 
@@ -398,12 +413,11 @@ class AdaptiveController:
         if rates is None:
             p = self.params
             if self.draft_model:
-                prior = p.prior_accept
+                prior, alpha = p.prior_accept, p.accept_alpha
             else:
                 prior = p.prior_accept_free[min(max(confidence, 0), len(p.prior_accept_free) - 1)]
-            rates = self._accept[confidence] = PositionRates(
-                self.n_draft, p.accept_alpha, prior, p.prior_weight, p.evidence_cap
-            )
+                alpha = p.accept_alpha_free
+            rates = self._accept[confidence] = PositionRates(self.n_draft, alpha, prior, p.prior_weight, p.evidence_cap)
         return rates
 
     # ---- the model ----------------------------------------------------------------------------------
@@ -489,6 +503,7 @@ class AdaptiveController:
         limit = min(limit, self.n_draft)
         if offered is not None:
             limit = min(limit, offered)
+        self._declined = None
         k_min = max(1, self.n_draft_min)
         if limit < k_min:
             return StepPlan(0, confidence=confidence)
@@ -497,22 +512,31 @@ class AdaptiveController:
             return StepPlan(0, confidence=confidence)  # measure plain decoding first
         tokens, seconds = curves
         rates = tokens / np.maximum(seconds, 1e-9)
+        rate_plain = float(rates[0])
+        catchup = self.costs.catchup_seconds(self._behind) if self.draft_model else 0.0
+        # What may still be lost in this generation; a step is affordable if losing all of it fits.
+        room = (
+            self._ledger
+            + self._hindsight
+            + self.params.loss_budget * self._elapsed
+            + self.params.loss_credit * float(seconds[0])
+        )
+        worst = seconds + catchup - seconds[0]  # every draft rejected: one token for the whole step
+        affordable = [k for k in range(k_min, limit + 1) if worst[k] <= room]
+        if affordable:
+            k_best = max(affordable, key=lambda k: rates[k])
+            if rates[k_best] > rate_plain * (1.0 + self.params.margin):
+                return StepPlan(k_best, confidence=confidence, expected_rate=float(rates[k_best]))
         k_best = k_min + int(np.argmax(rates[k_min:]))
-        rate_best, rate_plain = float(rates[k_best]), float(rates[0])
-        # Speculation that has lost time in this generation must promise more before it is tried again: the
-        # estimates were wrong for this text, and each wrong bet costs a batch.
-        deficit = max(0.0, -self._spec_gain) / max(float(seconds[0]), 1e-9)
-        if rate_best > rate_plain * (1.0 + self.params.margin * (1.0 + deficit)):
-            return StepPlan(k_best, confidence=confidence, expected_rate=rate_best)
+        if rates[k_best] > rate_plain * (1.0 + self.params.margin):
+            self._declined = (k_best, float(seconds[k_best]), float(seconds[0]))
         # Probes learn what plain steps cannot. A draft model's acceptance needs them; a draft-free source's
         # is learnt from its shadow drafts, so it probes only for a batch size whose cost was never measured.
         needs_probe = self.draft_model or not self.costs.verify.has(k_best + 1)
         if needs_probe and self._plain_run + 1 >= self._probe_interval and self._could_pay(tokens, seconds):
-            catchup = self.costs.catchup_seconds(self._behind) if self.draft_model else 0.0
-            loss = max(0.0, float(seconds[k_best]) + catchup - float(tokens[k_best] * seconds[0]))
-            allowance = self.params.probe_budget * self._elapsed + self.params.probe_credit * float(seconds[0])
-            if self._probe_loss + loss <= allowance:
-                return StepPlan(k_best, probe=True, confidence=confidence, expected_rate=rate_best)
+            expected_loss = float(seconds[k_best]) + catchup - float(tokens[k_best] * seconds[0])
+            if expected_loss <= room:
+                return StepPlan(k_best, probe=True, confidence=confidence, expected_rate=float(rates[k_best]))
         return StepPlan(0, confidence=confidence, expected_rate=rate_plain)
 
     def _could_pay(self, tokens: np.ndarray, seconds: np.ndarray) -> bool:
@@ -553,7 +577,6 @@ class AdaptiveController:
         plain_seconds = self._plain_seconds()
         step_s = verify_s + overhead_s + (draft_s if self.draft_model else 0.0)
         self._elapsed += step_s
-        self._spec_gain *= self.params.deficit_decay if self._spec_gain < 0 else 1.0
         self.costs.verify.observe(drafted + 1, verify_s)
         (self.overhead_spec if plan.n_draft > 0 else self.overhead_plain).add(overhead_s)
         if plan.n_draft == 0 or not self.draft_model:
@@ -567,13 +590,12 @@ class AdaptiveController:
             if synced <= 2:
                 self.costs.draft_call.add(draft_s / draft_calls)
             else:
-                singles = (draft_calls - 1) * self.costs.draft_call_seconds()
-                self.costs.draft_catchup.add(max(0.0, draft_s - singles) / synced)
+                # The first call evaluated the missed tokens in one batch: what it cost beyond an ordinary
+                # call is the catch-up, per extra token.
+                calls = draft_calls * self.costs.draft_call_seconds()
+                self.costs.draft_catchup.add(max(0.0, draft_s - calls) / (synced - 1))
         if plain_seconds is not None:
-            gain = (accepted + 1) * plain_seconds - step_s
-            self._spec_gain += gain
-            if plan.probe:
-                self._probe_loss += max(0.0, -gain)
+            self._ledger += (accepted + 1) * plain_seconds - step_s
         if self.draft_model:
             for j in range(min(plan.n_draft, drafted + 1)):
                 self.deliver.observe(j, j < drafted)
@@ -611,7 +633,9 @@ class AdaptiveController:
             confidence: the draft's confidence class.
         """
         if len(tokens) > verified:
-            self._shadows.append(_Shadow(history_len, tuple(tokens), confidence, verified))
+            counterfactual = self._declined if verified == 0 else None
+            self._shadows.append(_Shadow(history_len, tuple(tokens), confidence, verified, counterfactual))
+        self._declined = None
 
     def shadow_check(self, history: Sequence[int]) -> None:
         """Score pending shadow drafts against the tokens the target has produced since, position by position.
@@ -637,9 +661,25 @@ class AdaptiveController:
                 rates.observe(j, hit)
                 j += 1
             shadow.scored = j
+            if shadow.counterfactual is not None and (not hit or j > shadow.counterfactual[0]):
+                self._score_declined(shadow.counterfactual, j - 1 if not hit else j)
+                shadow.counterfactual = None
             if hit and j < len(tokens):
                 pending.append(shadow)
         self._shadows = pending
+
+    def _score_declined(self, declined: tuple[int, float, float], hits: int) -> None:
+        """Credit the loss guard with what a declined draft of ``k`` tokens would have won (``hits`` of its
+        tokens matched the target's), so a text on which speculation lost early can earn its way back.
+
+        Shadow drafts are exact: verification of a draft-free source accepts precisely the tokens the target
+        produced, so this is what speculating would have won, not a guess. The credit is capped at
+        ``loss_credit`` target steps: it unlocks speculation, it does not pay for a string of losses.
+        """
+        k, seconds_k, seconds_plain = declined
+        gain = (min(hits, k) + 1) * seconds_plain - seconds_k
+        cap = self.params.loss_credit * seconds_plain
+        self._hindsight = min(max(self._hindsight + gain, 0.0), cap)
 
     # ---- reporting ----------------------------------------------------------------------------------
 

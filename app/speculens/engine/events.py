@@ -142,6 +142,8 @@ class StepEvent:
         overhead_ms: the rest of the step: sampling, verification, bookkeeping.
         stats: totals so far.
         probe: the adaptive controller speculated this step to re-measure, not because it expected a gain.
+        offered: with the adaptive controller and a draft-free source, how many tokens the source proposed
+            before the controller chose how many of them to verify (``None`` otherwise).
     """
 
     step: int
@@ -154,6 +156,7 @@ class StepEvent:
     overhead_ms: float
     stats: RunningStats
     probe: bool = False
+    offered: int | None = None
 
     @property
     def n_accepted(self) -> int:

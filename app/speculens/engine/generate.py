@@ -218,6 +218,7 @@ def _run(
         # 1. Draft: as many tokens as the controller chooses (or n_draft), within the answer and context.
         n_max = min(config.n_draft, remaining - 1, room) if drafter is not None else 0
         plan: StepPlan | None = None
+        offered: int | None = None
         if controller is None or drafter is None:
             draft = drafter.draft(history, n_max) if drafter is not None and n_max > 0 else Draft()
         elif controller.draft_model:  # drafting costs: plan first, then draft that much
@@ -228,7 +229,8 @@ def _run(
         else:  # drafting is free: draft, then verify as much of it as pays; the rest is scored later
             controller.shadow_check(history)
             offer = drafter.draft(history, n_max) if n_max > 0 else Draft()
-            plan = controller.plan(n_max, len(offer.tokens), offer.confidence)
+            offered = len(offer.tokens)
+            plan = controller.plan(n_max, offered, offer.confidence)
             controller.shadow_drafted(len(history), offer.tokens, plan.n_draft, offer.confidence)
             n_max = plan.n_draft
             draft = Draft(offer.tokens[:n_max], confidence=offer.confidence) if n_max > 0 else Draft()
@@ -304,6 +306,7 @@ def _run(
             overhead_ms=overhead_s * 1e3,
             stats=stats.freeze(),
             probe=plan is not None and plan.probe,
+            offered=offered,
         )
 
     if drafter is not None:

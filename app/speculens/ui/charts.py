@@ -38,6 +38,8 @@ class RunSeries:
         drafted: tokens drafted in the step.
         accepted: drafted tokens accepted in the step.
         emitted: tokens the step added (accepted length: accepted drafts + the target's token).
+        chosen: the draft length asked for in the step (the adaptive controller's choice; 0 = plain).
+        probes: ``(step, draft length)`` of the steps in which the controller speculated only to re-measure.
         rejected_steps: steps in which a draft token was rejected.
         stats: the latest running totals.
     """
@@ -49,6 +51,8 @@ class RunSeries:
         self.drafted: list[int] = []
         self.accepted: list[int] = []
         self.emitted: list[int] = []
+        self.chosen: list[int] = []
+        self.probes: list[tuple[int, int]] = []
         self.rejected_steps = 0
         self.stats: RunningStats | None = None
         self.version = 0  # bumped on every change, so a plot knows whether to redraw
@@ -67,6 +71,9 @@ class RunSeries:
             self.drafted.append(len(e.drafted))
             self.accepted.append(n_acc)
             self.emitted.append(len(e.emitted))
+            self.chosen.append(e.n_draft_max)
+            if e.probe:
+                self.probes.append((e.step, e.n_draft_max))
             if n_acc < len(e.drafted):
                 self.rejected_steps += 1
             self.stats = e.stats
@@ -151,7 +158,8 @@ def _plot(
 
 
 class ChartsPanel(QWidget):
-    """Four live plots: tokens/s over time, acceptance per step, accepted length per step, per position.
+    """Four live plots: tokens/s over time, acceptance per step, the draft length chosen and the tokens won
+    per step, acceptance by draft position.
 
     Args:
         series: the data to draw.
@@ -192,11 +200,16 @@ class ChartsPanel(QWidget):
         )
         self.accept_rolling = self.accept_plot.plot(pen=pg.mkPen("#2ea043", width=2), name="rolling")
 
-        self.length_plot = _plot(self.graphics, 0, 2, "Tokens per target pass", "tokens", "step")
-        # A filled line, not stepMode="center": pyqtgraph's downsampling and clip-to-view break the step
+        self.length_plot = _plot(self.graphics, 0, 2, "Draft length and tokens per pass", "tokens", "step")
+        self.length_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
+        # Filled lines, not stepMode="center": pyqtgraph's downsampling and clip-to-view break the step
         # curve's len(x) == len(y) + 1 invariant once a long answer has thousands of steps.
         self.length_curve = self.length_plot.plot(
-            fillLevel=0, brush=(56, 132, 255, 80), pen=pg.mkPen("#3884ff")
+            fillLevel=0, brush=(56, 132, 255, 80), pen=pg.mkPen("#3884ff"), name="tokens per pass"
+        )
+        self.chosen_curve = self.length_plot.plot(pen=pg.mkPen("#d29922", width=2), name="draft length chosen")
+        self.probe_marks = self.length_plot.plot(
+            pen=None, symbol="t", symbolSize=7, symbolBrush="#d29922", symbolPen=None, name="probe"
         )
 
         self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by draft position", "rate", "position")
@@ -223,6 +236,10 @@ class ChartsPanel(QWidget):
         self.accept_step.setData(x[finite], per_step[finite])
         self.accept_rolling.setData(x, rolling_acc, connect="finite")
         self.length_curve.setData(x, np.asarray(self.series.emitted, dtype=float))
+        chosen = np.asarray(self.series.chosen, dtype=float)
+        self.chosen_curve.setData(x, chosen)
+        probes = np.asarray(self.series.probes, dtype=float).reshape(-1, 2)
+        self.probe_marks.setData(probes[:, 0], probes[:, 1])
         pos, rate = self.series.per_position()
         self.position_bars.setOpts(x=pos, height=rate)
 

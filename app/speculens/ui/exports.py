@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 CSV_COLUMNS = (
     "step",
     "n_draft_max",
+    "offered",
+    "probe",
     "drafted",
     "accepted",
     "emitted",
@@ -56,6 +58,8 @@ def write_events_csv(events: Sequence[Event], path: Path) -> int:
                 [
                     e.step,
                     e.n_draft_max,
+                    "" if e.offered is None else e.offered,
+                    int(e.probe),
                     len(e.drafted),
                     e.n_accepted,
                     len(e.emitted),

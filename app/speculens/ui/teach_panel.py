@@ -65,16 +65,40 @@ def explain_step(event: StepEvent) -> str:
     n = len(event.drafted)
     k = sum(1 for d in event.drafted if d.accepted)
     parts = [f"<h3>Step {event.step}</h3>"]
-    if n == 0:
+    alone = f"{_quote(event.emitted[0].piece) if event.emitted else '—'}"
+    offered = event.offered or 0
+    if n == 0 and offered:
+        parts.append(
+            f"<p><b>Plain step</b>: the drafter proposed {offered} token{'s' if offered != 1 else ''}, but the "
+            "adaptive controller verified none: from the costs and acceptance it has measured, checking them "
+            f"would cost more than it would likely win. The target generated one token by itself: {alone}. "
+            "The proposal is compared with it afterwards, so the controller keeps learning for free.</p>"
+        )
+    elif n == 0 and event.n_draft_max == 0 and event.offered is None:
+        parts.append(
+            "<p><b>Plain step</b>: nothing was drafted (plain decoding, or the adaptive controller expects a "
+            "draft to cost more than it gains on this machine right now), so the target generated one token "
+            f"by itself: {alone}.</p>"
+        )
+    elif n == 0:
         parts.append(
             "<p><b>No draft</b> this step (the drafter had nothing confident enough), so the target "
-            f"generated one token by itself: {_quote(event.emitted[0].piece) if event.emitted else '—'}.</p>"
+            f"generated one token by itself: {alone}.</p>"
         )
     else:
         drafted = " ".join(_quote(d.piece) for d in event.drafted)
+        chosen = ""
+        if offered > n:
+            chosen = f" (of {offered} proposed: the adaptive controller verifies as many as it expects to pay)"
         parts.append(
-            f"<p><b>1. Drafted</b> {n} token{'s' if n != 1 else ''} in {event.draft_ms:.1f} ms: {drafted}</p>"
+            f"<p><b>1. Drafted</b> {n} token{'s' if n != 1 else ''}{chosen} in {event.draft_ms:.1f} ms: "
+            f"{drafted}</p>"
         )
+        if event.probe:
+            parts.append(
+                "<p>This step is a <b>probe</b>: the controller speculates now and then even when it expects "
+                "plain decoding to be faster, to re-measure what a draft costs and how often it is right.</p>"
+            )
         parts.append(
             f"<p><b>2. Verified</b>: the target scored all {n} positions in <i>one</i> batched pass "
             f"({event.verify_ms:.1f} ms) — that single pass is what makes speculation pay off.</p>"

@@ -124,7 +124,7 @@ class PromptLookupDrafter:
         self._extend(history)
         if n_max <= 0:
             return EMPTY_DRAFT
-        confidence = 3 if self._run >= LONG_RUN else 2
+        confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
         if self._run == 0:
             found, size = self._lookup()
             if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
