@@ -233,6 +233,7 @@ def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:
     assert set(doc["overall"]) == {s["label"] for s in doc["settings"]}
     assert doc["overall"]["lookup/adaptive≤4"]["identical_all"] is True
     assert set(doc["profile"]["target"]) == {"1", "2", "3", "4"} and "draft_over_target" in doc["profile"]
+    assert doc["profile"]["target_chunk"] == 7  # the target is timed as exact verification runs it
 
 
 def test_table_profile_and_chart_data(tiny_results: dict) -> None:

@@ -490,8 +490,10 @@ def run_suite(
 def cost_profile(
     target: LlamaBackend, draft: LlamaBackend | None, max_batch: int = 16, repeats: int = 5
 ) -> dict[str, Any]:
-    """Time one decode call of ``k`` tokens (logits for all of them), ``k = 1..max_batch``, after a short
-    context, for the target and the draft: the machine's price list for speculation.
+    """Time the evaluation of ``k`` tokens (logits for all of them), ``k = 1..max_batch``, after a short
+    context, for the target and the draft: the machine's price list for speculation. The target is timed as
+    it verifies (in chunks of its :attr:`~LlamaBackend.invariant_chunk` tokens when it is loaded for exact
+    verification), the draft as one decode call (its catch-up after plain steps).
 
     Args:
         target: the target model.
@@ -500,7 +502,8 @@ def cost_profile(
         repeats: calls per batch size (the median is kept).
 
     Returns:
-        ``{"target": {"1": ms, ...}, "draft": {...}, "draft_over_target": ratio of single-token costs}``.
+        ``{"target": {"1": ms, ...}, "draft": {...}, "draft_over_target": ratio of single-token costs,
+        "target_chunk": the target's chunk size or None}``.
     """
     out: dict[str, Any] = {}
     for name, backend in (("target", target), ("draft", draft)):
@@ -518,13 +521,14 @@ def cost_profile(
             samples = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                backend.decode(filler[:k], range(k))
+                backend.decode(filler[:k], range(k), max_chunk=backend.invariant_chunk)
                 samples.append(time.perf_counter() - t0)
                 backend.truncate(n_past)
             times[str(k)] = 1e3 * statistics.median(samples)
         out[name] = times
     if "draft" in out:
         out["draft_over_target"] = out["draft"]["1"] / out["target"]["1"]
+    out["target_chunk"] = target.invariant_chunk
     return out
 
 
