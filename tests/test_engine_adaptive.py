@@ -248,6 +248,35 @@ def test_shadow_drafts_notice_a_repeating_text_without_verifying_anything() -> N
     assert np.median([plan.n_draft for plan, *_ in after[first + 10 :]]) >= 3
 
 
+def test_the_loss_guard_bounds_what_wrong_estimates_cost() -> None:
+    # A controller that cannot learn (its prior outweighs any evidence) and believes every draft is right,
+    # on a text where every draft is wrong: only the guard stands between it and a batch lost every step.
+    blind = AdaptiveParams(prior_accept_free=(0.99,), prior_weight=1e9, caution_free=0.0)
+    controller = AdaptiveController(8, draft_model=False, params=blind)
+    for n in range(1, 10):
+        controller.costs.verify.observe(n, cpu_verify(n))
+    history = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.0).run(controller, 500)
+    assert sum(plan.n_draft > 0 for plan, *_ in history) >= 5  # it does keep trying ...
+    budget = 1 + blind.loss_budget + blind.loss_credit / 500
+    assert _slowdown(history, cpu_verify(1)) <= budget + 0.005  # ... within its budget
+
+
+def test_declined_drafts_that_would_have_won_unlock_speculation_again() -> None:
+    # No budget accrues with time here, so only hindsight can give back the credit that early bets spend.
+    params = AdaptiveParams(prior_accept_free=(0.9,), loss_budget=0.0)
+    controller = AdaptiveController(8, draft_model=False, params=params)
+    for n in range(1, 10):
+        controller.costs.verify.observe(n, cpu_verify(n))
+    # An early bet loses (the prior is optimistic), spending the credit ...
+    early = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.0)
+    early.run(controller, 30)
+    # ... then the text turns into a long copy: the shadows of the declined drafts show what was missed.
+    copy = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.99)
+    copy.history, copy.truth = early.history, early.truth
+    later = copy.run(controller, 60)
+    assert sum(plan.n_draft > 0 for plan, *_ in later[20:]) >= 30
+
+
 def test_confidence_classes_are_learnt_apart() -> None:
     controller = AdaptiveController(8, draft_model=False)
     for n in range(1, 10):

@@ -57,8 +57,8 @@ class PromptLookupDrafter:
         """Start a new index over the prompt."""
         self._history: list[int] = []
         self._keys: list[int] = []
-        # key n-gram -> ends (exclusive, ascending) of its occurrences; the current suffix is never its own match
-        self._ends: dict[tuple[int, ...], list[int]] = {}
+        # key n-gram -> end (exclusive) of its latest occurrence; the current suffix is never its own match
+        self._ends: dict[tuple[int, ...], int] = {}
         self._ptr: int | None = None  # the history position the answer is copying next
         self._run = 0  # tokens in a row that followed the copy
         self._miss = 0  # tokens in a row that did not
@@ -81,7 +81,7 @@ class PromptLookupDrafter:
             self._keys.append(_WS if token in self.whitespace else token)
             end = len(self._keys) - 1
             for size in range(self.ngram_min, min(self.ngram_max, end) + 1):
-                self._ends.setdefault(tuple(self._keys[end - size : end]), []).append(end)
+                self._ends[tuple(self._keys[end - size : end])] = end
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
@@ -105,18 +105,13 @@ class PromptLookupDrafter:
         self._ptr += 1
 
     def _lookup(self) -> tuple[int | None, int]:
-        """The source position for the current suffix, and the matched length: the longest suffix first,
-        and among its occurrences the first at or after the copy's position, else the most recent."""
+        """The source position for the current suffix (its most recent earlier occurrence, longest suffix
+        first), and the matched length."""
         keys = self._keys
         for size in range(min(self.ngram_max, len(keys)), self.ngram_min - 1, -1):
-            ends = self._ends.get(tuple(keys[-size:]))
-            if not ends:
-                continue
-            if self._ptr is not None:
-                for end in ends:
-                    if end >= self._ptr - 1:
-                        return end, size
-            return ends[-1], size
+            end = self._ends.get(tuple(keys[-size:]))
+            if end is not None:
+                return end, size
         return None, 0
 
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
