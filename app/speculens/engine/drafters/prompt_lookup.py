@@ -16,11 +16,11 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original.
 
-Each draft says how it was found (:attr:`Draft.confidence`): 3 continues a copy the answer has followed for
-at least :data:`LONG_RUN` tokens, 2 one it has just started following, 1 follows a copy across a single
-substitution or starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a
-shorter match. The adaptive controller learns acceptance
-for each separately, so it can speculate on the copies and decode plainly between them.
+Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
+at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
+following, 1 follows a copy across a single substitution or starts one from a suffix of at least
+:data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match. The adaptive controller learns acceptance for
+each separately, so it can speculate on the copies and decode plainly between them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Collection, Sequence
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 
 STRONG_MATCH = 3  # suffix tokens that make a fresh match worth confidence 1
-LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3
+LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3 (twice as many: 4)
 _WS = -1  # the key every whitespace-only token shares
 
 
