@@ -346,13 +346,11 @@ class StepPlan:
         n_draft: how many tokens to verify (0 = plain decoding).
         probe: this step speculates to learn, not because it is expected to pay.
         confidence: the draft's confidence class (draft-free sources), whose acceptance this step teaches.
-        expected_rate: the expected tokens per second of the choice (0 before anything is measured).
     """
 
     n_draft: int
     probe: bool = False
     confidence: int = 0
-    expected_rate: float = 0.0
 
 
 class AdaptiveController:
@@ -526,7 +524,7 @@ class AdaptiveController:
         if affordable:
             k_best = max(affordable, key=lambda k: rates[k])
             if rates[k_best] > rate_plain * (1.0 + self.params.margin):
-                return StepPlan(k_best, confidence=confidence, expected_rate=float(rates[k_best]))
+                return StepPlan(k_best, confidence=confidence)
         k_best = k_min + int(np.argmax(rates[k_min:]))
         if rates[k_best] > rate_plain * (1.0 + self.params.margin):
             self._declined = (k_best, float(seconds[k_best]), float(seconds[0]))
@@ -536,8 +534,8 @@ class AdaptiveController:
         if needs_probe and self._plain_run + 1 >= self._probe_interval and self._could_pay(tokens, seconds):
             expected_loss = float(seconds[k_best]) + catchup - float(tokens[k_best] * seconds[0])
             if expected_loss <= room:
-                return StepPlan(k_best, probe=True, confidence=confidence, expected_rate=float(rates[k_best]))
-        return StepPlan(0, confidence=confidence, expected_rate=rate_plain)
+                return StepPlan(k_best, probe=True, confidence=confidence)
+        return StepPlan(0, confidence=confidence)
 
     def _could_pay(self, tokens: np.ndarray, seconds: np.ndarray) -> bool:
         """Whether speculation could beat plain decoding at all on this machine: with every draft accepted.

@@ -64,7 +64,8 @@ class PromptLookupDrafter:
         self._miss = 0  # tokens in a row that did not
         self._followed = 0  # the run before the last miss
         self._subst: dict[int, int] = {}  # source token -> the answer's replacement for it
-        self._pending: tuple[int, int] | None = None  # a substitution seen once, learnt if the copy resumes
+        # the last mismatch (source, answer token): a substitution, learnt if the copy resumes after it
+        self._pending: tuple[int, int] | None = None
         self._answer_from = len(prompt)
         self._extend(prompt)
 
@@ -92,13 +93,13 @@ class PromptLookupDrafter:
         if token == self._subst.get(source, source) or token == source:
             if token == source:
                 self._subst.pop(source, None)
-            if self._pending is not None and self._run == 0 and self._miss == 1:
+            if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
                 self._subst[self._pending[0]] = self._pending[1]
             self._pending = None
             self._run += 1
             self._miss = 0
         else:
-            self._pending = (source, token) if self._run >= 2 else None
+            self._pending = (source, token)
             self._followed = self._run if self._miss == 0 else 0
             self._run = 0
             self._miss += 1
