@@ -27,8 +27,8 @@ from speculens.engine.bench import (
     settings_for,
     summarise_runs,
 )
-from speculens.engine.generate import GenerationConfig, Strategy
-from speculens.engine.session import ModelConfig, SpeculativeEngine
+from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
+from speculens.engine.session import SpeculativeEngine
 from speculens.ui.bench_chart import chart_data
 
 
@@ -166,7 +166,7 @@ def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     folder = tmp_path_factory.mktemp("bench-models")
     target, draft = write_tiny_pair(folder, "perturbed")
     settings = settings_for([Strategy.DRAFT, Strategy.LOOKUP, Strategy.NGRAM_CACHE], ["adaptive", "fixed"], 4)
-    with SpeculativeEngine(ModelConfig(target, draft, n_ctx=512)) as engine:
+    with SpeculativeEngine(ModelConfig(target, draft, n_ctx=512, exact=True)) as engine:
         results = run_suite(
             engine,
             load_suite(SMALL_SUITE),
@@ -175,9 +175,10 @@ def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
             repeats=2,
             warmup=1,
         )
-        profile = cost_profile(engine.target, engine.draft, max_batch=4, repeats=1)
+        profile = cost_profile(engine.target, engine.draft, max_batch=4, repeats=1, exact=True)
+        sizes = list(engine.target.invariant_sizes)
     results.profile = profile
-    return {"results": results, "doc": results_document(results)}
+    return {"results": results, "doc": results_document(results), "sizes": sizes}
 
 
 def test_every_setting_ran_on_every_prompt_with_identical_greedy_output(tiny_results: dict) -> None:
@@ -233,7 +234,7 @@ def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:
     assert set(doc["overall"]) == {s["label"] for s in doc["settings"]}
     assert doc["overall"]["lookup/adaptive≤4"]["identical_all"] is True
     assert set(doc["profile"]["target"]) == {"1", "2", "3", "4"} and "draft_over_target" in doc["profile"]
-    assert doc["profile"]["target_chunk"] == 7  # the target is timed as exact verification runs it
+    assert doc["profile"]["target_calls"] == tiny_results["sizes"]  # timed as exact verification runs it
 
 
 def test_table_profile_and_chart_data(tiny_results: dict) -> None:
@@ -275,6 +276,8 @@ def test_bench_cli_writes_json_and_a_png_and_prints_a_table(tiny: TinyModels, tm
             "draft,lookup",
             "--sweep",
             "n_draft=2,4",
+            "--modes",
+            "adaptive,fixed",
             "--p-min",
             "0",
             "-o",

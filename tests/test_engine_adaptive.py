@@ -13,14 +13,18 @@ import numpy as np
 import pytest
 
 from speculens.engine.adaptive import (
+    MODEL,
     AdaptiveController,
     AdaptiveParams,
     BatchCosts,
     CostModel,
-    Ewma,
+    Offer,
     PositionRates,
+    RollingMedian,
     StepPlan,
 )
+
+FREE = "lookup"
 
 
 class FakeMachine:
@@ -56,9 +60,9 @@ class FakeMachine:
 
     def step(self, controller: AdaptiveController, limit: int = 16) -> tuple[StepPlan, int, int, float]:
         """One step: plan, draft, verify, observe. Returns the plan, drafted, accepted and the step's time."""
-        if not controller.draft_model:
+        if controller.draft_free:
             return self._free_step(controller, limit)
-        plan = controller.plan(limit)
+        plan = controller.plan(limit, behind=self.behind)
         drafted = 0
         while drafted < plan.n_draft and self.rng.random() < self.deliver(drafted):
             drafted += 1
@@ -96,8 +100,8 @@ class FakeMachine:
         while run < offered and self.rng.random() < self.accept(run):
             run += 1
         draft = [self._true(p + i) if i < run else -1 - i for i in range(offered)]
-        plan = controller.plan(limit, offered)
-        controller.shadow_drafted(p, draft, plan.n_draft)
+        plan = controller.plan(limit, [Offer(FREE, offered)])
+        controller.shadow_drafted(p, draft, plan.n_draft if plan.source == FREE else 0)
         accepted = min(run, plan.n_draft)
         self.history.extend(self._true(p + i) for i in range(accepted + 1))
         verify_s = self.verify(plan.n_draft + 1)
@@ -119,7 +123,7 @@ def gpu_verify(n: int) -> float:
 
 
 def test_expensive_draft_and_low_acceptance_decode_plainly() -> None:
-    controller = AdaptiveController(16, draft_model=True)
+    controller = AdaptiveController(16, [MODEL])
     machine = FakeMachine(cpu_verify, draft_call=0.03, accept=lambda j: 0.3)
     history = machine.run(controller, 1000)
     assert all(plan.n_draft == 0 for plan, *_ in history[50:] if not plan.probe)
@@ -135,7 +139,7 @@ def _slowdown(history: list[tuple[StepPlan, int, int, float]], plain_step: float
 
 
 def test_probes_come_now_and_then_and_stay_within_their_budget() -> None:
-    controller = AdaptiveController(16, draft_model=True)
+    controller = AdaptiveController(16, [MODEL])
     machine = FakeMachine(gpu_verify, draft_call=0.002, accept=lambda j: 0.1, catchup=0.02)
     history = machine.run(controller, 1000)
     probes = [i for i, (plan, *_) in enumerate(history) if plan.probe]
@@ -151,7 +155,7 @@ def test_probes_come_now_and_then_and_stay_within_their_budget() -> None:
 
 def test_a_draft_model_that_hardly_pays_even_when_always_right_is_soon_left_alone() -> None:
     # The demo pair on a 2-core CPU: a draft call costs about half a target step, and a batch of 3 about two.
-    controller = AdaptiveController(8, draft_model=True)
+    controller = AdaptiveController(8, [MODEL])
     machine = FakeMachine(lambda n: 0.078 * (1 + 0.45 * (n - 1)), draft_call=0.037, accept=lambda j: 0.93)
     history = machine.run(controller, 300)
     assert sum(plan.n_draft > 0 for plan, *_ in history) <= AdaptiveParams().probe_min + 2
@@ -160,7 +164,7 @@ def test_a_draft_model_that_hardly_pays_even_when_always_right_is_soon_left_alon
 
 
 def test_a_draft_free_source_probes_only_batch_sizes_never_measured() -> None:
-    controller = AdaptiveController(8, draft_model=False)
+    controller = AdaptiveController(8, [FREE])
     machine = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.1)
     history = machine.run(controller, 1000)
     probes = [plan.n_draft + 1 for plan, *_ in history if plan.probe]
@@ -170,7 +174,7 @@ def test_a_draft_free_source_probes_only_batch_sizes_never_measured() -> None:
 
 
 def test_high_acceptance_and_cheap_batches_draft_long() -> None:
-    controller = AdaptiveController(16, draft_model=False)
+    controller = AdaptiveController(16, [FREE])
     machine = FakeMachine(gpu_verify, draft_call=0.0, accept=lambda j: 0.97)
     history = machine.run(controller, 200)
     chosen = [plan.n_draft for plan, *_ in history[50:]]
@@ -179,9 +183,9 @@ def test_high_acceptance_and_cheap_batches_draft_long() -> None:
 
 
 def test_a_cheap_draft_model_with_good_acceptance_pays_on_a_gpu_but_is_shorter_on_a_cpu() -> None:
-    gpu = AdaptiveController(16, draft_model=True)
+    gpu = AdaptiveController(16, [MODEL])
     on_gpu = [plan.n_draft for plan, *_ in FakeMachine(gpu_verify, 0.002, lambda j: 0.85).run(gpu, 300)[100:]]
-    cpu = AdaptiveController(16, draft_model=True)
+    cpu = AdaptiveController(16, [MODEL])
     on_cpu = [plan.n_draft for plan, *_ in FakeMachine(cpu_verify, 0.01, lambda j: 0.85).run(cpu, 300)[100:]]
     assert np.median(on_gpu) >= 6
     assert np.mean(np.array(on_cpu) > 0) > 0.6  # speculation pays a little here: k = 1..2 beats plain by ~15%
@@ -189,13 +193,13 @@ def test_a_cheap_draft_model_with_good_acceptance_pays_on_a_gpu_but_is_shorter_o
 
 
 def test_the_choice_maximises_expected_tokens_per_second() -> None:
-    controller = AdaptiveController(16, draft_model=True)
+    controller = AdaptiveController(16, [MODEL])
     machine = FakeMachine(cpu_verify, draft_call=0.005, accept=lambda j: 0.8)
     machine.run(controller, 300)
     curves = controller.curves(16)
     assert curves is not None
     tokens, seconds = curves
-    plan = controller.plan(16)
+    plan = controller.plan(16, behind=0)
     rates = tokens / seconds
     if plan.n_draft and not plan.probe:
         assert rates[plan.n_draft] == pytest.approx(rates[1:].max())
@@ -205,13 +209,13 @@ def test_the_choice_maximises_expected_tokens_per_second() -> None:
 def test_expected_tokens_is_leviathans_formula_for_a_constant_acceptance() -> None:
     alpha = 0.7
     params = AdaptiveParams(prior_accept=alpha, prior_deliver=1.0)
-    controller = AdaptiveController(16, draft_model=True, params=params)
+    controller = AdaptiveController(16, [MODEL], params=params)
     for k in (0, 1, 4, 16):
         assert controller.expected_tokens(k) == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha))
 
 
 def test_plain_decoding_is_measured_before_any_speculation() -> None:
-    controller = AdaptiveController(8, draft_model=True)
+    controller = AdaptiveController(8, [MODEL])
     first = controller.plan(8)
     assert first.n_draft == 0 and not first.probe
     controller.observe(first, 0, 0, verify_s=0.05, overhead_s=0.001)
@@ -220,7 +224,7 @@ def test_plain_decoding_is_measured_before_any_speculation() -> None:
 
 
 def test_probing_notices_when_speculation_starts_paying() -> None:
-    controller = AdaptiveController(16, draft_model=True)
+    controller = AdaptiveController(16, [MODEL])
     bad = FakeMachine(gpu_verify, draft_call=0.003, accept=lambda j: 0.1, catchup=0.02, seed=1)
     bad.run(controller, 150)
     assert controller.plan(16).n_draft == 0 or controller.plan(16).probe
@@ -233,7 +237,7 @@ def test_probing_notices_when_speculation_starts_paying() -> None:
 
 
 def test_shadow_drafts_notice_a_repeating_text_without_verifying_anything() -> None:
-    controller = AdaptiveController(16, draft_model=False)
+    controller = AdaptiveController(16, [FREE])
     for n in range(1, 18):  # a machine whose costs are known: no probe is needed
         controller.costs.verify.observe(n, cpu_verify(n))
     quiet = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.05)
@@ -252,7 +256,7 @@ def test_the_loss_guard_bounds_what_wrong_estimates_cost() -> None:
     # A controller that cannot learn (its prior outweighs any evidence) and believes every draft is right,
     # on a text where every draft is wrong: only the guard stands between it and a batch lost every step.
     blind = AdaptiveParams(prior_accept_free=(0.99,), prior_weight=1e9, caution_free=0.0)
-    controller = AdaptiveController(8, draft_model=False, params=blind)
+    controller = AdaptiveController(8, [FREE], params=blind)
     for n in range(1, 10):
         controller.costs.verify.observe(n, cpu_verify(n))
     history = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.0).run(controller, 500)
@@ -264,7 +268,7 @@ def test_the_loss_guard_bounds_what_wrong_estimates_cost() -> None:
 def test_declined_drafts_that_would_have_won_unlock_speculation_again() -> None:
     # No budget accrues with time here, so only hindsight can give back the credit that early bets spend.
     params = AdaptiveParams(prior_accept_free=(0.9,), loss_budget=0.0)
-    controller = AdaptiveController(8, draft_model=False, params=params)
+    controller = AdaptiveController(8, [FREE], params=params)
     for n in range(1, 10):
         controller.costs.verify.observe(n, cpu_verify(n))
     # An early bet loses (the prior is optimistic), spending the credit ...
@@ -278,19 +282,19 @@ def test_declined_drafts_that_would_have_won_unlock_speculation_again() -> None:
 
 
 def test_confidence_classes_are_learnt_apart() -> None:
-    controller = AdaptiveController(8, draft_model=False)
+    controller = AdaptiveController(8, [FREE])
     for n in range(1, 10):
         controller.costs.verify.observe(n, gpu_verify(n))
     for _ in range(200):
-        controller.observe(StepPlan(4, confidence=3), 4, 4, gpu_verify(5), 0.0005)
-        controller.observe(StepPlan(4, confidence=0), 4, 0, gpu_verify(5), 0.0005)
-    assert controller.plan(8, offered=8, confidence=3).n_draft == 8
-    assert controller.plan(8, offered=8, confidence=0).n_draft == 0
-    assert controller.plan(8, offered=3, confidence=3).n_draft == 3  # never more than was drafted
+        controller.observe(StepPlan(4, FREE, confidence=3), 4, 4, gpu_verify(5), 0.0005)
+        controller.observe(StepPlan(4, FREE, confidence=0), 4, 0, gpu_verify(5), 0.0005)
+    assert controller.plan(8, [Offer(FREE, 8, 3)]).n_draft == 8
+    assert controller.plan(8, [Offer(FREE, 8, 0)]).n_draft == 0
+    assert controller.plan(8, [Offer(FREE, 3, 3)]).n_draft == 3  # never more than was drafted
 
 
 def test_a_mismatching_shadow_draft_counts_as_a_rejection_at_its_position() -> None:
-    controller = AdaptiveController(8, draft_model=False)
+    controller = AdaptiveController(8, [FREE])
     controller.shadow_drafted(3, [7, 8, 9], verified=0)
     controller.shadow_check([0, 1, 2, 7])
     assert controller.accept(0).observations()[:2] == [1, 0]  # scored as far as the target has produced
@@ -302,7 +306,7 @@ def test_a_mismatching_shadow_draft_counts_as_a_rejection_at_its_position() -> N
 
 
 def test_the_unverified_rest_of_a_draft_counts_only_behind_an_accepted_prefix() -> None:
-    controller = AdaptiveController(8, draft_model=False)
+    controller = AdaptiveController(8, [FREE])
     controller.shadow_drafted(2, [7, 8, 9], verified=1, confidence=2)  # 7 verified, 8 and 9 not
     controller.shadow_check([0, 1, 7, 8, 9])
     assert controller.accept(2).observations()[:3] == [0, 1, 1]  # position 0 is observe()'s to count
@@ -313,10 +317,10 @@ def test_the_unverified_rest_of_a_draft_counts_only_behind_an_accepted_prefix() 
 
 def test_acceptance_by_position_converges() -> None:
     truth = [0.9, 0.8, 0.7, 0.6]
-    controller = AdaptiveController(4, draft_model=True, params=AdaptiveParams(accept_alpha=0.02))
+    controller = AdaptiveController(4, [MODEL], params=AdaptiveParams(accept_alpha=0.02))
     machine = FakeMachine(gpu_verify, draft_call=0.0001, accept=lambda j: truth[j], seed=3)
     for _ in range(4000):
-        plan = StepPlan(4)
+        plan = StepPlan(4, MODEL)
         drafted, accepted = 4, 0
         while accepted < drafted and machine.rng.random() < truth[accepted]:
             accepted += 1
@@ -325,14 +329,14 @@ def test_acceptance_by_position_converges() -> None:
 
 
 def test_the_choice_respects_the_limit_and_the_minimum_draft() -> None:
-    controller = AdaptiveController(16, draft_model=False, n_draft_min=3)
+    controller = AdaptiveController(16, [FREE], n_draft_min=3)
     machine = FakeMachine(gpu_verify, draft_call=0.0, accept=lambda j: 0.99)
     for _ in range(100):
         plan, *_ = machine.step(controller, limit=16)
         assert plan.n_draft == 0 or 3 <= plan.n_draft <= 16
-    assert controller.plan(5).n_draft <= 5
-    assert controller.plan(2).n_draft == 0  # below n_draft_min: nothing worth drafting
-    assert controller.plan(0).n_draft == 0
+    assert controller.plan(5, [Offer(FREE, 16, 4)]).n_draft <= 5
+    assert controller.plan(16, [Offer(FREE, 2, 4)]).n_draft == 0  # below n_draft_min: nothing worth drafting
+    assert controller.plan(0, [Offer(FREE, 16, 4)]).n_draft == 0
 
 
 def test_batch_costs_interpolate_and_extrapolate_monotonically() -> None:
@@ -364,7 +368,7 @@ def test_batch_costs_follow_the_one_token_cost_as_the_context_grows() -> None:
 
 
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
-    costs = BatchCosts(32, chunk=7)
+    costs = BatchCosts(32, split=lambda n: [7] * (n // 7) + ([n % 7] if n % 7 else []))
     costs.observe(1, 0.05)
     costs.observe(7, 0.15)
     costs.observe(3, 0.09)
@@ -374,12 +378,15 @@ def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
     assert costs.has(10) and not costs.has(12)
 
 
-def test_a_cost_outlier_is_clipped() -> None:
-    e = Ewma(0.1, clip=3.0)
+def test_a_cost_outlier_moves_nothing_and_a_real_change_is_followed() -> None:
+    e = RollingMedian(15)
     for _ in range(5):
         e.add(1.0)
-    e.add(1000.0)
-    assert e.value == pytest.approx(1.0 + (3.0 - 1.0) / 6)  # the sixth sample, clipped to 3x the mean
+    e.add(1000.0)  # a page fault, another process
+    assert e.value == 1.0
+    for _ in range(8):
+        e.add(2.0)  # the context grew: every step is dearer now
+    assert e.value == 2.0
 
 
 def test_position_rates_fall_back_to_the_position_before() -> None:

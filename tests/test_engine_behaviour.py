@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import TinyModels
-from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, has_llamafile_kernels
+from speculens.engine.backend import BackendError, BackendParams, LlamaBackend
+from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
-from speculens.engine.generate import GenerationConfig, PromptError, Strategy
 from speculens.engine.sampling import SamplingParams
-from speculens.engine.session import ChatSession, ModelConfig, SpeculativeEngine
+from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.engine.text import TextAssembler
 from speculens.engine.vocab import VocabMismatchError
 
@@ -249,32 +249,56 @@ def test_sampled_speculation_matches_plain_sampling_in_distribution(
 
 
 @pytest.mark.parametrize("prefix_repeats", [4, 120], ids=["short-context", "long-context"])
-def test_verification_batches_are_bit_identical_to_one_token_decoding(tiny_model_factory, prefix_repeats: int) -> None:  # type: ignore[no-untyped-def]
-    """The premise of exact greedy speculation: batched rows equal one-token decoding, bit for bit.
+def test_exact_verification_is_bit_identical_to_one_token_decoding(tiny_model_factory, prefix_repeats: int) -> None:  # type: ignore[no-untyped-def]
+    """The premise of exact greedy speculation: batched rows equal one-token decoding, bit for bit, when a batch
+    is split into the call sizes the load-time probe found invariant.
 
-    Quantized weights, as real models have (llama.cpp's F32 matrix path rounds batches differently); the long
-    context passes 512 KV cells, where flash attention sends a single query down a split-KV path.
+    Quantized weights, as real models have; the long context passes 512 KV cells, where llama.cpp's flash
+    attention sends one query over an f16 cache down a split-KV path (the exact target's q8_0 cache never).
     """
-    if prefix_repeats > 100 and has_llamafile_kernels():
-        pytest.skip("this llama.cpp build has llamafile kernels: exact only below 512 cells (see README)")
     model = tiny_model_factory("q8", quantized=True)
-    params = BackendParams(n_ctx=2048, batch_invariant=True)
-    with LlamaBackend(model, params) as seq, LlamaBackend(model, params) as bat:
-        assert bat.invariant_chunk is not None
+    with (
+        LlamaBackend(model, BackendParams(n_ctx=2048)) as fast,
+        LlamaBackend(model, BackendParams(n_ctx=2048, exact=True)) as seq,
+        LlamaBackend(model, BackendParams(n_ctx=2048, exact=True)) as bat,
+    ):
+        assert fast.invariant_sizes == (1,)  # no promise without the probe
+        bat.probe_invariance()
+        assert bat.invariant_sizes[0] == 1 and bat.split(12) and sum(bat.split(12)) == 12
         prefix = seq.tokenize(PROMPT * prefix_repeats)
         seq.decode(prefix)
         bat.decode(prefix)
         tokens = [300 + i for i in range(12)]
         one_by_one = np.stack([seq.decode([t], [0])[0].copy() for t in tokens])
-        batched = bat.decode(tokens, range(len(tokens)), max_chunk=bat.invariant_chunk).copy()
+        batched = bat.decode(tokens, range(len(tokens)), exact=True).copy()
     assert np.array_equal(one_by_one, batched)
+
+
+def test_the_invariance_probe_tells_the_truth_about_every_size(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
+    """A size the probe calls invariant gives identical rows; a size it rejects really does differ (so the
+    probe, and the test above, can fail)."""
+    model = tiny_model_factory("q8", quantized=True)
+    with (
+        LlamaBackend(model, BackendParams(n_ctx=512, exact=True)) as seq,
+        LlamaBackend(model, BackendParams(n_ctx=512, exact=True)) as bat,
+    ):
+        bat.probe_invariance()
+        prefix = seq.tokenize(PROMPT * 3)
+        tokens = [300 + i for i in range(8)]
+        seq.decode(prefix)
+        one_by_one = np.stack([seq.decode([t], [0])[0].copy() for t in tokens])
+        bat.decode(prefix)
+        for n in range(2, 9):
+            bat.truncate(len(prefix))
+            same = np.array_equal(bat.decode(tokens[:n], range(n)), one_by_one[:n])
+            assert same == (n in bat.invariant_sizes), n
 
 
 def test_logits_of_several_decode_calls_are_all_kept(tiny: TinyModels) -> None:
     with LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as b:
         tokens = b.tokenize(PROMPT)
         whole = b.decode(tokens, range(len(tokens))).copy()
-        b.truncate(0)
-        pieces = b.decode(tokens, range(len(tokens)), max_chunk=2)
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=256, n_batch=2)) as b:
+        pieces = b.decode(tokens, range(len(tokens)))
     assert pieces.shape == whole.shape
     assert np.argmax(pieces, axis=1).tolist() == np.argmax(whole, axis=1).tolist()

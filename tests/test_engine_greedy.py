@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.base import Draft
 from speculens.engine.drafters.ngram_table import build_table
 from speculens.engine.events import FinishEvent, Origin, StepEvent
-from speculens.engine.generate import GenerationConfig, Strategy, generate
+from speculens.engine.generate import generate
 from speculens.engine.sampling import SamplingParams
-from speculens.engine.session import ModelConfig, SpeculativeEngine
+from speculens.engine.session import SpeculativeEngine
 from speculens.models.synthetic import write_tiny_pair
 
 PROMPTS = [
@@ -45,8 +46,8 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     target, identical = write_tiny_pair(folder, "identical", seed=request.param)
     _, perturbed = write_tiny_pair(folder, "perturbed", seed=request.param)
     engines = {
-        "identical": SpeculativeEngine(ModelConfig(target, identical, n_ctx=512)),
-        "perturbed": SpeculativeEngine(ModelConfig(target, perturbed, n_ctx=512)),
+        "identical": SpeculativeEngine(ModelConfig(target, identical, n_ctx=512, exact=True)),
+        "perturbed": SpeculativeEngine(ModelConfig(target, perturbed, n_ctx=512, exact=True)),
     }
     plain = {
         p: run(engines["perturbed"], p, GenerationConfig(strategy=Strategy.NONE, max_tokens=N_TOKENS))[0].tokens
@@ -55,7 +56,7 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     # An n-gram map built from the target's own answers: high acceptance, so long accepted runs are tested.
     map_path = folder / "answers.npz"
     build_table(list(plain.values()), min_total=1).save(map_path, engines["perturbed"].fingerprint)
-    engines["map"] = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, ngram_map=map_path))
+    engines["map"] = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, ngram_map=map_path, exact=True))
     yield {"engines": engines, "plain": plain, "folder": folder}
     for engine in engines.values():
         engine.close()
@@ -88,8 +89,10 @@ def test_greedy_output_equals_plain_decoding(
             assert steps[0].n_draft_max == n_draft and not any(s.probe for s in steps)
         drafted += finish.stats.n_drafted
         accepted += finish.stats.n_accepted
+    if adaptive and strategy is Strategy.DRAFT and drafted == 0:
+        return  # a draft model as costly as its target cannot pay: the controller rightly decodes plainly
     if engine_key == "identical":
-        assert accepted == drafted > 0  # the same weights agree on every token
+        assert accepted == drafted > 0  # the same weights, computed alike, agree on every token
     if strategy in (Strategy.DRAFT, Strategy.NGRAM_MAP):
         assert accepted > 0.1 * drafted  # close models and a map of the answers do get drafts accepted
 
@@ -137,7 +140,7 @@ def test_oracle_drafts_with_mistakes_never_change_the_output(family: dict, error
         tokens = engine.target.tokenize(prompt)
         plain = family["plain"][prompt]
         drafter = OracleDrafter(len(tokens), plain, error_rate, seed=i)
-        events = list(generate(engine.target, drafter, tokens, config, np.random.default_rng(0)))
+        events = list(generate(engine.target, [drafter], tokens, config, np.random.default_rng(0), exact=True))
         finish = events[-1]
         assert isinstance(finish, FinishEvent)
         assert finish.tokens == plain
@@ -149,8 +152,8 @@ def test_oracle_drafts_with_mistakes_never_change_the_output(family: dict, error
 
 
 def test_sampling_with_identical_draft_reproduces_plain_sampling_for_a_seed(family: dict) -> None:
-    """Identical weights give p ≈ q (the draft runs llama.cpp's faster kernels, the target its batch-invariant
-    ones, so they differ in rounding only), so rejection sampling accepts nearly every draft."""
+    """Identical weights give p ≈ q (the draft's p is computed one token at a time, the target's in batches, so
+    they differ in rounding at most): rejection sampling accepts nearly every draft."""
     engine = family["engines"]["identical"]
     sampling = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=5)
     config = GenerationConfig(strategy=Strategy.DRAFT, p_min=0.0, sampling=sampling, adaptive=False)

@@ -61,10 +61,10 @@ def _check_engine(log: Callable[[str], None]) -> str | None:
     Returns:
         ``None`` on success, else what went wrong.
     """
+    from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
     from speculens.engine.events import FinishEvent
-    from speculens.engine.generate import GenerationConfig, Strategy
     from speculens.engine.sampling import SamplingParams
-    from speculens.engine.session import ModelConfig, SpeculativeEngine
+    from speculens.engine.session import SpeculativeEngine
     from speculens.models.synthetic import write_tiny_pair
 
     with tempfile.TemporaryDirectory(prefix="speculens-selftest-") as tmp:

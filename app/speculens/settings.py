@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 from speculens import paths
 
 if TYPE_CHECKING:
-    from speculens.engine.generate import GenerationConfig
-    from speculens.engine.session import ModelConfig
+    from speculens.engine.config import GenerationConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +240,7 @@ def model_config(settings: Settings) -> ModelConfig:
         ValueError: no target model is chosen.
     """
     # Imported here so that reading settings does not pull in llama.cpp (start-up time).
-    from speculens.engine.session import ModelConfig
+    from speculens.engine.config import ModelConfig
 
     if not settings.target_path:
         raise ValueError("no target model is chosen: pick one in the model manager")
@@ -264,7 +263,7 @@ def generation_config(settings: Settings, strategy: str | None = None) -> Genera
         settings: the settings.
         strategy: overrides the strategy (Compare runs ``none`` next to the chosen one).
     """
-    from speculens.engine.generate import GenerationConfig, Strategy
+    from speculens.engine.config import GenerationConfig, Strategy
     from speculens.engine.sampling import SamplingParams
 
     n_draft = settings.n_draft

@@ -22,7 +22,7 @@ from speculens.engine.bench import (
     run_suite,
     settings_for,
 )
-from speculens.engine.generate import MAX_N_DRAFT, GenerationConfig, Strategy
+from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT, GenerationConfig, Strategy
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine
 from speculens.engine.vocab import VocabMismatchError
@@ -60,15 +60,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--strategies",
         type=_comma_list,
         default=None,
-        help="comma-separated draft sources (default: draft,lookup,ngram-cache; draft only with --draft)",
+        help="comma-separated draft sources (default: auto,draft,lookup,ngram-cache; draft only with --draft)",
     )
     p.add_argument(
         "--modes",
         type=_comma_list,
-        default=["adaptive", "fixed"],
-        help="adaptive and/or fixed draft length (default: adaptive,fixed)",
+        default=["adaptive"],
+        help="adaptive and/or fixed draft length (default: adaptive)",
     )
-    p.add_argument("--n-draft", type=int, default=8, help="fixed draft length and adaptive bound (default 8)")
+    p.add_argument(
+        "--n-draft",
+        type=int,
+        default=DEFAULT_N_DRAFT,
+        help=f"fixed draft length and adaptive bound (default {DEFAULT_N_DRAFT})",
+    )
     p.add_argument("--sweep", type=_sweep, default=[], help="fixed draft lengths to try: n_draft=1,2,4,8,16")
     p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
     p.add_argument("--n-draft-min", type=int, default=0)
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: --modes takes adaptive and/or fixed", file=sys.stderr)
         return 2
     try:
-        names = args.strategies or (["draft"] if args.draft else []) + ["lookup", "ngram-cache"]
+        names = args.strategies or ["auto", *(["draft"] if args.draft else []), "lookup", "ngram-cache"]
         strategies = [Strategy(s) for s in names]
     except ValueError as exc:
         print(f"error: {exc}; choose from {', '.join(s.value for s in Strategy)}", file=sys.stderr)
@@ -149,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         profile = None
         if args.profile or args.profile_only:
             _progress("measuring the cost profile")
-            profile = cost_profile(engine.target, engine.draft)
+            profile = cost_profile(engine.target, engine.draft, exact=engine.config.exact)
             if sys.stderr.isatty():
                 print(file=sys.stderr)
             print(format_profile(profile))
@@ -166,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             "target": str(engine.config.target),
             "draft": str(engine.config.draft) if engine.config.draft else None,
             "threads": engine.target.params.n_threads,
+            "exact": engine.config.exact,
             "n_ctx": engine.target.n_ctx,
             "max_tokens": args.max_tokens,
             "temperature": args.temp,
@@ -205,8 +211,8 @@ def format_profile(profile: dict[str, Any]) -> str:
     """The cost profile as a table: decode time of a batch of k tokens, and its ratio to one token."""
     target = profile["target"]
     draft = profile.get("draft")
-    chunk = profile.get("target_chunk")
-    how = f"verified in chunks of at most {chunk} tokens, as exact verification does" if chunk else "one decode call"
+    calls = profile.get("target_calls")
+    how = f"split into calls of {calls} tokens, as bit-exact verification does" if calls else "one decode call"
     lines = [
         f"cost profile: k tokens evaluated (ms), and relative to k = 1; target {how}, draft one decode call",
         f"{'k':>3} {'target':>9} {'×1':>6}" + (f" {'draft':>9} {'×1':>6}" if draft else ""),

@@ -17,10 +17,17 @@ from typing import IO
 from speculens import paths
 from speculens.cli import resolve
 from speculens.engine.backend import BackendError
+from speculens.engine.config import (
+    DEFAULT_N_CTX,
+    DEFAULT_N_DRAFT,
+    GenerationConfig,
+    ModelConfig,
+    PromptError,
+    Strategy,
+)
 from speculens.engine.events import FinishEvent, Origin, RunningStats, StartEvent, StepEvent, event_to_dict
-from speculens.engine.generate import GenerationConfig, PromptError, Strategy
 from speculens.engine.sampling import SamplingParams
-from speculens.engine.session import ChatSession, ModelConfig, SpeculativeEngine
+from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.engine.vocab import VocabMismatchError
 from speculens.models.demo import DemoModelError
 from speculens.models.resolve import ModelNotFoundError
@@ -33,11 +40,17 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and context options shared by commands that load models."""
     p.add_argument("-m", "--target", required=True, help="target model: a .gguf path or a demo name (qwen-1.5b)")
     p.add_argument("-d", "--draft", help="draft model for --strategy draft: a .gguf path or a demo name (qwen-0.5b)")
-    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--ctx", type=int, default=DEFAULT_N_CTX, help=f"context size in tokens (default {DEFAULT_N_CTX})")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: automatic)")
     p.add_argument("--ngl", type=int, default=0, help="target layers offloaded to the GPU (-1 = all)")
     p.add_argument("--ngl-draft", type=int, default=0, help="draft layers offloaded to the GPU (-1 = all)")
     p.add_argument("--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="bit-exact verification: greedy speculation reproduces plain decoding token for token, at a measured "
+        "cost in speed (default: llama.cpp's fastest kernels, as its own speculative decoding uses)",
+    )
 
 
 def add_generation_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,10 +59,12 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
         "-s",
         "--strategy",
         choices=[s.value for s in Strategy],
-        default=None,
-        help="draft source (default: draft with --draft, else lookup)",
+        default=Strategy.AUTO.value,
+        help="draft source (default: auto: prompt lookup and the n-gram cache, and the --draft model when it pays)",
     )
-    p.add_argument("--n-draft", type=int, default=8, help="most tokens drafted per step (default 8)")
+    p.add_argument(
+        "--n-draft", type=int, default=DEFAULT_N_DRAFT, help=f"most tokens drafted per step (default {DEFAULT_N_DRAFT})"
+    )
     p.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,
@@ -91,14 +106,14 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         n_gpu_layers_draft=args.ngl_draft,
         ngram_map=args.ngram_map,
         ngram_cache_dir=paths.ngram_cache_dir(),
+        exact=args.exact,
     )
 
 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:
     """The GenerationConfig from parsed arguments."""
-    strategy = args.strategy or (Strategy.DRAFT if args.draft else Strategy.LOOKUP)
     return GenerationConfig(
-        strategy=Strategy(strategy),
+        strategy=Strategy(args.strategy),
         n_draft=args.n_draft,
         n_draft_min=args.n_draft_min,
         p_min=args.p_min,

@@ -1,15 +1,15 @@
-"""Adaptive speculation: choose the draft length each step to maximise expected tokens per second.
+"""Adaptive speculation: choose the draft source and its length each step to maximise expected tokens per second.
 
 A fixed draft length is a bet on the machine and the text. On a GPU, or with a large target, a batch of
-k + 1 tokens costs about as much as one, so long drafts pay; on a small CPU a batch of 8 costs several
-single steps and a draft model costs half a target step per token, so the same setting is slower than
-plain decoding. The controller here measures, in this session:
+k + 1 tokens costs about as much as one, so long drafts pay; on a small CPU a batch of 4 costs three single
+steps and a draft model costs half a target step per token, so the same setting is slower than plain
+decoding. The controller here measures, in this session:
 
 * the target's one-token cost, and its verification cost for each batch size ``n = k + 1`` relative to it
   (so the estimates follow the context as attention gets dearer; :class:`BatchCosts`);
 * the draft model's cost per decode call (draft-free sources cost nothing but their Python time);
-* for the current text, by draft position ``j``: how often the drafter delivers position ``j`` when asked
-  (a draft model stops early below ``p_min``), and the conditional acceptance
+* for the current text and each source, by draft position ``j``: how often the drafter delivers position
+  ``j`` when asked (a draft model stops early below ``p_min``), and the conditional acceptance
   ``a_j = P(position j accepted | positions < j accepted)``, kept apart for each confidence class a
   draft-free source reports (a prompt-lookup draft that continues a long copy is right far more often
   than one found from a single matching token).
@@ -21,10 +21,11 @@ With ``P(accepted ≥ i) = Π_{j<i} g_j a_j`` the expected tokens of a step that
 (the accepted drafts plus the target's own correction or bonus token; with a constant acceptance ``α``
 and full delivery this is ``(1 − α^{k+1}) / (1 − α)``, Leviathan, Kalman & Matias, "Fast Inference from
 Transformers via Speculative Decoding", ICML 2023, eq. 1), and its expected time is the draft's cost, the
-verification of the delivered batch and our own overhead. The controller picks the ``k`` in
-``0..n_draft`` with the best ratio, where ``k = 0`` is plain decoding. It picks plain decoding unless
-speculation is expected to win by a margin (larger once speculation has lost time in this answer), and it
-keeps learning while it decodes plainly:
+verification of the delivered batch and our own overhead. Each step the controller compares every source
+that could draft — the free drafts prompt lookup and the n-gram cache have already made, and the draft
+model, which would still have to run — and picks the source and the ``k`` with the best ratio, or plain
+decoding (``k = 0``) unless speculation is expected to win by a margin. It keeps learning while it decodes
+plainly:
 
 * a draft-free source drafts *first*, for free; the controller then verifies as much of the draft as pays
   (``delivery`` is known), and the rest — all of it on a plain step — is a *shadow* draft, scored against
@@ -38,17 +39,24 @@ keeps learning while it decodes plainly:
   first catch up on the tokens it missed, and on a small CPU that batch alone can cost several target steps.
   Draft-free sources probe only to measure a batch size never measured.
 
-The controller only changes how many tokens are verified; verification keeps the output exactly the
-target's. This module is pure Python + numpy and knows nothing of llama.cpp.
+Timing noise must not steer it: costs are rolling medians (one scheduling hiccup moves nothing), and the loss
+guard — what speculation has won or lost against plain decoding in this answer — is kept in *modelled* costs,
+so one slow step cannot switch speculation off for a long stretch.
+
+The controller only changes which tokens are verified; verification keeps the output exactly the target's.
+This module is pure Python + numpy and knows nothing of llama.cpp.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+MODEL = "draft"  # the source name of the draft model (see Drafter.name)
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class AdaptiveParams:
     """Tuning of the controller (the defaults suit CPUs and GPUs alike).
 
     Args:
-        cost_alpha: EWMA weight of a new cost measurement.
+        cost_window: samples in the rolling median of a cost.
         accept_alpha: EWMA weight of a new acceptance observation (larger follows the text faster).
         accept_alpha_free: the same for a draft-free source, whose shadow drafts bring an observation at
             every position the target reaches, so its estimates can follow the text faster.
@@ -70,8 +78,8 @@ class AdaptiveParams:
         prior_weight: how many observations the prior (or the previous position's estimate) is worth.
         evidence_cap: the most observations a position's own mean is worth against its prior (the mean
             itself forgets with ``accept_alpha``; this only bounds how much the prior still pulls).
-        prior_slope: verification cost growth per extra batch token, relative to one token, assumed until
-            two batch sizes have been measured.
+        prior_slope: verification cost growth per extra batch token, relative to one token, assumed beyond
+            the largest batch measured (capped there so an untried size gets tried once).
         prior_draft_ratio: a draft-model call's cost relative to a target step, assumed until measured.
         margin: speculation must beat plain decoding's expected rate by this fraction to be chosen.
         probe_every: plain steps before the first probe; doubles after each losing probe (from the
@@ -87,7 +95,7 @@ class AdaptiveParams:
         prior_catchup_ratio: a draft-model catch-up token's cost relative to a draft call, until measured.
     """
 
-    cost_alpha: float = 0.1
+    cost_window: int = 15
     accept_alpha: float = 0.05
     accept_alpha_free: float = 0.1
     prior_accept: float = 0.6
@@ -112,28 +120,43 @@ class Ewma:
 
     Args:
         alpha: the weight of a new sample once ``1 / count`` has fallen below it.
-        clip: once three samples are in, a new sample is clipped to ``[mean / clip, mean * clip]`` so one
-            scheduling hiccup cannot swing a cost estimate.
     """
 
-    def __init__(self, alpha: float, clip: float | None = None) -> None:
+    def __init__(self, alpha: float) -> None:
         self.alpha = alpha
-        self.clip = clip
         self.value = 0.0
         self.count = 0
 
     def add(self, x: float) -> None:
         """Fold one sample in."""
-        if self.clip is not None and self.count >= 3 and self.value > 0:
-            x = min(max(x, self.value / self.clip), self.value * self.clip)
         self.count += 1
         w = max(self.alpha, 1.0 / self.count)
         self.value += w * (x - self.value)
 
+
+class RollingMedian:
+    """The median of the last ``window`` samples: a cost estimate that one scheduling hiccup cannot move,
+    and that follows a real change (a longer context, another process) within half a window.
+
+    Args:
+        window: samples kept.
+    """
+
+    def __init__(self, window: int) -> None:
+        self._samples: deque[float] = deque(maxlen=window)
+        self.count = 0
+        self.value = 0.0
+
+    def add(self, x: float) -> None:
+        """Fold one sample in."""
+        self._samples.append(x)
+        self.count += 1
+        self.value = float(np.median(self._samples))
+
     @property
     def weight(self) -> float:
-        """How many samples the mean is worth (``count``, capped at the EWMA's memory ``1 / alpha``)."""
-        return min(float(self.count), 1.0 / self.alpha)
+        """How many samples the estimate rests on."""
+        return float(len(self._samples))
 
 
 class BatchCosts:
@@ -141,33 +164,38 @@ class BatchCosts:
 
     Verification gets dearer as the KV cache grows (attention reads every cell, for each token of the batch),
     so a batch cost measured early in a long answer would be stale by its end, and speculation would look
-    cheaper than it is. The one-token cost is therefore an :class:`Ewma` of its own (plain steps keep it
-    current), and every batch size ``n ≥ 2`` keeps an EWMA of its cost *relative to* the one-token cost of
-    the moment; an estimate is that ratio times the current one-token cost.
+    cheaper than it is. The one-token cost is therefore a rolling median of its own (plain steps keep it
+    current), and every batch size ``n ≥ 2`` keeps a rolling median of its cost *relative to* the one-token
+    cost of the moment; an estimate is that ratio times the current one-token cost.
 
     A size never measured is interpolated linearly between its measured neighbours, or extrapolated from the
     largest measured one with the slope of a least-squares line through the measured ratios, capped at
-    ``prior_slope`` (and never negative: a bigger batch does not get cheaper). A batch larger than
-    ``chunk`` is verified in chunks of ``chunk`` tokens (batch-invariant verification), so its cost is the sum
-    of its chunks' costs.
+    ``prior_slope`` (and never negative: a bigger batch does not get cheaper). When verification is split
+    into decode calls of the sizes ``split(n)`` (bit-exact mode), a batch costs the sum of its calls.
 
     Args:
         max_batch: the largest batch size tracked.
-        alpha: EWMA weight of a new measurement.
-        prior_slope: relative growth per extra token assumed until a batch has been measured.
-        chunk: the most tokens per decode call of the target (``None``: one call per batch).
+        window: samples in each rolling median.
+        prior_slope: relative growth per extra token assumed beyond the largest measured size.
+        split: the decode-call sizes a batch of ``n`` is verified in (``None``: one call).
     """
 
-    def __init__(self, max_batch: int, alpha: float = 0.1, prior_slope: float = 0.15, chunk: int | None = None) -> None:
+    def __init__(
+        self,
+        max_batch: int,
+        window: int = 15,
+        prior_slope: float = 0.15,
+        split: Callable[[int], Sequence[int]] | None = None,
+    ) -> None:
         self.max_batch = max_batch
         self.prior_slope = prior_slope
-        self.chunk = chunk
-        self._top = min(max_batch, chunk) if chunk else max_batch  # the largest size measured on its own
-        self._single = Ewma(alpha, clip=3.0)
-        self._ratio = [Ewma(alpha, clip=3.0) for _ in range(self._top + 1)]  # index = batch size
+        self._split = split
+        self._top = max(split(max_batch)) if split else max_batch  # the largest single call
+        self._single = RollingMedian(window)
+        self._ratio = [RollingMedian(window) for _ in range(self._top + 1)]  # index = call size
 
     def observe(self, n: int, seconds: float) -> None:
-        """Record one verification of ``n`` tokens that took ``seconds``."""
+        """Record one decode call of ``n`` tokens that took ``seconds``."""
         if seconds <= 0:
             return
         if n == 1:
@@ -175,16 +203,17 @@ class BatchCosts:
         elif 2 <= n <= self._top and self._single.count:
             self._ratio[n].add(seconds / self._single.value)
 
+    def _calls(self, n: int) -> Sequence[int]:
+        return self._split(n) if self._split else [n]
+
     def has(self, n: int) -> bool:
-        """Whether a batch of ``n`` tokens (or, beyond ``chunk``, each of its chunks) has been measured."""
+        """Whether every decode call of a batch of ``n`` tokens has a measured size."""
         if not self._single.count:
             return False
-        if n > self._top:
-            return self.has(self._top) and (n % self._top == 0 or self.has(n % self._top))
-        return n == 1 or self._ratio[n].count > 0
+        return all(c == 1 or self._ratio[c].count > 0 for c in self._calls(n))
 
     def measured(self) -> dict[int, float]:
-        """The measured sizes and their current estimates in seconds."""
+        """The measured call sizes and their current estimates in seconds."""
         if not self._single.count:
             return {}
         one = self._single.value
@@ -211,7 +240,8 @@ class BatchCosts:
         }
         sizes = np.array(sorted(points), dtype=float)
         values = np.array([points[int(s)][0] for s in sizes])
-        n = np.arange(self._top + 1, dtype=float)
+        top = max(self._top, n_max) if not self._split else self._top
+        n = np.arange(top + 1, dtype=float)
         ratio = np.interp(n, sizes, values)  # exact at measured sizes, linear between them
         slope = self.prior_slope
         if len(sizes) > 1:
@@ -222,9 +252,8 @@ class BatchCosts:
         # pessimistic extrapolation from the steep first steps of a CPU's curve would never try it.
         ratio = np.where(n > sizes[-1], values[-1] + slope * (n - sizes[-1]), ratio)
         ratio[0] = 0.0
-        if n_max > self._top:  # whole chunks plus the rest
-            sizes_all = np.arange(n_max + 1)
-            ratio = (sizes_all // self._top) * ratio[self._top] + ratio[sizes_all % self._top]
+        if self._split:
+            ratio = np.array([0.0] + [sum(ratio[c] for c in self._calls(k)) for k in range(1, n_max + 1)])
         return self._single.value * ratio[: n_max + 1]
 
 
@@ -242,7 +271,7 @@ class CostModel:
     Args:
         max_batch: the largest verification batch tracked.
         params: the controller's tuning.
-        chunk: the most tokens per decode call of the target's verification (see :class:`BatchCosts`).
+        split: the decode-call sizes a verification batch is split into (see :class:`BatchCosts`).
 
     Attributes:
         verify: the target's verification time by batch size.
@@ -251,16 +280,20 @@ class CostModel:
             step evaluates them in one batch).
     """
 
-    def __init__(self, max_batch: int = 65, params: AdaptiveParams | None = None, chunk: int | None = None) -> None:
+    def __init__(
+        self,
+        max_batch: int = 65,
+        params: AdaptiveParams | None = None,
+        split: Callable[[int], Sequence[int]] | None = None,
+    ) -> None:
         self.params = params or AdaptiveParams()
-        self.verify = BatchCosts(max_batch, self.params.cost_alpha, self.params.prior_slope, chunk)
-        self.draft_call = Ewma(self.params.cost_alpha, clip=3.0)
-        self.draft_catchup = Ewma(self.params.cost_alpha, clip=3.0)
+        self.verify = BatchCosts(max_batch, self.params.cost_window, self.params.prior_slope, split)
+        self.forget_draft()
 
     def forget_draft(self) -> None:
         """A different draft model was loaded: its cost is unknown again."""
-        self.draft_call = Ewma(self.params.cost_alpha, clip=3.0)
-        self.draft_catchup = Ewma(self.params.cost_alpha, clip=3.0)
+        self.draft_call = RollingMedian(self.params.cost_window)
+        self.draft_catchup = RollingMedian(self.params.cost_window)
 
     def catchup_seconds(self, n_tokens: int) -> float:
         """Extra time for the draft model to evaluate ``n_tokens`` it missed along with its next call."""
@@ -329,6 +362,7 @@ class _Shadow:
     ``tokens[:scored]`` were verified (or already scored); they must be in the history for the rest to count.
     """
 
+    source: str
     start: int
     tokens: tuple[int, ...]
     confidence: int
@@ -339,22 +373,70 @@ class _Shadow:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """A draft a free source has already made, for the controller to verify as much of as pays.
+
+    Attributes:
+        source: the drafter's name.
+        n_tokens: the draft's length.
+        confidence: how the drafter found it (its confidence class).
+    """
+
+    source: str
+    n_tokens: int
+    confidence: int = 0
+
+
+@dataclass(frozen=True)
 class StepPlan:
     """The controller's choice for one step.
 
     Attributes:
         n_draft: how many tokens to verify (0 = plain decoding).
+        source: the drafter whose tokens are verified (``None`` on a plain step).
         probe: this step speculates to learn, not because it is expected to pay.
         confidence: the draft's confidence class (draft-free sources), whose acceptance this step teaches.
+        expected_speedup: for the source this step chose, or the best one it declined, the expected rate of
+            verifying ``k`` of its drafts over plain decoding's, for ``k = 0..`` (empty before costs are
+            known). The teaching view draws it: the measured costs, not acceptance alone, set its shape.
+        considered: the source ``expected_speedup`` belongs to.
     """
 
     n_draft: int
+    source: str | None = None
     probe: bool = False
     confidence: int = 0
+    expected_speedup: tuple[float, ...] = ()
+    considered: str | None = None
+
+
+class _Source:
+    """What the controller knows of one draft source in this generation."""
+
+    def __init__(self, name: str, n_draft: int, params: AdaptiveParams) -> None:
+        self.name = name
+        self.model = name == MODEL
+        self.params = params
+        self.n_draft = n_draft
+        self.accept: dict[int, PositionRates] = {}  # one table per confidence class
+        self.deliver = PositionRates(n_draft, params.accept_alpha, params.prior_deliver, params.prior_weight)
+        self.overhead = RollingMedian(params.cost_window)  # our own time per speculative step with it
+
+    def rates(self, confidence: int) -> PositionRates:
+        table = self.accept.get(confidence)
+        if table is None:
+            p = self.params
+            if self.model:
+                prior, alpha = p.prior_accept, p.accept_alpha
+            else:
+                prior = p.prior_accept_free[min(max(confidence, 0), len(p.prior_accept_free) - 1)]
+                alpha = p.accept_alpha_free
+            table = self.accept[confidence] = PositionRates(self.n_draft, alpha, prior, p.prior_weight, p.evidence_cap)
+        return table
 
 
 class AdaptiveController:
-    """Chooses ``n_draft`` per step from measured costs and acceptance (see the module docstring).
+    """Chooses the source and ``n_draft`` per step from measured costs and acceptance (module docstring).
 
     A draft model is planned *before* it drafts (its drafting is what costs); a draft-free source drafts
     first, for free, and the plan picks how much of that draft to verify, knowing its length and confidence.
@@ -364,8 +446,7 @@ class AdaptiveController:
 
     Args:
         n_draft: the most tokens drafted per step.
-        draft_model: the drafter is a model (its cost is per decode call); otherwise it is draft-free
-            (drafting costs only Python time, and what is not verified is scored as a shadow draft).
+        sources: the draft sources' names; :data:`MODEL` is the draft model, the others are draft-free.
         costs: the session's cost model (a fresh one if ``None``).
         n_draft_min: drafts shorter than this are dropped, so ``0 < k < n_draft_min`` is never chosen.
         params: tuning.
@@ -374,54 +455,48 @@ class AdaptiveController:
     def __init__(
         self,
         n_draft: int,
-        draft_model: bool,
+        sources: Sequence[str],
         costs: CostModel | None = None,
         n_draft_min: int = 0,
         params: AdaptiveParams | None = None,
     ) -> None:
         self.params = params or (costs.params if costs is not None else AdaptiveParams())
         self.n_draft = n_draft
-        self.draft_model = draft_model
         self.costs = costs or CostModel(n_draft + 1, self.params)
         self.n_draft_min = n_draft_min
+        self.sources = {name: _Source(name, n_draft, self.params) for name in sources}
+        self.model = self.sources.get(MODEL)
         p = self.params
-        # Conditional acceptance by position, one table per confidence class (a draft model has only class 0).
-        self._accept: dict[int, PositionRates] = {}
-        self.deliver = PositionRates(n_draft, p.accept_alpha, p.prior_deliver, p.prior_weight, p.evidence_cap)
-        # Our own time per step (drafting Python included), plain and speculative steps apart.
-        self.overhead_plain = Ewma(p.cost_alpha, clip=3.0)
-        self.overhead_spec = Ewma(p.cost_alpha, clip=3.0)
-        # Plain steps since the last speculative one. A draft model starts at the threshold, so the first
-        # step that can be costed is a probe and the acceptance of this text is known early; draft-free
-        # sources learn it from shadow drafts.
-        self._plain_run = p.probe_every - 1 if draft_model else 0
+        self.overhead_plain = RollingMedian(p.cost_window)
+        # Plain steps since the draft model last drafted. It starts at the threshold, so the first step that
+        # can be costed is a probe and the acceptance of this text is known early; draft-free sources learn
+        # it from shadow drafts.
+        self._plain_run = p.probe_every - 1 if self.model else 0
         self._probe_interval = p.probe_every
         self._elapsed = 0.0  # decoding time observed in this generation
         self._n_probes = 0
-        self._ledger = 0.0  # what speculative steps won (or, negative, lost) against plain decoding
+        self._ledger = 0.0  # what speculative steps won (or, negative, lost) against plain decoding, modelled
         # What the speculation the loss guard declined would have won, scored on shadow drafts (capped).
         self._hindsight = 0.0
-        self._declined: tuple[int, float, float] | None = None
-        self._behind = 0  # tokens the draft model has not seen (it is synced when it drafts)
+        self._declined: dict[str, tuple[int, float, float]] = {}
         self._shadows: list[_Shadow] = []
 
-    def accept(self, confidence: int = 0) -> PositionRates:
-        """The acceptance estimates of one confidence class."""
-        rates = self._accept.get(confidence)
-        if rates is None:
-            p = self.params
-            if self.draft_model:
-                prior, alpha = p.prior_accept, p.accept_alpha
-            else:
-                prior = p.prior_accept_free[min(max(confidence, 0), len(p.prior_accept_free) - 1)]
-                alpha = p.accept_alpha_free
-            rates = self._accept[confidence] = PositionRates(self.n_draft, alpha, prior, p.prior_weight, p.evidence_cap)
-        return rates
+    @property
+    def draft_free(self) -> bool:
+        """Whether every source is draft-free."""
+        return self.model is None
+
+    def accept(self, confidence: int = 0, source: str | None = None) -> PositionRates:
+        """The acceptance estimates of one source (default: the first) and confidence class."""
+        return self._source(source).rates(confidence)
+
+    def _source(self, name: str | None) -> _Source:
+        return self.sources[name] if name is not None else next(iter(self.sources.values()))
 
     # ---- the model ----------------------------------------------------------------------------------
 
     def curves(
-        self, k_max: int, offered: int | None = None, confidence: int = 0
+        self, k_max: int, offered: int | None = None, confidence: int = 0, source: str | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Expected tokens and seconds of a step that verifies up to ``k`` drafts, for every ``k`` in ``0..k_max``.
 
@@ -430,121 +505,144 @@ class AdaptiveController:
             offered: a draft-free source has already drafted this many tokens (delivery is certain up to
                 it); ``None`` for a draft model, whose delivery is estimated.
             confidence: the draft's confidence class.
+            source: the source (default: the first).
 
         Returns:
-            ``(tokens, seconds)`` arrays indexed by ``k``, or ``None`` before any cost is measured.
+            ``(tokens, seconds)`` arrays indexed by ``k``, or ``None`` before any cost is measured. The draft
+            model's catch-up on missed tokens is not included (see :meth:`plan`).
         """
+        src = self._source(source)
         k_max = min(k_max, self.n_draft)
         if offered is not None:
             k_max = min(k_max, offered)
         verify = self.costs.verify.curve(k_max + 1)
         if verify is None:
             return None
-        g = np.ones(k_max) if offered is not None else self.deliver.estimates()[:k_max]
+        g = np.ones(k_max) if offered is not None else src.deliver.estimates()[:k_max]
         # A draft-free source's acceptance is judged cautiously: its shadow drafts bring evidence for free,
         # so waiting for it costs little, and speculating on a lucky few observations costs a batch each time.
-        caution = 0.0 if self.draft_model else self.params.caution_free
-        a = self.accept(confidence).estimates(caution)[:k_max]
+        caution = 0.0 if src.model else self.params.caution_free
+        a = src.rates(confidence).estimates(caution)[:k_max]
         # tokens[k] = Σ_{i=0..k} P(accepted ≥ i),  P(accepted ≥ i) = Π_{j<i} g_j a_j.
         tokens = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(g * a))))
         # P(delivered ≥ i) for i = 0..k_max; a step asking for k verifies 1 + min(delivered, k) tokens.
         at_least = np.concatenate(([1.0], np.cumprod(g)))
         exactly_below = (at_least[:-1] - at_least[1:]) * verify[1 : k_max + 1]  # delivered d < k, batch d + 1
         seconds = np.concatenate(([0.0], np.cumsum(exactly_below))) + at_least * verify[1 : k_max + 2]
-        if self.draft_model:
+        if src.model:
             # A draft of d < k tokens took d + 1 calls (the last one found p < p_min), a full one k calls.
             calls = np.concatenate(([0.0], np.cumsum(at_least[:-1])))
             seconds += self.costs.draft_call_seconds() * calls
         # A draft-free source's Python time is part of the overhead.
-        seconds[0] += self._overhead(False)
-        seconds[1:] += self._overhead(True)
+        seconds[0] += self._overhead(None)
+        seconds[1:] += self._overhead(src)
         return tokens, seconds
 
-    def expected_tokens(self, k: int, confidence: int = 0) -> float:
+    def expected_tokens(self, k: int, confidence: int = 0, source: str | None = None) -> float:
         """Expected tokens emitted by a step that asks for ``k`` drafts (Leviathan et al. 2023, eq. 1,
         generalised to acceptance and delivery by position): ``Σ_{i=0..k} Π_{j<i} g_j a_j``."""
-        g = self.deliver.estimates()[:k] if self.draft_model else np.ones(k)
-        a = self.accept(confidence).estimates()[:k]
+        src = self._source(source)
+        g = src.deliver.estimates()[:k] if src.model else np.ones(k)
+        a = src.rates(confidence).estimates()[:k]
         return 1.0 + float(np.cumprod(g * a).sum())
-
-    def expected_rate(self, k: int, confidence: int = 0) -> float:
-        """Expected tokens per second when asking for ``k`` drafts (0 before any measurement)."""
-        curves = self.curves(k, None if self.draft_model else k, confidence)
-        if curves is None:
-            return 0.0
-        tokens, seconds = curves
-        return float(tokens[k] / seconds[k]) if seconds[k] > 0 else 0.0
 
     def _plain_seconds(self) -> float | None:
         v1 = self.costs.verify.estimate(1)
-        return None if v1 is None else v1 + self._overhead(False)
+        return None if v1 is None else v1 + self._overhead(None)
 
-    def _overhead(self, speculative: bool) -> float:
-        if speculative and self.overhead_spec.count:
-            return self.overhead_spec.value
+    def _overhead(self, src: _Source | None) -> float:
+        if src is not None and src.overhead.count:
+            return src.overhead.value
         return self.overhead_plain.value
+
+    def could_pay(self) -> bool:
+        """Whether the draft model could beat plain decoding at all on this machine: with every draft
+        accepted. A draft model that costs half a target step per token, with batches that cost several
+        single steps, loses even then; it is then neither probed nor kept in sync with the prompt."""
+        if self.model is None:
+            return False
+        plain = self._plain_seconds()
+        verify = self.costs.verify.curve(self.n_draft + 1)
+        if plain is None or verify is None:
+            return True  # nothing measured yet: it might
+        k = np.arange(1, self.n_draft + 1)
+        seconds = verify[2:] + self.costs.draft_call_seconds() * k + self._overhead(self.model)
+        return bool(np.max((k + 1) / seconds) > (1.0 + self.params.margin) / plain)
 
     # ---- decisions ----------------------------------------------------------------------------------
 
-    def plan(self, limit: int, offered: int | None = None, confidence: int = 0) -> StepPlan:
-        """Choose this step's draft length.
+    def plan(self, limit: int, offers: Sequence[Offer] = (), behind: int = 0) -> StepPlan:
+        """Choose this step's source and draft length.
 
         Args:
             limit: the most the step may draft (tokens left to generate, context room, ``n_draft``).
-            offered: for a draft-free source, the length of the draft it has already made (``None`` for a
-                draft model, which drafts after the plan).
-            confidence: that draft's confidence class.
+            offers: the drafts the free sources have made.
+            behind: tokens the draft model would have to catch up on before drafting.
 
         Returns:
-            The plan; ``n_draft`` is within ``0..limit`` (and ``0..offered``).
+            The plan; ``n_draft`` is within ``0..limit`` (and within the chosen offer).
         """
         limit = min(limit, self.n_draft)
-        if offered is not None:
-            limit = min(limit, offered)
-        self._declined = None
+        self._declined = {}
         k_min = max(1, self.n_draft_min)
-        if limit < k_min:
-            return StepPlan(0, confidence=confidence)
-        curves = self.curves(limit, offered, confidence)
-        if curves is None:
-            return StepPlan(0, confidence=confidence)  # measure plain decoding first
-        tokens, seconds = curves
-        rates = tokens / np.maximum(seconds, 1e-9)
-        rate_plain = float(rates[0])
-        catchup = self.costs.catchup_seconds(self._behind) if self.draft_model else 0.0
+        plain = self._plain_seconds()
+        if limit < k_min or plain is None:
+            return StepPlan(0)  # nothing worth drafting, or plain decoding measured first
+        rate_plain = 1.0 / plain
         # What may still be lost in this generation; a step is affordable if losing all of it fits.
-        room = (
-            self._ledger
-            + self._hindsight
-            + self.params.loss_budget * self._elapsed
-            + self.params.loss_credit * float(seconds[0])
-        )
-        worst = seconds + catchup - seconds[0]  # every draft rejected: one token for the whole step
-        affordable = [k for k in range(k_min, limit + 1) if worst[k] <= room]
-        if affordable:
-            k_best = max(affordable, key=lambda k: rates[k])
-            if rates[k_best] > rate_plain * (1.0 + self.params.margin):
-                return StepPlan(k_best, confidence=confidence)
-        k_best = k_min + int(np.argmax(rates[k_min:]))
-        if rates[k_best] > rate_plain * (1.0 + self.params.margin):
-            self._declined = (k_best, float(seconds[k_best]), float(seconds[0]))
-        # Probes learn what plain steps cannot. A draft model's acceptance needs them; a draft-free source's
-        # is learnt from its shadow drafts, so it probes only for a batch size whose cost was never measured.
-        needs_probe = self.draft_model or not self.costs.verify.has(k_best + 1)
-        if needs_probe and self._plain_run + 1 >= self._probe_interval and self._could_pay(tokens, seconds):
-            expected_loss = float(seconds[k_best]) + catchup - float(tokens[k_best] * seconds[0])
-            if expected_loss <= room:
-                return StepPlan(k_best, probe=True, confidence=confidence)
-        return StepPlan(0, confidence=confidence)
-
-    def _could_pay(self, tokens: np.ndarray, seconds: np.ndarray) -> bool:
-        """Whether speculation could beat plain decoding at all on this machine: with every draft accepted.
-
-        A draft model that costs half a target step per token, with batches that cost several single steps,
-        loses even then, and probing it would only spend the exploration budget.
-        """
-        best_case = np.arange(len(tokens)) + 1.0
-        return bool(np.max(best_case[1:] / np.maximum(seconds[1:], 1e-9)) > (1.0 + self.params.margin) / seconds[0])
+        p = self.params
+        room = self._ledger + self._hindsight + p.loss_budget * self._elapsed + p.loss_credit * plain
+        candidates: list[tuple[_Source, int, int]] = [  # source, how many it offers (or may draft), confidence
+            (self.sources[o.source], min(limit, o.n_tokens), o.confidence)
+            for o in offers
+            if o.source in self.sources and min(limit, o.n_tokens) >= k_min
+        ]
+        model_ok = self.model is not None and self.could_pay()
+        if model_ok:
+            assert self.model is not None
+            candidates.append((self.model, limit, 0))
+        best: StepPlan | None = None
+        best_rate = rate_plain * (1.0 + self.params.margin)
+        shown: tuple[float, StepPlan] | None = None  # the most promising step, taken or not (for teaching)
+        probe: tuple[float, float, StepPlan] | None = None  # expected loss, rate, plan
+        catchup = self.costs.catchup_seconds(behind) if model_ok else 0.0
+        for src, k_max, confidence in candidates:
+            curves = self.curves(k_max, None if src.model else k_max, confidence, src.name)
+            if curves is None:
+                continue
+            tokens, seconds = curves
+            seconds = seconds.copy()
+            if src.model:
+                seconds[1:] += catchup
+            rates = tokens / np.maximum(seconds, 1e-9)
+            speedup = tuple(float(r / rate_plain) for r in rates)
+            ks = range(k_min, k_max + 1)
+            k_top = max(ks, key=lambda k: rates[k])
+            if shown is None or rates[k_top] > shown[0]:
+                shown = (float(rates[k_top]), StepPlan(0, expected_speedup=speedup, considered=src.name))
+            # Affordable: losing all of it (every draft rejected: one token for the step) fits the room.
+            affordable = [k for k in ks if seconds[k] - plain <= room]
+            if affordable:
+                k = max(affordable, key=lambda k: rates[k])
+                if rates[k] > best_rate:
+                    best_rate = float(rates[k])
+                    best = StepPlan(k, src.name, False, confidence, speedup, src.name)
+            if not src.model and rates[k_top] > rate_plain * (1.0 + self.params.margin):
+                self._declined[src.name] = (k_top, float(seconds[k_top]), plain)
+            # Probes learn what plain steps cannot. A draft model's acceptance needs them (now and then); a
+            # draft-free source's is learnt from its shadow drafts, so it probes only a batch size whose cost
+            # was never measured.
+            wanted = self._plain_run + 1 >= self._probe_interval if src.model else not self.costs.verify.has(k_top + 1)
+            loss = float(seconds[k_top] - tokens[k_top] * plain)
+            if wanted and loss <= room and (probe is None or rates[k_top] > probe[1]):
+                probe = (loss, float(rates[k_top]), StepPlan(k_top, src.name, True, confidence, speedup, src.name))
+        if best is not None:
+            self._declined.pop(best.source or "", None)
+            return best
+        if probe is not None:
+            self._declined.pop(probe[2].source or "", None)
+            return probe[2]
+        return shown[1] if shown is not None else StepPlan(0)
 
     # ---- learning -----------------------------------------------------------------------------------
 
@@ -558,6 +656,7 @@ class AdaptiveController:
         draft_s: float = 0.0,
         draft_calls: int = 0,
         draft_tokens: int | None = None,
+        verify_calls: Sequence[tuple[int, float]] | None = None,
     ) -> None:
         """Learn from a finished step.
 
@@ -565,25 +664,26 @@ class AdaptiveController:
             plan: what :meth:`plan` chose for it.
             drafted: tokens the drafter delivered (and the target verified).
             accepted: how many of them were accepted.
-            verify_s: time in the target's decode call (batch of ``drafted + 1``).
+            verify_s: time in the target's decode calls (batch of ``drafted + 1``).
             overhead_s: the step's time outside llama.cpp's decode calls.
-            draft_s: the draft model's decode time this step (unused for draft-free sources).
+            draft_s: the draft model's decode time this step.
             draft_calls: the draft model's decode calls this step.
             draft_tokens: tokens the draft model evaluated this step (``None``: one per call). Its first call
                 syncs it to the history: one or two tokens after a speculative step, many after plain ones.
+            verify_calls: the target's decode calls as ``(tokens, seconds)`` (default: one call of
+                ``drafted + 1`` tokens taking ``verify_s``).
         """
-        plain_seconds = self._plain_seconds()
-        step_s = verify_s + overhead_s + (draft_s if self.draft_model else 0.0)
-        self._elapsed += step_s
-        self.costs.verify.observe(drafted + 1, verify_s)
-        (self.overhead_spec if plan.n_draft > 0 else self.overhead_plain).add(overhead_s)
-        if plan.n_draft == 0 or not self.draft_model:
-            self._behind += accepted + 1
-        if plan.n_draft == 0:
+        src = self.sources.get(plan.source or "") if plan.n_draft > 0 else None
+        self._elapsed += verify_s + overhead_s + draft_s
+        for n, seconds in verify_calls if verify_calls is not None else [(drafted + 1, verify_s)]:
+            self.costs.verify.observe(n, seconds)
+        (src.overhead if src is not None else self.overhead_plain).add(overhead_s)
+        if src is None or not src.model:
             self._plain_run += 1
+        if src is None:
             return
-        if self.draft_model and draft_calls > 0:
-            self._behind = 0
+        modelled = (self.costs.verify.estimate(drafted + 1) or verify_s) + self._overhead(src)
+        if src.model and draft_calls > 0:
             synced = (draft_tokens if draft_tokens is not None else draft_calls) - (draft_calls - 1)
             if synced <= 2:
                 self.costs.draft_call.add(draft_s / draft_calls)
@@ -592,26 +692,31 @@ class AdaptiveController:
                 # call is the catch-up, per extra token.
                 calls = draft_calls * self.costs.draft_call_seconds()
                 self.costs.draft_catchup.add(max(0.0, draft_s - calls) / (synced - 1))
-        if plain_seconds is not None:
-            self._ledger += (accepted + 1) * plain_seconds - step_s
-        if self.draft_model:
+            missed = synced - 1 if synced > 2 else 0
+            modelled += draft_calls * self.costs.draft_call_seconds() + self.costs.catchup_seconds(missed)
+        plain = self._plain_seconds()
+        if plain is not None:
+            # Modelled, not measured: the estimates already follow real changes, and one slow step (another
+            # process, a page fault) must not lock speculation out of the rest of the answer.
+            self._ledger += (accepted + 1) * plain - modelled
+        if src.model:
             for j in range(min(plan.n_draft, drafted + 1)):
-                self.deliver.observe(j, j < drafted)
-        rates = self.accept(plan.confidence)
+                src.deliver.observe(j, j < drafted)
+        rates = src.rates(plan.confidence)
         for j in range(min(drafted, accepted + 1)):
             rates.observe(j, j < accepted)
+        if not src.model:
+            return
+        self._plain_run = 0
         if not plan.probe:
-            self._plain_run = 0
             self._probe_interval = self.params.probe_every
-        elif drafted > 0 or self.draft_model:
+        else:
             # Judge a probe by what it delivered, not by the model it is meant to correct: a probe that
-            # beat plain decoding's expected rate brings the next one soon; a losing one waits twice as
-            # long. (A draft-free probe that found nothing to draft cost nothing: it probes again.)
-            self._plain_run = 0
+            # beat plain decoding brings the next one soon; a losing one waits twice as long.
             # The first few probes come one after another, whatever they find: one or two observations are
             # too few to back off on, and back to back the draft model never falls behind.
             self._n_probes += 1
-            won = drafted > 0 and (accepted + 1) / max(step_s, 1e-9) > self.expected_rate(0)
+            won = drafted > 0 and plain is not None and (accepted + 1) * plain > modelled
             if self._n_probes < self.params.probe_min:
                 self._probe_interval = 1
             elif won:
@@ -620,7 +725,9 @@ class AdaptiveController:
                 doubled = max(2 * self._probe_interval, self.params.probe_every)
                 self._probe_interval = min(doubled, self.params.probe_every_max)
 
-    def shadow_drafted(self, history_len: int, tokens: Sequence[int], verified: int, confidence: int = 0) -> None:
+    def shadow_drafted(
+        self, history_len: int, tokens: Sequence[int], verified: int, confidence: int = 0, source: str | None = None
+    ) -> None:
         """Keep the part of a draft-free source's draft that this step does not verify, to score it later.
 
         Args:
@@ -629,11 +736,13 @@ class AdaptiveController:
             verified: how many of its tokens the step verifies (they are learnt from by :meth:`observe`;
                 the rest counts only if all of them are accepted).
             confidence: the draft's confidence class.
+            source: the source that drafted it (default: the first).
         """
+        name = self._source(source).name
         if len(tokens) > verified:
-            counterfactual = self._declined if verified == 0 else None
-            self._shadows.append(_Shadow(history_len, tuple(tokens), confidence, verified, counterfactual))
-        self._declined = None
+            counterfactual = self._declined.get(name) if verified == 0 else None
+            self._shadows.append(_Shadow(name, history_len, tuple(tokens), confidence, verified, counterfactual))
+        self._declined.pop(name, None)
 
     def shadow_check(self, history: Sequence[int]) -> None:
         """Score pending shadow drafts against the tokens the target has produced since, position by position.
@@ -652,7 +761,7 @@ class AdaptiveController:
             tokens, j, start = shadow.tokens, shadow.scored, shadow.start
             if list(history[start : start + j]) != list(tokens[:j]):
                 continue  # a verified token was rejected: the rest was never in question
-            rates = self.accept(shadow.confidence)
+            rates = self.accept(shadow.confidence, shadow.source)
             hit = True
             while hit and j < len(tokens) and start + j < len(history):
                 hit = history[start + j] == tokens[j]
@@ -681,9 +790,9 @@ class AdaptiveController:
 
     # ---- reporting ----------------------------------------------------------------------------------
 
-    def acceptance_by_position(self, confidence: int = 0) -> list[float]:
+    def acceptance_by_position(self, confidence: int = 0, source: str | None = None) -> list[float]:
         """The current conditional acceptance estimate per draft position."""
-        return [float(a) for a in self.accept(confidence).estimates()]
+        return [float(a) for a in self.accept(confidence, source).estimates()]
 
     @property
     def probe_interval(self) -> int:
@@ -691,7 +800,6 @@ class AdaptiveController:
         return self._probe_interval
 
     def __repr__(self) -> str:
-        rates = ", ".join(f"{r:.2f}" for r in self.acceptance_by_position()[:8])
         v1 = self.costs.verify.estimate(1)
-        t = f"{1e3 * v1:.1f} ms" if v1 is not None and not math.isnan(v1) else "?"
-        return f"AdaptiveController(verify(1)={t}, accept=[{rates}])"
+        t = f"{1e3 * v1:.1f} ms" if v1 is not None else "?"
+        return f"AdaptiveController(verify(1)={t}, sources={list(self.sources)})"

@@ -98,23 +98,11 @@ def extra_buffers_default() -> bool:
     return "AMX_INT8 = 1" not in system_info()
 
 
-# llama.cpp's CPU backend computes a batch of up to this many tokens with the same kernels, and so the same
-# rounding, as one token at a time, provided the extra buffer types (repacked weights) are off, flash attention
-# is off and the build has no llamafile kernels; otherwise logits drift by up to ~0.6 between the two (measured
-# on the Qwen demo models, llama.cpp of llama-cpp-python 0.3.36: from 8 rows on, with repacked weights from 3,
-# and with flash attention once the KV cache passes 512 cells, where one query takes a split-KV path).
-# Verification batches are cut to this size so that speculation reproduces plain decoding bit for bit;
-# tests/test_engine_behaviour.py checks it on every build.
-BATCH_INVARIANT_CHUNK = 7
-
-
-def has_llamafile_kernels() -> bool:
-    """Whether this build uses llamafile's matrix kernels, which round batches differently from single tokens.
-
-    Build llama-cpp-python with ``CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"`` for bit-exact verification at any context
-    length; with them, exactness holds while flash attention takes the same path for one and several tokens.
-    """
-    return "LLAMAFILE = 1" in system_info()
+# The KV cache types an exact target tries, in order (see BackendParams.exact): GGML_TYPE_Q8_0, and
+# GGML_TYPE_BF16 for models whose attention heads are not a multiple of q8_0's 32-value blocks.
+EXACT_KV_TYPES = (8, 30)
+# The largest decode call the invariance probe tries.
+PROBE_MAX_SIZE = 8
 
 
 def check_gguf_file(path: Path) -> None:
@@ -144,9 +132,9 @@ class BackendParams:
         vocab_only: load only the tokenizer (no weights, no context).
         extra_buffers: use llama.cpp's extra CPU buffer types (repacked weights); ``None`` decides with
             :func:`extra_buffers_default`.
-        batch_invariant: evaluate so that batches of up to :data:`BATCH_INVARIANT_CHUNK` tokens give the same
-            logits as one token at a time (no repacked weights; flash attention off on builds without llamafile
-            kernels). The target of an exact speculative engine is loaded this way.
+        exact: load in the configuration where batches can be computed with the same kernels as one token: no
+            repacked weights, flash attention on, a q8_0 (or bf16) KV cache (see :data:`EXACT_KV_TYPES`).
+            :meth:`LlamaBackend.probe_invariance` then finds the decode-call sizes that are.
     """
 
     n_ctx: int = 4096
@@ -155,7 +143,7 @@ class BackendParams:
     n_batch: int = 512
     vocab_only: bool = False
     extra_buffers: bool | None = None
-    batch_invariant: bool = False
+    exact: bool = False
 
 
 def default_threads() -> int:
@@ -187,10 +175,14 @@ class LlamaBackend:
         mparams.n_gpu_layers = self.params.n_gpu_layers
         mparams.vocab_only = self.params.vocab_only
         extra = self.params.extra_buffers
-        invariant = self.params.batch_invariant
-        mparams.use_extra_bufts = False if invariant else (extra_buffers_default() if extra is None else extra)
-        # The largest decode call whose logits are bit-identical to one-token decoding (None: no guarantee).
-        self.invariant_chunk: int | None = BATCH_INVARIANT_CHUNK if invariant else None
+        exact = self.params.exact
+        # Repacked weights compute 4+ rows with other kernels than one row (measured: 0.4 logits apart).
+        mparams.use_extra_bufts = False if exact else (extra_buffers_default() if extra is None else extra)
+        # Decode-call sizes whose logits equal one-token decoding bit for bit: measured by probe_invariance,
+        # until then only the trivial size (no promise).
+        self.invariant_sizes: tuple[int, ...] = (1,)
+        self.probe_seconds = 0.0
+        self.kv_type: int | None = None  # the KV cache's ggml type when it is not llama.cpp's default
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), mparams)
         if not self._model:
             raise BackendError(
@@ -206,6 +198,7 @@ class LlamaBackend:
         self.decode_seconds = 0.0  # time spent inside llama_decode, for honest overhead accounting
         self.n_decoded = 0  # tokens evaluated (for tests and statistics)
         self.n_decode_calls = 0  # llama_decode calls (the adaptive controller costs a draft per call)
+        self.last_calls: list[tuple[int, float]] = []  # the last decode()'s calls: (tokens, seconds)
         if self.params.vocab_only:
             return
         cparams = llama_cpp.llama_context_default_params()
@@ -216,12 +209,19 @@ class LlamaBackend:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
-        if self.params.batch_invariant and not has_llamafile_kernels():
-            # One query takes a split-KV flash-attention path past 512 cells; without flash attention every
-            # query goes through the same matrix kernels. (With llamafile kernels the non-flash path is not
-            # invariant either, so such builds keep flash attention: exact while the KV cache is short.)
-            cparams.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if exact:
+            # Without flash attention, llamafile's kernels multiply the attention matrices of 2+ queries
+            # (they never take one); llama.cpp's CPU flash attention handles each query alike, except one
+            # query over an f16/f32 cache of 512+ cells (a split-KV path), which a q8_0 cache never takes.
+            cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
+            for kv_type in EXACT_KV_TYPES:
+                cparams.type_k = cparams.type_v = kv_type
+                self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+                if self._ctx:
+                    self.kv_type = kv_type
+                    break
+        else:
+            self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
             raise BackendError(
@@ -355,14 +355,14 @@ class LlamaBackend:
 
     # ---- evaluation ---------------------------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (), max_chunk: int | None = None) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (), exact: bool = False) -> np.ndarray:
         """Evaluate tokens appended after the KV cache's current contents.
 
         Args:
             tokens: the tokens, evaluated at positions ``n_past ..``.
             logits_for: indices into ``tokens`` whose logits the caller wants.
-            max_chunk: the most tokens per ``llama_decode`` call (default: the batch size); see
-                :attr:`invariant_chunk`.
+            exact: split the batch into decode calls of :attr:`invariant_sizes` (see :meth:`split`), so every
+                row equals one-token decoding bit for bit; otherwise calls of up to ``n_batch`` tokens.
 
         Returns:
             A ``(len(logits_for), n_vocab)`` float32 array. It is a view into llama.cpp's output buffer
@@ -380,10 +380,12 @@ class LlamaBackend:
         want = set(logits_for)
         if any(not 0 <= i < len(tokens) for i in want):
             raise ValueError("logits_for indexes outside the batch")
-        n_batch = min(self.params.n_batch, max_chunk or self.params.n_batch)
+        sizes = self.split(len(tokens)) if exact else self._plain_split(len(tokens))
+        self.last_calls = []
         rows: list[np.ndarray] = []
-        for start in range(0, len(tokens), n_batch):
-            chunk = tokens[start : start + n_batch]
+        start = 0
+        for size in sizes:
+            chunk = tokens[start : start + size]
             b = self._batch
             b.n_tokens = len(chunk)
             outputs = []
@@ -398,19 +400,79 @@ class LlamaBackend:
                     outputs.append(j)
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, b)
-            self.decode_seconds += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            self.decode_seconds += seconds
+            self.last_calls.append((len(chunk), seconds))
             self.n_decode_calls += 1
             if rc != 0:
                 raise BackendError(f"llama_decode failed with code {rc} (1 = no KV slot: the context is full)")
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
+            start += size
             if outputs:
                 rows.append(self._logit_rows(outputs))
-                if start + n_batch < len(tokens):  # the next call reuses llama.cpp's buffer: keep a copy
+                if start < len(tokens):  # the next call reuses llama.cpp's buffer: keep a copy
                     rows[-1] = rows[-1].copy()
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def _plain_split(self, n: int) -> list[int]:
+        full, rest = divmod(n, self.params.n_batch)
+        return [self.params.n_batch] * full + ([rest] if rest else [])
+
+    def split(self, n: int) -> list[int]:
+        """The decode-call sizes that evaluate ``n`` tokens bit-identically to one-token decoding: the largest
+        invariant size that fits, repeatedly (1 is always invariant)."""
+        out: list[int] = []
+        sizes = sorted(self.invariant_sizes, reverse=True)
+        while n > 0:
+            size = next(s for s in sizes if s <= n)
+            out.append(size)
+            n -= size
+        return out
+
+    def probe_invariance(self, max_size: int = PROBE_MAX_SIZE) -> tuple[int, ...]:
+        """Find the decode-call sizes whose logits equal one-token decoding bit for bit, and keep them in
+        :attr:`invariant_sizes` (the KV cache is left empty).
+
+        Kernels are chosen by batch size, model, build and hardware (llama.cpp's CPU backend: one row vs
+        several, repacked weights from 4 rows, ARM's two-row i8mm kernels for even sizes; GPU backends their
+        own thresholds), so this is measured rather than assumed: a short context, ``max_size`` tokens decoded
+        one at a time, then the same tokens as one batch of each size, compared row by row.
+        """
+        t0 = time.perf_counter()
+        text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
+        tokens = (self.tokenize(text * 4, add_special=True) * 2)[: 24 + max_size]
+        prefix, probe = tokens[:24], tokens[24:]
+        self.decode(prefix)
+        single = [self.decode([t], [0])[0].copy() for t in probe]
+        sizes = [1]
+        for n in range(2, len(probe) + 1):
+            self.truncate(len(prefix))
+            rows = self.decode(probe[:n], range(n))
+            if all(np.array_equal(rows[i], single[i]) for i in range(n)):
+                sizes.append(n)
+        self.truncate(0)
+        self.n_decoded = self.n_decode_calls = 0
+        self.decode_seconds = 0.0
+        self.invariant_sizes = tuple(sizes)
+        self.probe_seconds = time.perf_counter() - t0
+        log.info(
+            "%s: decode calls of %s tokens are bit-identical to one-token decoding (probe: %.2f s)",
+            self.path.name,
+            ", ".join(map(str, self.invariant_sizes)),
+            self.probe_seconds,
+        )
+        return self.invariant_sizes
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the KV cache already holds."""
+        limit = min(len(tokens), self.n_past)
+        n = 0
+        while n < limit and self.tokens[n] == tokens[n]:
+            n += 1
+        return n
 
     def _logit_rows(self, batch_indices: list[int]) -> np.ndarray:
         n = self.n_vocab
@@ -443,10 +505,7 @@ class LlamaBackend:
         Returns:
             How many tokens had to be evaluated, and the last token's logits row if asked for.
         """
-        common = 0
-        limit = min(len(tokens), self.n_past)
-        while common < limit and self.tokens[common] == tokens[common]:
-            common += 1
+        common = self.common_prefix(tokens)
         if logits_last and common == len(tokens) and common > 0:
             common -= 1  # the last token's logits are gone once another decode happened
         self.truncate(common)

@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from speculens.engine.backend import LlamaBackend
+from speculens.engine.config import GenerationConfig, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.events import FinishEvent, RunningStats, StepEvent
-from speculens.engine.generate import GenerationConfig, Strategy, generate
+from speculens.engine.generate import generate
 from speculens.engine.session import SpeculativeEngine
 
 SCHEMA = "speculens-bench/1"
@@ -206,12 +207,13 @@ class RunResult:
         )
 
 
-def _drafter(engine: SpeculativeEngine, config: GenerationConfig, rng: np.random.Generator) -> Drafter | None:
-    if config.strategy == Strategy.NGRAM_CACHE:
-        # A fresh cache per run: the dynamic table would otherwise learn the answer from the earlier
-        # repetitions of the same prompt and flatter the n-gram cache.
-        return NgramCacheDrafter(engine.fingerprint, None)
-    return engine.drafter(config, rng)
+def _drafters(engine: SpeculativeEngine, config: GenerationConfig, rng: np.random.Generator) -> list[Drafter]:
+    # A fresh n-gram cache per run: the dynamic table would otherwise learn the answer from the earlier
+    # repetitions of the same prompt and flatter the n-gram cache.
+    return [
+        NgramCacheDrafter(engine.fingerprint, None) if isinstance(d, NgramCacheDrafter) else d
+        for d in engine.drafters(config, rng)
+    ]
 
 
 def run_once(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> RunResult:
@@ -226,12 +228,11 @@ def run_once(engine: SpeculativeEngine, prompt: Sequence[int], config: Generatio
         The run's result.
     """
     rng = np.random.default_rng(config.sampling.seed)
-    drafter = _drafter(engine, config, rng)
-    draft_backend = engine.draft if config.strategy == Strategy.DRAFT else None
+    drafters = _drafters(engine, config, rng)
     chosen: list[int] = []
     probes = 0
     finish: FinishEvent | None = None
-    for event in generate(engine.target, drafter, prompt, config, rng, None, draft_backend, engine.costs):
+    for event in generate(engine.target, drafters, prompt, config, rng, None, engine.costs, engine.config.exact):
         if isinstance(event, StepEvent):
             chosen.append(event.n_draft_max)
             probes += event.probe
@@ -456,8 +457,6 @@ def run_suite(
     Returns:
         The results.
     """
-    from speculens.engine.adaptive import CostModel
-
     results = BenchResults(list(prompts), list(settings))
     total = len(prompts) * len(settings) * (repeats + warmup)
     done = 0
@@ -473,7 +472,7 @@ def run_suite(
                 if progress is not None:
                     progress(f"[{done}/{total}] {prompt.id}: {setting.label} ({kind})")
                 if fresh_costs:
-                    engine.costs = CostModel(chunk=engine.target.invariant_chunk)
+                    engine.costs = engine.new_costs()
                 config = replace(
                     base,
                     strategy=setting.strategy,
@@ -488,12 +487,12 @@ def run_suite(
 
 
 def cost_profile(
-    target: LlamaBackend, draft: LlamaBackend | None, max_batch: int = 16, repeats: int = 5
+    target: LlamaBackend, draft: LlamaBackend | None, max_batch: int = 16, repeats: int = 5, exact: bool = False
 ) -> dict[str, Any]:
     """Time the evaluation of ``k`` tokens (logits for all of them), ``k = 1..max_batch``, after a short
     context, for the target and the draft: the machine's price list for speculation. The target is timed as
-    it verifies (in chunks of its :attr:`~LlamaBackend.invariant_chunk` tokens when it is loaded for exact
-    verification), the draft as one decode call (its catch-up after plain steps).
+    it verifies (split into its bit-exact call sizes when ``exact``), the draft as one decode call (its
+    catch-up after plain steps).
 
     Args:
         target: the target model.
@@ -503,7 +502,7 @@ def cost_profile(
 
     Returns:
         ``{"target": {"1": ms, ...}, "draft": {...}, "draft_over_target": ratio of single-token costs,
-        "target_chunk": the target's chunk size or None}``.
+        "target_calls": the target's bit-exact decode-call sizes or None}``.
     """
     out: dict[str, Any] = {}
     for name, backend in (("target", target), ("draft", draft)):
@@ -521,14 +520,14 @@ def cost_profile(
             samples = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                backend.decode(filler[:k], range(k), max_chunk=backend.invariant_chunk)
+                backend.decode(filler[:k], range(k), exact=exact and backend is target)
                 samples.append(time.perf_counter() - t0)
                 backend.truncate(n_past)
             times[str(k)] = 1e3 * statistics.median(samples)
         out[name] = times
     if "draft" in out:
         out["draft_over_target"] = out["draft"]["1"] / out["target"]["1"]
-    out["target_chunk"] = target.invariant_chunk
+    out["target_calls"] = list(target.invariant_sizes) if exact else None
     return out
 
 

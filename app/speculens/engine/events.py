@@ -144,6 +144,12 @@ class StepEvent:
         probe: the adaptive controller speculated this step to re-measure, not because it expected a gain.
         offered: with the adaptive controller and a draft-free source, how many tokens the source proposed
             before the controller chose how many of them to verify (``None`` otherwise).
+        source: the drafter whose tokens were verified (``lookup``, ``ngram-cache``, ``ngram-map``,
+            ``draft``), ``None`` on a plain step.
+        expected_speedup: the adaptive controller's expected rate over plain decoding for verifying
+            ``k = 0..`` drafts of ``considered`` (the source it chose, or the most promising one it declined),
+            from the costs and acceptance it had measured; empty without the controller.
+        considered: the source ``expected_speedup`` is about.
     """
 
     step: int
@@ -157,6 +163,9 @@ class StepEvent:
     stats: RunningStats
     probe: bool = False
     offered: int | None = None
+    source: str | None = None
+    expected_speedup: tuple[float, ...] = ()
+    considered: str | None = None
 
     @property
     def n_accepted(self) -> int:
@@ -182,6 +191,37 @@ class FinishEvent:
 
 
 Event = StartEvent | StepEvent | FinishEvent
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two answers to the same prompt first differ, and how close the target's call was there.
+
+    Batched kernels round differently from one token at a time, so fast (non-exact) greedy speculation can
+    take the other side of a near-tie; this says which tie.
+
+    Attributes:
+        index: the first answer position where the tokens differ.
+        token_a: the first answer's token there (plain decoding, in Compare).
+        token_b: the second answer's token there.
+        piece_a: its bytes.
+        piece_b: its bytes.
+        logit_a: the target's logit for ``token_a`` there, decoded one token at a time.
+        logit_b: the same for ``token_b``.
+    """
+
+    index: int
+    token_a: int
+    token_b: int
+    piece_a: bytes
+    piece_b: bytes
+    logit_a: float
+    logit_b: float
+
+    @property
+    def margin(self) -> float:
+        """How far apart the two candidates' logits are (a near-tie is a small fraction of one)."""
+        return abs(self.logit_a - self.logit_b)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

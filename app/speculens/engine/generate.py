@@ -10,14 +10,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 import numpy as np
 
-from speculens.engine.adaptive import AdaptiveController, CostModel, StepPlan
+from speculens.engine.adaptive import MODEL, AdaptiveController, CostModel, Offer, StepPlan
 from speculens.engine.backend import LlamaBackend
+from speculens.engine.config import GenerationConfig, PromptError
 from speculens.engine.drafters.base import Draft, Drafter
+from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.events import (
     DraftToken,
     EmittedToken,
@@ -32,59 +33,6 @@ from speculens.engine.events import (
 from speculens.engine.sampling import SamplingParams, transform
 from speculens.engine.text import TextAssembler
 from speculens.engine.verify import Verdict, verify_greedy, verify_rejection, verify_sample_compare
-
-MAX_N_DRAFT = 64
-
-
-class Strategy(StrEnum):
-    """Where draft tokens come from."""
-
-    DRAFT = "draft"  # a second, smaller model
-    LOOKUP = "lookup"  # prompt lookup
-    NGRAM_CACHE = "ngram-cache"  # context + dynamic n-gram statistics
-    NGRAM_MAP = "ngram-map"  # a static map built from a corpus
-    NONE = "none"  # plain decoding with the target: the baseline
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """What one generation does.
-
-    Args:
-        strategy: the draft source.
-        n_draft: the most tokens drafted per step (with ``adaptive``, the upper bound of its choice).
-        n_draft_min: a shorter draft is dropped (the step decodes plainly).
-        p_min: a draft model stops when its top probability falls below this.
-        max_tokens: the most tokens generated.
-        stop: strings that end the answer (not included in it).
-        sampling: temperature, top-k, top-p, min-p, seed.
-        adaptive: choose the draft length each step from measured costs and acceptance, down to plain
-            decoding when speculation does not pay (:mod:`speculens.engine.adaptive`); off, every step
-            asks for ``n_draft`` tokens.
-    """
-
-    strategy: Strategy = Strategy.DRAFT
-    n_draft: int = 8
-    n_draft_min: int = 0
-    p_min: float = 0.75
-    max_tokens: int = 256
-    stop: tuple[str, ...] = ()
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    adaptive: bool = True
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""
-        if not 1 <= self.n_draft <= MAX_N_DRAFT:
-            raise ValueError(f"n_draft must be between 1 and {MAX_N_DRAFT}, not {self.n_draft}")
-        if not 0 <= self.n_draft_min <= self.n_draft:
-            raise ValueError(f"n_draft_min must be between 0 and n_draft ({self.n_draft}), not {self.n_draft_min}")
-        if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError(f"p_min must be between 0 and 1, not {self.p_min}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
-        if not isinstance(self.adaptive, bool):
-            raise ValueError(f"adaptive must be True or False, not {self.adaptive!r}")
-        self.sampling.validate()
 
 
 class _Stats:
@@ -124,32 +72,30 @@ class _Stats:
         )
 
 
-class PromptError(ValueError):
-    """The prompt cannot be generated from (empty, or too long for the context)."""
-
-
 def generate(
     target: LlamaBackend,
-    drafter: Drafter | None,
+    drafters: Sequence[Drafter],
     prompt: Sequence[int],
     config: GenerationConfig,
     rng: np.random.Generator,
     cancel: threading.Event | None = None,
-    draft_backend: LlamaBackend | None = None,
     costs: CostModel | None = None,
+    exact: bool = False,
 ) -> Iterator[Event]:
     """Generate from ``prompt`` with speculation, yielding a start event, one event per step and a finish.
 
     Args:
         target: the target model; its KV cache is reused for the common prefix with its current contents.
-        drafter: the draft source (``None`` for plain decoding).
+        drafters: the draft sources (none: plain decoding). With several, each step the adaptive controller
+            picks the one whose draft it expects to pay most (without it, the first free source that has
+            a draft, else the draft model).
         prompt: the prompt's tokens.
         config: the settings (validated here).
         rng: the random generator (used only when sampling).
         cancel: set it from any thread to stop after the current step.
-        draft_backend: the draft model, when there is one, so its decode time is accounted as drafting.
         costs: the session's measured costs for the adaptive controller (kept by the caller across
             generations; a fresh model when ``None``).
+        exact: verify in the target's bit-exact decode-call sizes (:meth:`LlamaBackend.split`).
 
     Returns:
         The events, lazily: nothing runs until the first one is taken.
@@ -161,158 +107,212 @@ def generate(
     config.validate()
     if not prompt:
         raise PromptError("the prompt is empty: type something to continue from")
-    limit = target.n_ctx if draft_backend is None else min(target.n_ctx, draft_backend.n_ctx)
+    model = next((d for d in drafters if isinstance(d, DraftModelDrafter)), None)
+    limit = target.n_ctx if model is None else min(target.n_ctx, model.backend.n_ctx)
     if len(prompt) >= limit:
         raise PromptError(
             f"the prompt has {len(prompt)} tokens but the context holds {limit}: "
             "shorten the prompt or raise the context size"
         )
     controller = None
-    if config.adaptive and drafter is not None:
-        controller = AdaptiveController(config.n_draft, draft_backend is not None, costs, config.n_draft_min)
-    return _run(target, drafter, prompt, config, rng, cancel, draft_backend, limit, controller)
+    if config.adaptive and drafters:
+        names = [d.name for d in drafters]
+        controller = AdaptiveController(config.n_draft, names, costs, config.n_draft_min)
+    return _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact).run(prompt)
 
 
-def _run(
-    target: LlamaBackend,
-    drafter: Drafter | None,
-    prompt: Sequence[int],
-    config: GenerationConfig,
-    rng: np.random.Generator,
-    cancel: threading.Event | None,
-    draft_backend: LlamaBackend | None,
-    limit: int,
-    controller: AdaptiveController | None,
-) -> Iterator[Event]:
-    sampling = config.sampling
-    t0 = time.perf_counter()
-    before = target.n_decoded
-    target.sync(prompt[:-1])
-    n_evaluated = target.n_decoded - before + 1  # + the pending last token, evaluated in the first step
-    if drafter is not None:
-        drafter.begin(prompt)
-    yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, drafter.name if drafter else "none")
+class _Loop:
+    """One generation's state; :meth:`run` is the generator :func:`generate` returns."""
 
-    history = list(prompt)
-    answer: list[int] = []
-    text = TextAssembler(config.stop)
-    stats = _Stats()
-    eog = target.vocab.eog
-    reason: FinishReason | None = None
+    def __init__(
+        self,
+        target: LlamaBackend,
+        drafters: list[Drafter],
+        model: DraftModelDrafter | None,
+        config: GenerationConfig,
+        rng: np.random.Generator,
+        cancel: threading.Event | None,
+        limit: int,
+        controller: AdaptiveController | None,
+        exact: bool,
+    ) -> None:
+        self.target = target
+        self.free = [d for d in drafters if d is not model]
+        self.model = model
+        self.config = config
+        self.rng = rng
+        self.cancel = cancel
+        self.limit = limit
+        self.controller = controller
+        self.exact = exact
 
-    while reason is None:
-        if cancel is not None and cancel.is_set():
-            reason = FinishReason.CANCELLED
-            break
-        remaining = config.max_tokens - len(answer)
-        room = limit - len(history)  # drafts that still fit behind the pending token
-        if room < 0:
-            reason = FinishReason.CONTEXT
-            break
-        step_t0 = time.perf_counter()
-        target_dec0 = target.decode_seconds
-        draft_dec0 = draft_backend.decode_seconds if draft_backend is not None else 0.0
-        draft_calls0 = draft_backend.n_decode_calls if draft_backend is not None else 0
-        draft_tokens0 = draft_backend.n_decoded if draft_backend is not None else 0
+    def _draft(self, history: list[int], n_max: int) -> tuple[Draft, StepPlan | None, int | None]:
+        """This step's draft, the controller's plan for it, and how long the chosen free draft was."""
+        controller, model = self.controller, self.model
+        if n_max <= 0:
+            return Draft(), None, None
+        if controller is None:  # fixed length: the first free source with a draft, else the draft model
+            for drafter in self.free:
+                draft = drafter.draft(history, n_max)
+                if draft.tokens:
+                    return replace(draft, source=drafter.name), None, None
+            if model is not None:
+                return replace(model.draft(history, n_max), source=model.name), None, None
+            return Draft(), None, None
+        controller.shadow_check(history)
+        # Free sources draft first (it costs only Python time); the controller then picks what to verify.
+        offers = {d.name: d.draft(history, n_max) for d in self.free}
+        behind = model.behind(history) if model is not None else 0
+        plan = controller.plan(n_max, [Offer(n, len(d.tokens), d.confidence) for n, d in offers.items()], behind)
+        for name, offer in offers.items():
+            verified = plan.n_draft if plan.source == name else 0
+            controller.shadow_drafted(len(history), offer.tokens, verified, offer.confidence, name)
+        if plan.n_draft == 0:
+            return Draft(), plan, None
+        if plan.source == MODEL and model is not None:
+            return replace(model.draft(history, plan.n_draft), source=MODEL), plan, None
+        offer = offers[plan.source or ""]
+        draft = Draft(offer.tokens[: plan.n_draft], confidence=offer.confidence, source=plan.source)
+        return draft, plan, len(offer.tokens)
 
-        # 1. Draft: as many tokens as the controller chooses (or n_draft), within the answer and context.
-        n_max = min(config.n_draft, remaining - 1, room) if drafter is not None else 0
-        plan: StepPlan | None = None
-        offered: int | None = None
-        if controller is None or drafter is None:
-            draft = drafter.draft(history, n_max) if drafter is not None and n_max > 0 else Draft()
-        elif controller.draft_model:  # drafting costs: plan first, then draft that much
-            controller.shadow_check(history)
-            plan = controller.plan(n_max)
-            n_max = plan.n_draft
-            draft = drafter.draft(history, n_max) if n_max > 0 else Draft()
-        else:  # drafting is free: draft, then verify as much of it as pays; the rest is scored later
-            controller.shadow_check(history)
-            offer = drafter.draft(history, n_max) if n_max > 0 else Draft()
-            offered = len(offer.tokens)
-            plan = controller.plan(n_max, offered, offer.confidence)
-            controller.shadow_drafted(len(history), offer.tokens, plan.n_draft, offer.confidence)
-            n_max = plan.n_draft
-            draft = Draft(offer.tokens[:n_max], confidence=offer.confidence) if n_max > 0 else Draft()
-        if len(draft.tokens) < max(config.n_draft_min, 1):
-            draft = Draft()
-        t_drafted = time.perf_counter()
+    def run(self, prompt: Sequence[int]) -> Iterator[Event]:
+        target, model, controller, config = self.target, self.model, self.controller, self.config
+        sampling = config.sampling
+        t0 = time.perf_counter()
+        before = target.n_decoded
+        target.sync(prompt[:-1])
+        n_evaluated = target.n_decoded - before + 1  # + the pending last token, evaluated in the first step
+        for drafter in self.free:
+            drafter.begin(prompt)
+        if model is not None:
+            model.begin(prompt)
+            # A draft model that cannot pay on this machine is not even given the prompt; if it is ever
+            # chosen, its first draft catches up (and the controller counts that cost).
+            if controller is None or controller.could_pay():
+                model.prefill()
+        name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
+        yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, name)
 
-        # 2. Verify all drafted positions in one target pass.
-        batch = [history[-1], *draft.tokens]
-        rows = target.decode(batch, range(len(batch)), max_chunk=target.invariant_chunk)
-        t_verified_dec = target.decode_seconds
-        verdict = _verify(draft, rows, sampling, rng)
-        target.truncate(len(history) + verdict.n_accepted)
+        history = list(prompt)
+        answer: list[int] = []
+        text = TextAssembler(config.stop)
+        stats = _Stats()
+        eog = target.vocab.eog
+        reason: FinishReason | None = None
+        draft_backend = model.backend if model is not None else None
 
-        # 3. Emit: accepted drafts, then the target's own token; stop at EOG, max_tokens, stop strings.
-        k = verdict.n_accepted
-        new = [*draft.tokens[:k], verdict.next_token]
-        origins = [Origin.ACCEPTED] * k + [
-            Origin.TARGET if not draft.tokens else Origin.BONUS if k == len(draft.tokens) else Origin.CORRECTION
-        ]
-        emitted: list[EmittedToken] = []
-        chunk = ""
-        for token, origin in zip(new, origins, strict=True):
-            history.append(token)
-            if token in eog:
-                reason = FinishReason.EOG
+        while reason is None:
+            if self.cancel is not None and self.cancel.is_set():
+                reason = FinishReason.CANCELLED
                 break
-            piece = target.piece(token)
-            emitted.append(EmittedToken(token, piece, origin))
-            answer.append(token)
-            chunk += text.feed(piece)
-            if text.stopped:
-                reason = FinishReason.STOP
+            remaining = config.max_tokens - len(answer)
+            room = self.limit - len(history)  # drafts that still fit behind the pending token
+            if room < 0:
+                reason = FinishReason.CONTEXT
                 break
-            if len(answer) >= config.max_tokens:
-                reason = FinishReason.MAX_TOKENS
-                break
-        if reason is not None:
-            chunk += text.flush()
+            step_t0 = time.perf_counter()
+            target_dec0 = target.decode_seconds
+            draft_dec0 = draft_backend.decode_seconds if draft_backend is not None else 0.0
+            draft_calls0 = draft_backend.n_decode_calls if draft_backend is not None else 0
+            draft_tokens0 = draft_backend.n_decoded if draft_backend is not None else 0
 
-        drafted = tuple(
-            DraftToken(
-                id=t,
-                piece=target.piece(t),
-                draft_prob=draft.probs[i] if draft.probs is not None else None,
-                target_prob=verdict.target_probs[i] if i < len(verdict.target_probs) else None,
-                accepted=i < k,
+            # 1. Draft: the source and length the controller chooses (or n_draft), within answer and context.
+            n_max = min(config.n_draft, remaining - 1, room)
+            draft, plan, offered = self._draft(history, n_max)
+            if len(draft.tokens) < max(config.n_draft_min, 1):
+                draft = Draft()
+            t_drafted = time.perf_counter()
+
+            # 2. Verify all drafted positions in one target pass.
+            batch = [history[-1], *draft.tokens]
+            rows = target.decode(batch, range(len(batch)), exact=self.exact)
+            t_verified_dec = target.decode_seconds
+            verdict = _verify(draft, rows, sampling, self.rng)
+            target.truncate(len(history) + verdict.n_accepted)
+
+            # 3. Emit: accepted drafts, then the target's own token; stop at EOG, max_tokens, stop strings.
+            k = verdict.n_accepted
+            new = [*draft.tokens[:k], verdict.next_token]
+            origins = [Origin.ACCEPTED] * k + [
+                Origin.TARGET if not draft.tokens else Origin.BONUS if k == len(draft.tokens) else Origin.CORRECTION
+            ]
+            emitted: list[EmittedToken] = []
+            chunk = ""
+            for token, origin in zip(new, origins, strict=True):
+                history.append(token)
+                if token in eog:
+                    reason = FinishReason.EOG
+                    break
+                piece = target.piece(token)
+                emitted.append(EmittedToken(token, piece, origin))
+                answer.append(token)
+                chunk += text.feed(piece)
+                if text.stopped:
+                    reason = FinishReason.STOP
+                    break
+                if len(answer) >= config.max_tokens:
+                    reason = FinishReason.MAX_TOKENS
+                    break
+            if reason is not None:
+                chunk += text.flush()
+
+            drafted = tuple(
+                DraftToken(
+                    id=t,
+                    piece=target.piece(t),
+                    draft_prob=draft.probs[i] if draft.probs is not None else None,
+                    target_prob=verdict.target_probs[i] if i < len(verdict.target_probs) else None,
+                    accepted=i < k,
+                )
+                for i, t in enumerate(draft.tokens)
             )
-            for i, t in enumerate(draft.tokens)
-        )
-        stats.record(len(draft.tokens), k)
-        stats.n_generated = len(answer)
-        step_end = time.perf_counter()
-        draft_s = t_drafted - step_t0
-        verify_s = t_verified_dec - target_dec0
-        draft_dec = (draft_backend.decode_seconds - draft_dec0) if draft_backend is not None else 0.0
-        overhead_s = max(0.0, (step_end - step_t0) - verify_s - draft_dec)
-        stats.draft_s += draft_s
-        stats.verify_s += verify_s
-        stats.overhead_s += overhead_s
-        if controller is not None and plan is not None:
-            calls = draft_backend.n_decode_calls - draft_calls0 if draft_backend is not None else 0
-            tokens_decoded = draft_backend.n_decoded - draft_tokens0 if draft_backend is not None else 0
-            controller.observe(plan, len(draft.tokens), k, verify_s, overhead_s, draft_dec, calls, tokens_decoded)
-        yield StepEvent(
-            step=stats.n_steps,
-            n_draft_max=n_max,
-            drafted=drafted,
-            emitted=tuple(emitted),
-            text=chunk,
-            draft_ms=draft_s * 1e3,
-            verify_ms=verify_s * 1e3,
-            overhead_ms=overhead_s * 1e3,
-            stats=stats.freeze(),
-            probe=plan is not None and plan.probe,
-            offered=offered,
-        )
+            stats.record(len(draft.tokens), k)
+            stats.n_generated = len(answer)
+            step_end = time.perf_counter()
+            draft_s = t_drafted - step_t0
+            verify_s = t_verified_dec - target_dec0
+            draft_dec = (draft_backend.decode_seconds - draft_dec0) if draft_backend is not None else 0.0
+            overhead_s = max(0.0, (step_end - step_t0) - verify_s - draft_dec)
+            stats.draft_s += draft_s
+            stats.verify_s += verify_s
+            stats.overhead_s += overhead_s
+            if controller is not None and plan is not None:
+                calls = draft_backend.n_decode_calls - draft_calls0 if draft_backend is not None else 0
+                tokens_decoded = draft_backend.n_decoded - draft_tokens0 if draft_backend is not None else 0
+                controller.observe(
+                    plan,
+                    len(draft.tokens),
+                    k,
+                    verify_s,
+                    overhead_s,
+                    draft_dec if plan.source == MODEL else 0.0,
+                    calls,
+                    tokens_decoded,
+                    target.last_calls,
+                )
+            yield StepEvent(
+                step=stats.n_steps,
+                n_draft_max=plan.n_draft if plan is not None else (n_max if self.free or model else 0),
+                drafted=drafted,
+                emitted=tuple(emitted),
+                text=chunk,
+                draft_ms=draft_s * 1e3,
+                verify_ms=verify_s * 1e3,
+                overhead_ms=overhead_s * 1e3,
+                stats=stats.freeze(),
+                probe=plan is not None and plan.probe,
+                offered=offered,
+                source=draft.source if draft.tokens else None,
+                expected_speedup=plan.expected_speedup if plan is not None else (),
+                considered=plan.considered if plan is not None else None,
+            )
 
-    if drafter is not None:
-        drafter.end(history)
-    text.flush()
-    yield FinishEvent(reason, text.text, tuple(answer), stats.freeze())
+        for drafter in self.free:
+            drafter.end(history)
+        if model is not None:
+            model.end(history)
+        text.flush()
+        yield FinishEvent(reason, text.text, tuple(answer), stats.freeze())
 
 
 def _verify(draft: Draft, rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:

@@ -9,52 +9,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import BackendParams, LlamaBackend
+from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.ngram_map import NgramMapDrafter
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
-from speculens.engine.events import Event, FinishEvent
-from speculens.engine.generate import GenerationConfig, PromptError, Strategy, generate
+from speculens.engine.events import Divergence, Event, FinishEvent
+from speculens.engine.generate import generate
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Which models to load and how.
-
-    Args:
-        target: the target GGUF.
-        draft: the draft GGUF (only needed for the ``draft`` strategy).
-        n_ctx: context size of both models.
-        n_threads: CPU threads (0 = automatic).
-        n_gpu_layers: target layers offloaded to the GPU (-1 = all).
-        n_gpu_layers_draft: draft layers offloaded to the GPU (-1 = all).
-        ngram_map: an n-gram map file for the ``ngram-map`` strategy.
-        ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
-        exact: load the target so that verification reproduces plain decoding bit for bit (no repacked
-            weights, verification in batches of at most ``BATCH_INVARIANT_CHUNK`` tokens); ``False``
-            allows llama.cpp's faster repacked weights, whose batched rounding can flip greedy near-ties.
-    """
-
-    target: Path
-    draft: Path | None = None
-    n_ctx: int = 4096
-    n_threads: int = 0
-    n_gpu_layers: int = 0
-    n_gpu_layers_draft: int = 0
-    ngram_map: Path | None = None
-    ngram_cache_dir: Path | None = None
-    exact: bool = True
 
 
 class SpeculativeEngine:
@@ -72,13 +43,18 @@ class SpeculativeEngine:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
         self.target = LlamaBackend(
-            config.target,
-            BackendParams(config.n_ctx, config.n_threads, config.n_gpu_layers, batch_invariant=config.exact),
+            config.target, BackendParams(config.n_ctx, config.n_threads, config.n_gpu_layers, exact=config.exact)
         )
+        if config.exact:
+            try:
+                self.target.probe_invariance()
+            except BaseException:
+                self.target.close()
+                raise
         self.draft: LlamaBackend | None = None
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
         # kept across generations (acceptance is per text and starts afresh each time).
-        self.costs = CostModel(chunk=self.target.invariant_chunk)
+        self.costs = self.new_costs()
         self._ngram_cache: NgramCacheDrafter | None = None
         self._ngram_map: NgramMapDrafter | None = None
         if config.draft is not None:
@@ -90,9 +66,10 @@ class SpeculativeEngine:
 
     def load_draft(self, path: Path) -> None:
         """Load (or replace) the draft model, refusing one whose vocabulary does not match the target's."""
-        draft = LlamaBackend(
-            path, BackendParams(self.config.n_ctx, self.config.n_threads, self.config.n_gpu_layers_draft)
-        )
+        # In exact mode the draft is computed like the target (cache precision, kernels), so a draft with the
+        # target's own weights proposes exactly the target's tokens.
+        c = self.config
+        draft = LlamaBackend(path, BackendParams(c.n_ctx, c.n_threads, c.n_gpu_layers_draft, exact=c.exact))
         problem = vocab_mismatch(self.target.vocab, draft.vocab)
         if problem:
             draft.close()
@@ -106,38 +83,60 @@ class SpeculativeEngine:
         self.draft = draft
         self.costs.forget_draft()
 
+    def new_costs(self) -> CostModel:
+        """An empty cost model for this target (verification split as the engine verifies)."""
+        return CostModel(split=self.target.split if self.config.exact else None)
+
     @property
     def fingerprint(self) -> str:
         """The target vocabulary's fingerprint (keys the n-gram files)."""
         return self.target.vocab.fingerprint()
 
-    def drafter(self, config: GenerationConfig, rng: np.random.Generator) -> Drafter | None:
-        """The draft source for a generation.
+    def drafters(self, config: GenerationConfig, rng: np.random.Generator) -> list[Drafter]:
+        """The draft sources of a generation (none for plain decoding).
 
         Raises:
             ValueError: the strategy needs something that is not loaded (a draft model, an n-gram map).
         """
         strategy = Strategy(config.strategy)
         if strategy is Strategy.NONE:
-            return None
+            return []
+        if strategy is Strategy.AUTO:
+            sources: list[Drafter] = [self.lookup(), self.ngram_cache()]
+            if self.draft is not None:
+                sources.append(self.draft_drafter(config, rng))
+            return sources
         if strategy is Strategy.DRAFT:
             if self.draft is None:
                 raise ValueError("the draft strategy needs a draft model: load one, or pick a draft-free strategy")
-            return DraftModelDrafter(self.draft, config.sampling, config.p_min, self.target.n_vocab, rng)
+            return [self.draft_drafter(config, rng)]
         if strategy is Strategy.LOOKUP:
-            return PromptLookupDrafter(whitespace=self.target.vocab.whitespace_ids)
+            return [self.lookup()]
         if strategy is Strategy.NGRAM_CACHE:
-            if self._ngram_cache is None:
-                path = None
-                if self.config.ngram_cache_dir is not None:
-                    path = self.config.ngram_cache_dir / f"{self.fingerprint}.npz"
-                self._ngram_cache = NgramCacheDrafter(self.fingerprint, path)
-            return self._ngram_cache
+            return [self.ngram_cache()]
         if self._ngram_map is None:
             if self.config.ngram_map is None:
                 raise ValueError("the ngram-map strategy needs a map file: build one with 'speculens-cli ngram build'")
             self._ngram_map = NgramMapDrafter.from_file(self.config.ngram_map, self.fingerprint)
-        return self._ngram_map
+        return [self._ngram_map]
+
+    def draft_drafter(self, config: GenerationConfig, rng: np.random.Generator) -> DraftModelDrafter:
+        """The loaded draft model as a draft source."""
+        assert self.draft is not None
+        return DraftModelDrafter(self.draft, config.sampling, config.p_min, self.target.n_vocab, rng)
+
+    def lookup(self) -> PromptLookupDrafter:
+        """A prompt-lookup source for this target's vocabulary."""
+        return PromptLookupDrafter(whitespace=self.target.vocab.whitespace_ids)
+
+    def ngram_cache(self) -> NgramCacheDrafter:
+        """The session's n-gram cache (its dynamic table persists across generations and runs)."""
+        if self._ngram_cache is None:
+            path = None
+            if self.config.ngram_cache_dir is not None:
+                path = self.config.ngram_cache_dir / f"{self.fingerprint}.npz"
+            self._ngram_cache = NgramCacheDrafter(self.fingerprint, path)
+        return self._ngram_cache
 
     def generate(
         self,
@@ -145,26 +144,33 @@ class SpeculativeEngine:
         config: GenerationConfig,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Generate a continuation of a prompt (text or tokens); see :func:`speculens.engine.generate.generate`."""
+        """Generate a continuation of a prompt (text or tokens); see :func:`speculens.engine.generate.generate`.
+
+        A text prompt is tokenized as llama.cpp's tools do: special-token texts (``<|im_start|>``) become
+        their ids, so a prompt written in the model's chat format means what it says.
+        """
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("the prompt is empty: type something to continue from")
-            tokens = self.target.tokenize(prompt)
+            tokens = self.target.tokenize(prompt, parse_special=True)
         else:
             tokens = list(prompt)
         config.validate()
         rng = np.random.default_rng(config.sampling.seed)
-        drafter = self.drafter(config, rng)
-        return generate(
-            self.target,
-            drafter,
-            tokens,
-            config,
-            rng,
-            cancel,
-            self.draft if config.strategy == Strategy.DRAFT else None,
-            self.costs,
-        )
+        drafters = self.drafters(config, rng)
+        return generate(self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact)
+
+    def divergence(self, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> Divergence | None:
+        """Where answers ``a`` and ``b`` to ``prompt`` first differ, with the target's logits for both candidates
+        there (one-token decoding, as plain decoding computes them); ``None`` when one is a prefix of the other.
+        """
+        index = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if index is None:
+            return None
+        self.target.sync([*prompt, *a[:index]][:-1])
+        row = self.target.decode([[*prompt, *a[:index]][-1]], [0])[0]
+        ta, tb = int(a[index]), int(b[index])
+        return Divergence(index, ta, tb, self.target.piece(ta), self.target.piece(tb), float(row[ta]), float(row[tb]))
 
     def close(self) -> None:
         """Free both models."""

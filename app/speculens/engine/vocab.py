@@ -55,9 +55,7 @@ class VocabInfo:
         """Ids of the tokens that are only spaces and tabs (indentation), in BPE (``Ġ``, ``ĉ``) or SPM (``▁``)
         spelling."""
         return frozenset(
-            i
-            for i, text in enumerate(self.texts)
-            if text and i not in self.special and not text.strip(" \tĠĉ▁")
+            i for i, text in enumerate(self.texts) if text and i not in self.special and not text.strip(" \tĠĉ▁")
         )
 
     def fingerprint(self) -> str:

@@ -391,8 +391,8 @@ class EngineWorker(QObject):
 
     def _turn(self, request: _Request, lane: str, config: Any) -> FinishEvent | None:
         """Run one chat turn into the event buffer; return its finish event, or ``None`` after a failure."""
+        from speculens.engine.config import PromptError
         from speculens.engine.events import FinishEvent, StepEvent
-        from speculens.engine.generate import PromptError
         from speculens.engine.session import ChatSession
 
         if self._engine is None:

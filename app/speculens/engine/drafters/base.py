@@ -20,12 +20,14 @@ class Draft:
             (needed for rejection sampling); ``None`` otherwise.
         confidence: how the drafter found the tokens, as a small class (0 = its weakest guess); the adaptive
             controller learns acceptance for each class apart, so it can speculate on strong drafts only.
+        source: the name of the drafter that made it (set by the generation loop).
     """
 
     tokens: tuple[int, ...] = ()
     probs: tuple[float, ...] | None = None
     dists: np.ndarray | None = None
     confidence: int = 0
+    source: str | None = None
 
 
 EMPTY_DRAFT = Draft()

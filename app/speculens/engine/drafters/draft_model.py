@@ -43,10 +43,22 @@ class DraftModelDrafter:
         self.p_min = p_min
         self.n_vocab_target = n_vocab_target
         self.rng = rng
+        self._prompt: Sequence[int] = ()
+        self._synced = 0  # history tokens the draft's KV cache holds
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """Evaluate the prompt, reusing whatever prefix the draft's cache already holds."""
-        self.backend.sync(prompt[:-1])
+        """Start a generation; the prompt is evaluated by :meth:`prefill` or by the first draft."""
+        self._prompt = prompt
+        self._synced = self.backend.common_prefix(prompt)
+
+    def prefill(self) -> None:
+        """Evaluate the prompt now, reusing whatever prefix the draft's cache already holds."""
+        self.backend.sync(self._prompt[:-1])
+        self._synced = self.backend.n_past
+
+    def behind(self, history: Sequence[int]) -> int:
+        """Tokens of ``history`` the draft model has not evaluated (its next draft catches up on them)."""
+        return len(history) - self._synced
 
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
         """Run the draft model for up to ``n_max`` tokens."""
@@ -54,6 +66,7 @@ class DraftModelDrafter:
             return EMPTY_DRAFT
         _, logits = self.backend.sync(history, logits_last=True)
         assert logits is not None
+        self._synced = len(history)
         tokens: list[int] = []
         probs: list[float] = []
         dists: list[np.ndarray] = []

@@ -74,9 +74,10 @@ class NgramTable:
             token, count = max(counter.items(), key=lambda kv: kv[1])
             total = sum(counter.values())
             k = n - self.ngram_min
-            if total >= min_count[min(k, len(min_count) - 1)] and count >= min_ratio[
-                min(k, len(min_ratio) - 1)
-            ] * total:
+            if (
+                total >= min_count[min(k, len(min_count) - 1)]
+                and count >= min_ratio[min(k, len(min_ratio) - 1)] * total
+            ):
                 return token
         return None
 
@@ -120,9 +121,7 @@ class NgramTable:
                 if version != FORMAT_VERSION:
                     raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}")
                 if fingerprint is not None and str(data["fingerprint"]) != fingerprint:
-                    raise NgramTableError(
-                        f"{path.name} was built with another tokenizer; rebuild it for this model"
-                    )
+                    raise NgramTableError(f"{path.name} was built with another tokenizer; rebuild it for this model")
                 table = cls(nmin, nmax)
                 for n in range(nmin, nmax + 1):
                     keys, nxt, cnt = data[f"keys{n}"], data[f"next{n}"], data[f"count{n}"]

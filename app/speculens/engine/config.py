@@ -1,0 +1,124 @@
+"""The engine's light types: what to load, what to generate, and the ranges they allow.
+
+Nothing here imports llama.cpp, so the settings, the CLI's argument parser and the GUI can use these types
+(and tests can build them) without loading a model. Every default and range lives here once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from speculens.engine.sampling import SamplingParams
+
+MAX_N_DRAFT = 64
+DEFAULT_N_DRAFT = 32
+DEFAULT_N_CTX = 4096
+MIN_N_CTX = 256
+MAX_N_CTX = 1 << 20
+
+
+class Strategy(StrEnum):
+    """Where draft tokens come from."""
+
+    AUTO = "auto"  # free drafts from prompt lookup and the n-gram cache, the draft model when it pays
+    DRAFT = "draft"  # a second, smaller model
+    LOOKUP = "lookup"  # prompt lookup
+    NGRAM_CACHE = "ngram-cache"  # context + dynamic n-gram statistics
+    NGRAM_MAP = "ngram-map"  # a static map built from a corpus
+    NONE = "none"  # plain decoding with the target: the baseline
+
+    @property
+    def label(self) -> str:
+        """The name people read (menus, legends, reports)."""
+        return _LABELS[self]
+
+
+_LABELS = {
+    Strategy.AUTO: "Automatic (lookup, n-gram cache, draft model)",
+    Strategy.DRAFT: "Draft model",
+    Strategy.LOOKUP: "Prompt lookup",
+    Strategy.NGRAM_CACHE: "N-gram cache",
+    Strategy.NGRAM_MAP: "N-gram map",
+    Strategy.NONE: "None (plain decoding)",
+}
+
+
+class PromptError(ValueError):
+    """The prompt cannot be generated from (empty, or too long for the context)."""
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What one generation does.
+
+    Args:
+        strategy: the draft source; ``auto`` lets the adaptive controller pick, each step, among prompt
+            lookup, the n-gram cache and (when one is loaded) the draft model, or plain decoding.
+        n_draft: the most tokens drafted per step (with ``adaptive``, the upper bound of its choice).
+        n_draft_min: a shorter draft is dropped (the step decodes plainly).
+        p_min: a draft model stops when its top probability falls below this. It is measured on the
+            distribution the draft samples from: the temperature-1 softmax when greedy, the output of the
+            whole sampler chain when sampling.
+        max_tokens: the most tokens generated.
+        stop: strings that end the answer (not included in it).
+        sampling: temperature, top-k, top-p, min-p, seed.
+        adaptive: choose the source and the draft length each step from measured costs and acceptance, down
+            to plain decoding when speculation does not pay (:mod:`speculens.engine.adaptive`); off, every
+            step asks for ``n_draft`` tokens.
+    """
+
+    strategy: Strategy = Strategy.AUTO
+    n_draft: int = DEFAULT_N_DRAFT
+    n_draft_min: int = 0
+    p_min: float = 0.75
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    adaptive: bool = True
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""
+        if not 1 <= self.n_draft <= MAX_N_DRAFT:
+            raise ValueError(f"n_draft must be between 1 and {MAX_N_DRAFT}, not {self.n_draft}")
+        if not 0 <= self.n_draft_min <= self.n_draft:
+            raise ValueError(f"n_draft_min must be between 0 and n_draft ({self.n_draft}), not {self.n_draft_min}")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"p_min must be between 0 and 1, not {self.p_min}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"adaptive must be True or False, not {self.adaptive!r}")
+        self.sampling.validate()
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which models to load and how.
+
+    Args:
+        target: the target GGUF.
+        draft: the draft GGUF (for the ``draft`` strategy; ``auto`` uses it when it pays).
+        n_ctx: context size of both models.
+        n_threads: CPU threads (0 = automatic).
+        n_gpu_layers: target layers offloaded to the GPU (-1 = all).
+        n_gpu_layers_draft: draft layers offloaded to the GPU (-1 = all).
+        ngram_map: an n-gram map file for the ``ngram-map`` strategy.
+        ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
+        exact: bit-exact verification: load the target in a configuration whose batched logits equal its
+            one-token logits (measured at load) and verify in those batch sizes, so greedy speculation
+            reproduces plain decoding token for token, at a measured cost in speed. Off (the default), the
+            target runs llama.cpp's fastest kernels and verifies a draft in one batch, as llama.cpp's own
+            speculative decoding does; batched kernels can round differently and flip a near-tie.
+    """
+
+    target: Path
+    draft: Path | None = None
+    n_ctx: int = DEFAULT_N_CTX
+    n_threads: int = 0
+    n_gpu_layers: int = 0
+    n_gpu_layers_draft: int = 0
+    ngram_map: Path | None = None
+    ngram_cache_dir: Path | None = None
+    exact: bool = False
