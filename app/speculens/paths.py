@@ -37,6 +37,17 @@ def log_dir() -> Path:
     return home / "logs" if home else Path(platformdirs.user_log_dir(APP, appauthor=False))
 
 
+def cache_dir() -> Path:
+    """Files that can be rebuilt: the measured decode costs of each model on this machine."""
+    home = _home()
+    return home / "cache" if home else Path(platformdirs.user_cache_dir(APP, appauthor=False))
+
+
+def costs_dir() -> Path:
+    """The adaptive controller's measured costs, one file per model pair and load configuration."""
+    return cache_dir() / "costs"
+
+
 def models_dir() -> Path:
     """Downloaded and assembled GGUF models."""
     return data_dir() / "models"

@@ -253,6 +253,7 @@ def model_config(settings: Settings) -> ModelConfig:
         n_gpu_layers_draft=settings.n_gpu_layers_draft,
         ngram_map=Path(settings.ngram_map_path) if settings.ngram_map_path else None,
         ngram_cache_dir=paths.ngram_cache_dir(),
+        costs_dir=paths.costs_dir(),
     )
 
 

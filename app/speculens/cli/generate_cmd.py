@@ -106,6 +106,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         n_gpu_layers_draft=args.ngl_draft,
         ngram_map=args.ngram_map,
         ngram_cache_dir=paths.ngram_cache_dir(),
+        costs_dir=paths.costs_dir(),
         exact=args.exact,
     )
 

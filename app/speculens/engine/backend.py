@@ -254,6 +254,11 @@ class LlamaBackend:
         )
 
     @property
+    def loaded(self) -> bool:
+        """Whether the model is still loaded (not closed)."""
+        return bool(self._model)
+
+    @property
     def n_vocab(self) -> int:
         """Vocabulary size (width of a logits row)."""
         return self.vocab.n_vocab

@@ -106,6 +106,8 @@ class ModelConfig:
         n_gpu_layers_draft: draft layers offloaded to the GPU (-1 = all).
         ngram_map: an n-gram map file for the ``ngram-map`` strategy.
         ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
+        costs_dir: where the adaptive controller's measured costs are kept between sessions, per model pair
+            and load configuration (``None``: measured afresh each session).
         exact: bit-exact verification: load the target in a configuration whose batched logits equal its
             one-token logits (measured at load) and verify in those batch sizes, so greedy speculation
             reproduces plain decoding token for token, at a measured cost in speed. Off (the default), the
@@ -121,4 +123,5 @@ class ModelConfig:
     n_gpu_layers_draft: int = 0
     ngram_map: Path | None = None
     ngram_cache_dir: Path | None = None
+    costs_dir: Path | None = None
     exact: bool = False

@@ -6,6 +6,8 @@ owns it (DESIGN.md §3) and every request goes through that thread; only ``cance
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import CostModel
-from speculens.engine.backend import BackendParams, LlamaBackend
+from speculens.engine.backend import BackendParams, LlamaBackend, system_info
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
@@ -26,6 +29,12 @@ from speculens.engine.generate import generate
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
 
 log = logging.getLogger(__name__)
+
+# Decode-call sizes timed by SpeculativeEngine.calibrate: the verification batches (1 + n_draft tokens) the
+# adaptive controller chooses among. Kernels make some sizes much dearer per token than their neighbours
+# (llama.cpp's repacked Q4_K weights take rows four at a time: 16 tokens cost less than 15 on a 2-core x86),
+# so the controller only uses sizes it has measured, and these are a spread of efficient ones.
+CALIBRATION_SIZES = (2, 3, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
 class SpeculativeEngine:
@@ -53,7 +62,8 @@ class SpeculativeEngine:
                 raise
         self.draft: LlamaBackend | None = None
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
-        # kept across generations (acceptance is per text and starts afresh each time).
+        # kept across generations (acceptance is per text and starts afresh each time), and across sessions
+        # when there is a costs folder.
         self.costs = self.new_costs()
         self._ngram_cache: NgramCacheDrafter | None = None
         self._ngram_map: NgramMapDrafter | None = None
@@ -63,6 +73,12 @@ class SpeculativeEngine:
             except BaseException:
                 self.close()
                 raise
+        self._restore_costs()
+        try:
+            self.calibrate()
+        except BaseException:
+            self.close()
+            raise
 
     def load_draft(self, path: Path) -> None:
         """Load (or replace) the draft model, refusing one whose vocabulary does not match the target's."""
@@ -82,6 +98,71 @@ class SpeculativeEngine:
             self.draft.close()
         self.draft = draft
         self.costs.forget_draft()
+
+    def _costs_path(self) -> Path | None:
+        """The saved costs of this pair, keyed by the files, the load settings and llama.cpp's build."""
+        c = self.config
+        if c.costs_dir is None:
+            return None
+        key: list[object] = [c.n_threads, c.n_gpu_layers, c.n_gpu_layers_draft, c.exact, system_info()]
+        for path in (c.target, c.draft if self.draft is not None else None):
+            if path is not None:
+                stat = path.stat()
+                key += [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+        digest = hashlib.sha256(json.dumps(key).encode("utf-8")).hexdigest()[:20]
+        return c.costs_dir / f"{c.target.stem[:40]}-{digest}.json"
+
+    def _restore_costs(self) -> None:
+        try:
+            path = self._costs_path()
+            if path is not None and path.exists():
+                self.costs.restore(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:  # a stale or damaged file is measured afresh, never fatal
+            log.warning("ignoring saved costs: %s", exc)
+            self.costs = self.new_costs()
+
+    def save_costs(self) -> None:
+        """Keep what this session measured for the next one (errors are logged, never raised)."""
+        try:
+            path = self._costs_path()
+            if path is not None:
+                write_json_atomic(path, self.costs.state())
+        except OSError as exc:
+            log.warning("could not save the measured costs: %s", exc)
+
+    def calibrate(self, repeats: int = 1) -> None:
+        """Time a few decode calls of the target (and the draft) so that the adaptive controller's first
+        decisions rest on this machine's real costs, not on priors; skipped for what the cost model (restored
+        from an earlier session) already has. On a small CPU a batch of 33 tokens costs 13 single steps, on a
+        GPU barely one: guessing either way would cost an answer its first long drafts, or waste them.
+        """
+        target, costs = self.target, self.costs
+        top = max(target.invariant_sizes) if self.config.exact else CALIBRATION_SIZES[-1]
+        sizes = [n for n in CALIBRATION_SIZES if n <= top and n <= target.params.n_batch]
+        backends = [(target, [n for n in sizes if not costs.verify.has(n)])]
+        if self.draft is not None and not costs.draft_call.count:
+            backends.append((self.draft, [1, 16]))
+        if all(not todo for _, todo in backends):
+            return
+        text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
+        for backend, todo in backends:
+            if not todo:
+                continue
+            tokens = backend.tokenize(text * (2 + max(todo) // 8))
+            prefix, filler = tokens[:24], tokens[24 : 24 + max(todo)]
+            backend.sync(prefix)
+            backend.decode(filler[:2], range(2))  # warm the kernels up
+            for n in [1, *todo] * repeats:
+                backend.truncate(len(prefix))
+                backend.decode(filler[:n], range(n))
+                (n_call, seconds) = backend.last_calls[0]
+                if backend is target:
+                    costs.verify.observe(n_call, seconds)
+                elif n == 1:
+                    costs.draft_call.add(seconds)
+                else:  # a catch-up of n tokens beyond an ordinary call
+                    costs.draft_catchup.add(max(0.0, seconds - costs.draft_call.value) / (n - 1))
+            backend.truncate(0)
 
     def new_costs(self) -> CostModel:
         """An empty cost model for this target (verification split as the engine verifies)."""
@@ -127,7 +208,8 @@ class SpeculativeEngine:
 
     def lookup(self) -> PromptLookupDrafter:
         """A prompt-lookup source for this target's vocabulary."""
-        return PromptLookupDrafter(whitespace=self.target.vocab.whitespace_ids)
+        vocab = self.target.vocab
+        return PromptLookupDrafter(whitespace=vocab.whitespace_ids, indent=vocab.indent_widths)
 
     def ngram_cache(self) -> NgramCacheDrafter:
         """The session's n-gram cache (its dynamic table persists across generations and runs)."""
@@ -173,7 +255,9 @@ class SpeculativeEngine:
         return Divergence(index, ta, tb, self.target.piece(ta), self.target.piece(tb), float(row[ta]), float(row[tb]))
 
     def close(self) -> None:
-        """Free both models."""
+        """Save the measured costs and free both models (idempotent)."""
+        if self.target.loaded:
+            self.save_costs()
         if self.draft is not None:
             self.draft.close()
             self.draft = None

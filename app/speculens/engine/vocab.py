@@ -58,6 +58,11 @@ class VocabInfo:
             i for i, text in enumerate(self.texts) if text and i not in self.special and not text.strip(" \tĠĉ▁")
         )
 
+    @functools.cached_property
+    def indent_widths(self) -> dict[int, int]:
+        """The width in columns of every token that is only spaces (indentation), by id."""
+        return {i: len(self.texts[i]) for i in self.whitespace_ids if not self.texts[i].strip(" Ġ▁")}
+
     def fingerprint(self) -> str:
         """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""
         h = hashlib.sha256()

@@ -11,10 +11,17 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
 * **alignment**: once the answer is copying from a position, the next draft continues from where the last
   one left off instead of looking the suffix up again;
 * **substitutions**: when the answer departs from its source by one token and then follows it again (an
-  identifier renamed, a line indented deeper), the pair is learnt and applied to later drafts
-  (``items`` → ``stock``, four spaces → eight), and forgotten as soon as the answer keeps the original;
+  identifier renamed), the pair is learnt and applied to later drafts (``items`` → ``stock``), and forgotten
+  as soon as the answer keeps the original. A draft stops just before a substitution that has not yet been
+  confirmed :data:`SUBST_TRUST` times, or whose replacement has varied (``var`` → ``const`` here, ``let``
+  there): the target then decides that token itself, as the bonus of a fully accepted draft, instead of
+  throwing away the rest of a long batch;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
-  re-indented line still finds the original.
+  re-indented line still finds the original;
+* **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
+  difference in columns is applied to every indentation token drafted from then on, so a block wrapped in a
+  ``with`` or ``try`` is drafted at its new depth at every nesting level, until the answer keeps a source
+  line's indentation again.
 
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
@@ -25,12 +32,13 @@ each separately, so it can speculate on the copies and decode plainly between th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 
 STRONG_MATCH = 3  # suffix tokens that make a fresh match worth confidence 1
 LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3 (twice as many: 4)
+SUBST_TRUST = 2  # times a substitution must have been seen before drafts go through it
 _WS = -1  # the key every whitespace-only token shares
 
 
@@ -41,16 +49,25 @@ class PromptLookupDrafter:
         ngram_max: the longest suffix looked up.
         ngram_min: the shortest suffix accepted as a match.
         whitespace: ids of whitespace-only tokens (indentation), which match one another in lookups.
+        indent: the width in columns of each token that is only spaces, for the indentation shift.
     """
 
     name = "lookup"
 
-    def __init__(self, ngram_max: int = 4, ngram_min: int = 1, whitespace: Collection[int] = ()) -> None:
+    def __init__(
+        self,
+        ngram_max: int = 4,
+        ngram_min: int = 1,
+        whitespace: Collection[int] = (),
+        indent: Mapping[int, int] | None = None,
+    ) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
-        self.whitespace = frozenset(whitespace)
+        self.indent = dict(indent or {})
+        self.whitespace = frozenset(whitespace) | frozenset(self.indent)
+        self._by_width = {w: i for i, w in sorted(self.indent.items(), reverse=True)}
         self.begin(())
 
     def begin(self, prompt: Sequence[int]) -> None:
@@ -64,6 +81,9 @@ class PromptLookupDrafter:
         self._miss = 0  # tokens in a row that did not
         self._followed = 0  # the run before the last miss
         self._subst: dict[int, int] = {}  # source token -> the answer's replacement for it
+        self._trust: dict[int, int] = {}  # source token -> times its substitution was seen
+        self._unsure: set[int] = set()  # source tokens the answer has replaced in more than one way
+        self._shift = 0  # columns the answer indents deeper than the source it copies
         # the last mismatch (source, answer token): a substitution, learnt if the copy resumes after it
         self._pending: tuple[int, int] | None = None
         self._answer_from = len(prompt)
@@ -84,26 +104,63 @@ class PromptLookupDrafter:
             for size in range(self.ngram_min, min(self.ngram_max, end) + 1):
                 self._ends[tuple(self._keys[end - size : end])] = end
 
+    def _expected(self, source: int) -> int:
+        """What the answer is expected to write where its source has ``source``."""
+        if source in self._subst:
+            return self._subst[source]
+        if self._shift and source in self.indent:
+            return self._by_width.get(self.indent[source] + self._shift, source)
+        return source
+
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
         if self._ptr is None or self._ptr >= len(self._history):
             self._ptr = None
             return
         source = self._history[self._ptr]
-        if token == self._subst.get(source, source) or token == source:
-            if token == source:
-                self._subst.pop(source, None)
+        if source in self.indent and token in self.indent and token != self._expected(source):
+            # Re-indented: the copy goes on at another depth, and so will the lines after it. The draft was
+            # wrong here all the same: confidence starts again.
+            self._shift = self.indent[token] - self.indent[source]
+            self._followed = self._run
+            self._run = 0
+            self._miss = 1
+            self._pending = None
+            self._ptr += 1
+            return
+        expected = self._expected(source)
+        if token in (expected, source):
+            if token == source and source in self._subst:
+                self._unsure.add(source)  # kept the original this time
+                del self._subst[source]
+            elif token == expected != source:
+                self._trust[source] = self._trust.get(source, 0) + 1
             if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
-                self._subst[self._pending[0]] = self._pending[1]
+                old, new = self._pending
+                if self._subst.get(old, new) != new:
+                    self._unsure.add(old)
+                self._subst[old] = new
+                self._trust[old] = 1
             self._pending = None
             self._run += 1
             self._miss = 0
         else:
+            if source in self._subst:
+                self._unsure.add(source)  # replaced, but not as learnt
             self._pending = (source, token)
             self._followed = self._run if self._miss == 0 else 0
             self._run = 0
             self._miss += 1
         self._ptr += 1
+
+    def _align_indent(self, found: int, size: int) -> None:
+        """A copy found across an indentation token of another width sets the shift from that pair."""
+        history = self._history
+        for i in range(1, size + 1):
+            answer, source = history[-i], history[found - i]
+            if answer in self.indent and source in self.indent:
+                self._shift = self.indent[answer] - self.indent[source]
+                return
 
     def _lookup(self) -> tuple[int | None, int]:
         """The source position for the current suffix (its most recent earlier occurrence, longest suffix
@@ -128,14 +185,19 @@ class PromptLookupDrafter:
             elif found is not None:
                 self._ptr = found
                 confidence = 1 if size >= STRONG_MATCH else 0
+                self._align_indent(found, size)
             else:
                 self._ptr = None
         if self._ptr is None:
             return EMPTY_DRAFT
         source = self._history[self._ptr : self._ptr + n_max]
+        for i, t in enumerate(source):
+            if t in self._unsure or (t in self._subst and self._trust.get(t, 0) < SUBST_TRUST):
+                source = source[:i]  # the target decides this one
+                break
         if not source:
             return EMPTY_DRAFT
-        return Draft(tuple(self._subst.get(t, t) for t in source), confidence=confidence)
+        return Draft(tuple(self._expected(t) for t in source), confidence=confidence)
 
     def end(self, history: Sequence[int]) -> None:
         """Nothing to persist."""
