@@ -317,7 +317,7 @@ def test_the_unverified_rest_of_a_draft_counts_only_behind_an_accepted_prefix() 
     assert controller.accept(1).observations()[:3] == [0, 0, 0]
 
 
-def test_only_the_newest_shadow_of_a_source_teaches_acceptance() -> None:
+def test_each_token_teaches_acceptance_once_however_many_drafts_cover_it() -> None:
     # Two overlapping drafts of the same copy: the edit at "5" is one miss of the text, not one per draft.
     controller = AdaptiveController(8, [FREE])
     controller.shadow_drafted(3, [7, 8, 9, 10], verified=0)
@@ -325,8 +325,9 @@ def test_only_the_newest_shadow_of_a_source_teaches_acceptance() -> None:
     controller.shadow_drafted(4, [8, 9, 10], verified=0)
     controller.shadow_check([0, 1, 2, 7, 8, 5])
     counts = controller.accept(0).observations()
-    assert counts[0] == 2  # "7" by the first draft, "8" by the second
-    assert counts[1] == 1  # "5" instead of "9": scored by the newest draft only
+    assert counts[0] == 2  # first positions: "7" of the first draft, "8" of the second
+    assert counts[1] == 2  # deeper: "8" of the first draft (a hit), and the edit "5" once (a miss)
+    assert controller.acceptance_by_position()[1] < AdaptiveParams().prior_deep_free
 
 
 def test_acceptance_by_position_converges() -> None:

@@ -50,6 +50,7 @@ This module is pure Python + numpy and knows nothing of llama.cpp.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -165,7 +166,7 @@ class RollingMedian:
         """Fold one sample in."""
         self._samples.append(x)
         self.count += 1
-        self.value = float(np.median(self._samples))
+        self.value = float(statistics.median(self._samples))
 
     @property
     def samples(self) -> list[float]:
@@ -212,6 +213,9 @@ class BatchCosts:
         self._top = max(split(max_batch)) if split else max_batch  # the largest single call
         self._single = RollingMedian(window)
         self._ratio = [RollingMedian(window) for _ in range(self._top + 1)]  # index = call size
+        # The relative curve changes only when a batch is measured; it is computed once per change (a step
+        # asks for it several times, and every millisecond of ours is a fortieth of a target step here).
+        self._cache: tuple[int, np.ndarray] | None = None
 
     def observe(self, n: int, seconds: float) -> None:
         """Record one decode call of ``n`` tokens that took ``seconds``."""
@@ -221,6 +225,7 @@ class BatchCosts:
             self._single.add(seconds)
         elif 2 <= n <= self._top and self._single.count:
             self._ratio[n].add(seconds / self._single.value)
+            self._cache = None
 
     def _calls(self, n: int) -> Sequence[int]:
         return self._split(n) if self._split else [n]
@@ -244,6 +249,8 @@ class BatchCosts:
 
     def estimate(self, n: int) -> float | None:
         """Seconds to verify a batch of ``n`` tokens, or ``None`` before any measurement."""
+        if n == 1:
+            return self._single.value if self._single.count else None
         curve = self.curve(n)
         return None if curve is None else float(curve[n])
 
@@ -258,6 +265,12 @@ class BatchCosts:
         """
         if not self._single.count:
             return None
+        if self._cache is None or len(self._cache[1]) <= n_max:
+            self._cache = (n_max, self._relative(max(n_max, self.max_batch)))
+        return self._single.value * self._cache[1][: n_max + 1]
+
+    def _relative(self, n_max: int) -> np.ndarray:
+        """Every batch size's cost relative to one token, up to ``n_max`` (see :meth:`curve`)."""
         points = {1: (1.0, self._single.weight)} | {
             n: (e.value, e.weight) for n, e in enumerate(self._ratio) if n >= 2 and e.count
         }
@@ -277,7 +290,7 @@ class BatchCosts:
         ratio[0] = 0.0
         if self._split:
             ratio = np.array([0.0] + [sum(ratio[c] for c in self._calls(k)) for k in range(1, n_max + 1)])
-        return self._single.value * ratio[: n_max + 1]
+        return ratio[: n_max + 1]
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
@@ -453,9 +466,6 @@ class _Shadow:
     # what has been credited for it so far (hits that are certain already count).
     counterfactual: _Declined | None = None
     credited: float = 0.0
-    # Only the newest shadow of a source teaches acceptance: each token of the text is then scored once, by
-    # the latest draft that covered it, and one edit does not count as a miss in every overlapping draft.
-    learns: bool = True
 
 
 @dataclass(frozen=True)
@@ -720,6 +730,8 @@ class AdaptiveController:
         shown: tuple[float, StepPlan] | None = None  # the most promising step, taken or not (for teaching)
         probe: tuple[float, float, StepPlan] | None = None  # expected loss, rate, plan
         catchup = self.costs.catchup_seconds(behind) if model_ok else 0.0
+        top = self.costs.verify.largest_measured()
+        allowed = [n > top or self.costs.verify.has(n) for n in range(limit + 2)]
         for src, k_max, confidence in candidates:
             curves = self.curves(k_max, None if src.model else k_max, confidence, src.name)
             if curves is None:
@@ -733,8 +745,7 @@ class AdaptiveController:
             # Batch sizes whose cost has been measured, or beyond every measured size (to be tried once): a CPU's
             # kernels make some sizes far dearer per token than their neighbours (repacked weights take rows
             # four at a time), which no curve through a few points can guess. Calibration measures a spread.
-            top = self.costs.verify.largest_measured()
-            ks = [k for k in range(k_min, k_max + 1) if k + 1 > top or self.costs.verify.has(k + 1)] or [k_min]
+            ks = [k for k in range(k_min, k_max + 1) if allowed[k + 1]] or [k_min]
             k_top = max(ks, key=lambda k: rates[k])
             if shown is None or rates[k_top] > shown[0]:
                 shown = (float(rates[k_top]), StepPlan(0, expected_speedup=speedup, considered=src.name))
@@ -864,9 +875,6 @@ class AdaptiveController:
         declined = self._declined.pop(name, None)
         if len(tokens) > verified:
             counterfactual = declined if declined is not None and declined.k_taken == verified else None
-            for older in self._shadows:
-                if older.source == name:
-                    older.learns = False
             self._shadows.append(_Shadow(name, history_len, tuple(tokens), confidence, verified, counterfactual))
 
     def shadow_check(self, history: Sequence[int]) -> None:
@@ -881,30 +889,40 @@ class AdaptiveController:
         Args:
             history: the accepted history so far.
         """
-        pending = []
+        alive: list[_Shadow] = []
         for shadow in self._shadows:
             tokens, j, start = shadow.tokens, shadow.scored, shadow.start
-            if list(history[start : start + j]) != list(tokens[:j]):
+            if list(history[start : start + j]) == list(tokens[:j]):
+                alive.append(shadow)
+            elif shadow.counterfactual is not None:
                 # A verified token was rejected: the rest was never in question (and a longer draft would
                 # have lost as much, at a higher price).
+                hits = next(i for i in range(j) if history[start + i] != tokens[i])
+                self._score_declined(shadow, hits, final=True)
+        # Token by token: every shadow that reaches a token is scored, but it teaches acceptance once per
+        # source — at position 0 from the newest draft, and from position 1 on from the oldest one still
+        # following the text — so one edit is one miss, not one for every overlapping draft.
+        position = min((sh.start + sh.scored for sh in alive), default=len(history))
+        while position < len(history) and alive:
+            token = history[position]
+            here = [sh for sh in alive if sh.start + sh.scored == position]
+            for source in {sh.source for sh in here}:
+                mine = [sh for sh in here if sh.source == source]
+                newest, oldest = min(mine, key=lambda sh: sh.scored), max(mine, key=lambda sh: sh.scored)
+                if newest.scored == 0:
+                    self.accept(newest.confidence, source).observe(0, token == newest.tokens[0])
+                if oldest.scored > 0:
+                    self.accept(oldest.confidence, source).observe(oldest.scored, token == oldest.tokens[oldest.scored])
+            for shadow in here:
+                hit = token == shadow.tokens[shadow.scored]
+                shadow.scored += 1
                 if shadow.counterfactual is not None:
-                    hits = next(i for i in range(j) if history[start + i] != tokens[i])
-                    self._score_declined(shadow, hits, final=True)
-                continue
-            rates = self.accept(shadow.confidence, shadow.source)
-            hit = True
-            while hit and j < len(tokens) and start + j < len(history):
-                hit = history[start + j] == tokens[j]
-                if shadow.learns:
-                    rates.observe(j, hit)
-                j += 1
-            shadow.scored = j
-            if shadow.counterfactual is not None:
-                final = not hit or j > shadow.counterfactual.k
-                self._score_declined(shadow, j - 1 if not hit else j, final)
-            if hit and j < len(tokens):
-                pending.append(shadow)
-        self._shadows = pending
+                    final = not hit or shadow.scored > shadow.counterfactual.k
+                    self._score_declined(shadow, shadow.scored - (0 if hit else 1), final)
+                if not hit or shadow.scored >= len(shadow.tokens):
+                    alive.remove(shadow)
+            position += 1
+        self._shadows = alive
 
     def _score_declined(self, shadow: _Shadow, hits: int, final: bool) -> None:
         """Credit the loss guard with what a declined draft would have won over the step taken (``hits`` of its

@@ -191,8 +191,9 @@ class PromptLookupDrafter:
         if self._ptr is None:
             return EMPTY_DRAFT
         source = self._history[self._ptr : self._ptr + n_max]
+        just_replaced = self._pending[0] if self._pending is not None else None  # maybe a substitution
         for i, t in enumerate(source):
-            if t in self._unsure or (t in self._subst and self._trust.get(t, 0) < SUBST_TRUST):
+            if t == just_replaced or t in self._unsure or (t in self._subst and self._trust.get(t, 0) < SUBST_TRUST):
                 source = source[:i]  # the target decides this one
                 break
         if not source:
