@@ -117,6 +117,14 @@ def test_overall_takes_the_geometric_mean_and_the_worst_prompt() -> None:
         summarise_runs([])
 
 
+def test_overall_reports_the_median_run_to_run_spread() -> None:
+    plain = [result(10.0)]
+    steady = [summarise_runs([result(10.0), result(10.0)], plain), summarise_runs([result(9.0), result(11.0)], plain)]
+    noisy = [summarise_runs([result(5.0), result(15.0)], plain), summarise_runs([result(8.0), result(12.0)], plain)]
+    assert overall("a", steady).spread_median == pytest.approx(0.1)  # 0 and 0.2
+    assert overall("b", noisy).spread_median == pytest.approx(0.7)  # 1.0 and 0.4
+
+
 def test_settings_start_with_plain_decoding_and_cover_every_mode() -> None:
     settings = settings_for([Strategy.DRAFT, Strategy.LOOKUP], ["adaptive", "fixed"], 8, sweep=[1, 4, 16])
     labels = [s.label for s in settings]

@@ -87,6 +87,7 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
         "ngram-map",
         "--ngram-map",
         map_file,
+        "--no-adaptive",  # draft every step: the tiny model's costs make the controller rightly cautious
         "-n",
         "48",
         "print hello world",

@@ -259,16 +259,24 @@ def format_table(results: BenchResults) -> str:
                 shown = " ".join(f"{a:.2f}" for a in m.acceptance_by_position[:8])
                 more = " …" if len(m.acceptance_by_position) > 8 else ""
                 lines.append(f"{'':<22}   acceptance by position: {shown}{more}")
-    lines.append("\noverall (speedup over plain decoding, measured per prompt in the same run)")
-    lines.append(f"{'setting':<22} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'same':>4}")
+    lines.append(
+        "\noverall (speedup over plain decoding, measured per prompt in the same run; ± = median over prompts of "
+        "the run-to-run spread of tokens/s, plain decoding's being the machine's own noise)"
+    )
+    lines.append(
+        f"{'setting':<22} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'±':>5} {'same':>4}"
+    )
     for s in results.settings:
         o = results.overall(s.label)
         if s.is_plain:
-            lines.append(f"{s.label:<22} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7}")
+            lines.append(
+                f"{s.label:<22} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7} "
+                f"{_pct(o.spread_median):>5}"
+            )
             continue
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
         lines.append(
             f"{s.label:<22} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
-            f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {same:>4}"
+            f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {_pct(o.spread_median):>5} {same:>4}"
         )
     return "\n".join(lines)

@@ -348,6 +348,9 @@ class OverallSummary:
         overhead_share_max: the largest per-prompt overhead share.
         identical_all: every output on every prompt equals plain decoding's.
         n_prompts: prompts summarised.
+        spread_median: the median over prompts of the spread of tokens per second across repeated runs
+            (``(max - min) / median``): how stable the setting is; plain decoding's own is the machine's
+            noise, against which a controller's stability is judged.
     """
 
     label: str
@@ -359,6 +362,7 @@ class OverallSummary:
     overhead_share_max: float
     identical_all: bool | None
     n_prompts: int
+    spread_median: float = 0.0
 
 
 def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -> OverallSummary:
@@ -384,6 +388,7 @@ def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -
         overhead_share_max=max((s.overhead_share for s in summaries), default=0.0),
         identical_all=all(identical) if identical else None,
         n_prompts=len(summaries),
+        spread_median=statistics.median(s.spread for s in summaries) if summaries else 0.0,
     )
 
 
