@@ -326,3 +326,21 @@ def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
     assert cli("--sweep", "n_draft=0,4").returncode == 2
     assert cli("--modes", "sometimes").returncode == 2
     assert cli("--prompts", "nope").returncode == 2
+
+
+def test_the_suite_is_written_chat_formatted_for_llama_cpps_tools(tiny: TinyModels, tmp_path: Path) -> None:
+    out = tmp_path / "prompts"
+    proc = subprocess.run(
+        [sys.executable, "-m", "speculens.cli", "bench", "-m", str(tiny.target), "--write-prompts", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p.stem for p in out.glob("*.txt"))
+    assert files == sorted(p.id for p in load_suite())
+    chat = (out / "chat.txt").read_text(encoding="utf-8")
+    first_user = next(
+        m["content"] for m in next(p for p in load_suite() if p.id == "chat").messages if m["role"] == "user"
+    )
+    assert first_user in chat and "<|im_start|>assistant" in chat  # the tiny models' ChatML template, ready to answer

@@ -6,15 +6,17 @@ The table goes to stdout, progress to stderr; ``-o`` writes the JSON document an
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from speculens.atomic import write_bytes_atomic, write_json_atomic
+from speculens.cli import resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
-from speculens.engine.backend import BackendError
+from speculens.engine.backend import BackendError, BackendParams, LlamaBackend
 from speculens.engine.bench import (
+    BenchPrompt,
     BenchResults,
     cost_profile,
     load_suite,
@@ -100,6 +102,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--profile-only", action="store_true", help="measure the cost profile only")
     p.add_argument("-o", "--output", type=Path, help="write the results as JSON here (and a PNG chart beside it)")
     p.add_argument("--chart", type=Path, help="where to write the PNG chart (default: the JSON path with .png)")
+    p.add_argument(
+        "--write-prompts",
+        type=Path,
+        metavar="DIR",
+        help="write each prompt of the suite, formatted with the target's chat template, to DIR/<id>.txt and exit "
+        "(to run llama.cpp's own tools on the same prompts)",
+    )
     p.set_defaults(func=run)
 
 
@@ -136,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: no prompt {', '.join(sorted(unknown))} in the suite", file=sys.stderr)
             return 2
         prompts = [p for p in prompts if p.id in args.prompts]
+    if args.write_prompts:
+        return write_prompts(args, prompts)
     base = GenerationConfig(
         n_draft=max(args.sweep or [args.n_draft]),
         n_draft_min=args.n_draft_min,
@@ -160,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             print(format_profile(profile))
         if args.profile_only:
             if args.output:
-                _write_json(args.output, {"schema": "speculens-bench/1", "profile": profile})
+                write_json_atomic(args.output, {"schema": "speculens-bench/1", "profile": profile})
             return 0
         t0 = time.perf_counter()
         results = run_suite(engine, prompts, settings, base, args.repeat, args.warmup, args.fresh_costs, _progress)
@@ -190,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(results))
     if args.output:
         doc = results_document(results)
-        _write_json(args.output, doc)
+        write_json_atomic(args.output, doc)
         print(f"wrote {args.output}", file=sys.stderr)
         chart = args.chart or args.output.with_suffix(".png")
         from speculens.ui.bench_chart import render_chart
@@ -200,11 +211,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def write_prompts(args: argparse.Namespace, prompts: list[BenchPrompt]) -> int:
+    """Write the suite's prompts as chat-formatted text files, one per prompt."""
+    try:
+        with LlamaBackend(resolve(args.target), BackendParams(vocab_only=True)) as vocab:
+            texts = {p.id: vocab.chat_text(list(p.messages)) for p in prompts}
+        args.write_prompts.mkdir(parents=True, exist_ok=True)
+        for pid, text in texts.items():
+            write_bytes_atomic(args.write_prompts / f"{pid}.txt", text.encode("utf-8"))
+    except (ModelNotFoundError, DemoModelError, BackendError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(texts)} prompts to {args.write_prompts}", file=sys.stderr)
+    return 0
 
 
 def format_profile(profile: dict[str, Any]) -> str:

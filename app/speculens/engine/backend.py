@@ -330,13 +330,13 @@ class LlamaBackend:
         """Text of a token sequence (bytes joined first, so split characters come out whole)."""
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def format_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Tokens of a conversation rendered with the model's own chat template, ready for the answer.
-
-        Uses llama-cpp-python's sandboxed Jinja2 formatter, as llama.cpp's server does.
+    def chat_text(self, messages: Sequence[dict[str, str]]) -> str:
+        """A conversation rendered with the model's own chat template, ready for the answer (as text, with the
+        template's special-token texts). Uses llama-cpp-python's sandboxed Jinja2 formatter, as llama.cpp's
+        server does.
 
         Raises:
-            BackendError: the model has no chat template.
+            BackendError: the model has no chat template, or it fails.
         """
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -350,10 +350,18 @@ class LlamaBackend:
             bos_token=vocab.texts[vocab.bos] if 0 <= vocab.bos < vocab.n_vocab else "",
         )
         try:
-            prompt = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
+            return str(formatter(messages=list(messages)).prompt)  # type: ignore[arg-type]
         except Exception as exc:  # a template error is the model file's fault, not a crash
             raise BackendError(f"The chat template of {self.path.name} failed: {exc}") from exc
-        tokens = self.tokenize(prompt, add_special=False, parse_special=True)
+
+    def format_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Tokens of a conversation rendered with the model's own chat template (:meth:`chat_text`).
+
+        Raises:
+            BackendError: the model has no chat template, or it fails.
+        """
+        vocab = self.vocab
+        tokens = self.tokenize(self.chat_text(messages), add_special=False, parse_special=True)
         if vocab.add_bos and vocab.bos >= 0 and (not tokens or tokens[0] != vocab.bos):
             tokens.insert(0, vocab.bos)
         return tokens
