@@ -46,6 +46,12 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngl-draft", type=int, default=0, help="draft layers offloaded to the GPU (-1 = all)")
     p.add_argument("--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map")
     p.add_argument(
+        "--no-ngram-file",
+        action="store_true",
+        help="neither read nor save the n-gram cache's statistics of earlier runs (for benchmarks: repeating a "
+        "prompt would otherwise teach the cache its answer)",
+    )
+    p.add_argument(
         "--exact",
         action="store_true",
         help="bit-exact verification: greedy speculation reproduces plain decoding token for token, at a measured "
@@ -105,7 +111,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         n_gpu_layers=args.ngl,
         n_gpu_layers_draft=args.ngl_draft,
         ngram_map=args.ngram_map,
-        ngram_cache_dir=paths.ngram_cache_dir(),
+        ngram_cache_dir=None if args.no_ngram_file else paths.ngram_cache_dir(),
         costs_dir=paths.costs_dir(),
         exact=args.exact,
     )
