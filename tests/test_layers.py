@@ -46,3 +46,21 @@ def test_llama_cpp_is_imported_only_by_the_backend() -> None:
         )
     ]
     assert offenders == []
+
+
+def test_light_types_and_settings_import_neither_llama_cpp_nor_qt() -> None:
+    """The types the GUI and its tests share with the engine (DESIGN.md §1) load without llama.cpp or Qt, so
+    a fake engine can stand in for the real one."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import speculens.engine.config, speculens.engine.events, speculens.engine.protocol
+        import speculens.engine.sampling, speculens.settings, speculens.errors, speculens.atomic
+        import speculens.ui.conversations, speculens.ui.qt_compat
+        bad = sorted({m.split(".")[0] for m in sys.modules} & {"llama_cpp", "PySide6", "pyqtgraph", "shiboken6"})
+        print(",".join(bad))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""

@@ -66,9 +66,8 @@ def test_index_write_is_atomic(lib: Library, tiny, monkeypatch: pytest.MonkeyPat
     with pytest.raises(LibraryError, match="cannot write"):
         lib.add(tiny.identical)
     assert lib.index_path.read_bytes() == before  # the old index is untouched ...
-    assert sorted(p.name for p in lib.index_path.parent.iterdir()) == [
-        "library.json"
-    ]  # ... no temp file left
+    left = sorted(p.name for p in lib.index_path.parent.iterdir())
+    assert left == ["library.json", "library.json.lock"]  # ... no temp file left (the lock file stays)
 
 
 def test_missing_and_changed_files_are_shown_not_raised(lib: Library, tiny, tmp_path: Path) -> None:
@@ -92,7 +91,8 @@ def test_damaged_index_is_set_aside(lib: Library) -> None:
     lib.index_path.parent.mkdir(parents=True, exist_ok=True)
     lib.index_path.write_text("{ not json", encoding="utf-8")
     assert lib.entries() == []
-    assert [p.name.startswith("library.json.damaged-") for p in lib.index_path.parent.iterdir()] == [True]
+    names = [p.name for p in lib.index_path.parent.iterdir() if not p.name.endswith(".lock")]
+    assert [name.startswith("library.json.damaged-") for name in names] == [True]
 
 
 def test_bad_file_is_refused(lib: Library, tmp_path: Path) -> None:
@@ -168,3 +168,48 @@ def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> 
     assert Library(include_demo=False).entries()[0].id == "built"
     os.unlink(path)
     assert {e.id: e.status for e in Library().entries()}["built"] is EntryStatus.MISSING
+
+
+def test_two_processes_adding_at_once_lose_nothing(lib: Library, tiny, tmp_path: Path) -> None:
+    """Each change is a read-modify-write under an OS file lock, so concurrent writers cannot drop entries."""
+    import subprocess
+    import sys
+    import textwrap
+
+    folders = []
+    for side in ("a", "b"):
+        folder = tmp_path / side
+        folder.mkdir()
+        for i in range(6):
+            shutil.copy(tiny.identical, folder / f"{side}{i}.gguf")
+        folders.append(folder)
+    code = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from speculens.models.library import Library
+        library = Library()  # each add is its own locked read-modify-write
+        for path in sorted(Path(sys.argv[1]).glob("*.gguf")):
+            library.add(path)
+        """
+    )
+    # Both inherit the test's SPECULENS_HOME, so they write the same index as ``lib``.
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(f)]) for f in folders]
+    assert [p.wait(timeout=120) for p in runs] == [0, 0]
+    names = {e.path.name for e in lib.entries() if e.source.kind is SourceKind.LOCAL}
+    assert names == {f"{side}{i}.gguf" for side in "ab" for i in range(6)}
+
+
+def test_one_library_object_shared_by_threads_loses_nothing(lib: Library, tiny, tmp_path: Path) -> None:
+    import threading
+
+    copies = []
+    for i in range(8):
+        copies.append(tmp_path / f"t{i}.gguf")
+        shutil.copy(tiny.identical, copies[-1])
+    threads = [threading.Thread(target=lib.add, args=(p,)) for p in copies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {p.name for p in copies} <= {e.path.name for e in lib.entries()}

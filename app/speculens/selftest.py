@@ -80,6 +80,8 @@ def _check_engine(log: Callable[[str], None]) -> str | None:
                 config = GenerationConfig(
                     strategy=strategy,
                     n_draft=4,
+                    # Fixed drafts: the adaptive controller rightly declines a draft as slow as its target.
+                    adaptive=False,
                     max_tokens=MAX_TOKENS,
                     sampling=SamplingParams(temperature=0.0),
                 )

@@ -1,10 +1,12 @@
-"""The user's settings: a Qt-free dataclass saved as versioned JSON.
+"""The user's settings: a Qt-free dataclass saved as versioned JSON, and the one table of their ranges.
 
-The GUI edits a :class:`Settings`, the worker turns it into the engine's ``ModelConfig`` and
-``GenerationConfig``. Loading never fails: a missing file gives the defaults, unknown keys are ignored, a
-value of the wrong type or out of range falls back to its default, and a file that is not JSON at all is
-kept as ``settings.json.corrupt`` (so the user can recover it) before the defaults are used. Writes are
-atomic (temporary file, then ``os.replace``), so a crash never leaves half a settings file.
+The GUI edits a :class:`Settings` (through the settings store), the worker turns it into the engine's
+``ModelConfig`` and ``GenerationConfig``. Every field's label, tip, range and whether it needs the models
+reloaded is declared once, in :data:`SPECS`; validation, the settings form and the reload note all read it,
+and the engine's own limits (:mod:`speculens.engine.config`) are its source. Loading never fails: a missing
+file gives the defaults, unknown keys are ignored, a value of the wrong type or out of range falls back to
+its default, and a file that is not JSON at all is kept as ``settings.json.corrupt`` (so the user can
+recover it) before the defaults are used. Writes are atomic (:mod:`speculens.atomic`).
 """
 
 from __future__ import annotations
@@ -14,56 +16,118 @@ import json
 import logging
 import math
 import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from speculens import paths
-
-if TYPE_CHECKING:
-    from speculens.engine.config import GenerationConfig, ModelConfig
+from speculens.atomic import write_json_atomic
+from speculens.engine.config import (
+    DEFAULT_N_CTX,
+    DEFAULT_N_DRAFT,
+    MAX_N_CTX,
+    MAX_N_DRAFT,
+    MIN_N_CTX,
+    GenerationConfig,
+    ModelConfig,
+    Strategy,
+)
+from speculens.engine.sampling import MAX_TEMPERATURE, SamplingParams
+from speculens.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+STRATEGIES = tuple(s.value for s in Strategy)
+# Strategies that use the draft model (so the draft file is loaded only for them).
+DRAFT_STRATEGIES = frozenset({Strategy.AUTO.value, Strategy.DRAFT.value})
 
-STRATEGIES = ("draft", "lookup", "ngram-cache", "ngram-map", "none")
 
-# Changing one of these means the models must be loaded again; everything else applies to the next answer.
-RELOAD_FIELDS = frozenset(
-    {"target_path", "draft_path", "n_ctx", "threads", "n_gpu_layers", "n_gpu_layers_draft", "ngram_map_path"}
-)
+@dataclass(frozen=True)
+class FieldSpec:
+    """How one setting is shown and checked.
+
+    Attributes:
+        label: the form's label.
+        tip: the tooltip: what it does.
+        low: the smallest allowed value (numbers).
+        high: the largest allowed value (numbers).
+        step: the step of a spin box.
+        reload: the models must be loaded again for a change to take effect.
+    """
+
+    label: str
+    tip: str
+    low: float | None = None
+    high: float | None = None
+    step: float = 1.0
+    reload: bool = False
+
+    def allows(self, value: object) -> bool:
+        """Whether ``value`` is in range (non-numbers are always allowed here)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+
+SPECS: dict[str, FieldSpec] = {
+    "strategy": FieldSpec(
+        "Strategy", "Where draft tokens come from; Automatic picks the best source each step, or plain decoding"
+    ),
+    "n_draft": FieldSpec("Draft tokens (n_draft)", "Most tokens drafted per step", 1, MAX_N_DRAFT),
+    "adaptive": FieldSpec(
+        "Adaptive draft length",
+        "Choose the source and draft length each step from measured costs and acceptance, up to n_draft and "
+        "down to plain decoding when speculation does not pay",
+    ),
+    "n_draft_min": FieldSpec(
+        "Minimum draft (n_draft_min)", "Drafts shorter than this are not verified (0 = any)", 0, MAX_N_DRAFT
+    ),
+    "p_min": FieldSpec(
+        "Draft confidence (p_min)", "A draft model stops when its top token is less likely than this", 0, 1, 0.05
+    ),
+    "temperature": FieldSpec(
+        "Temperature", "0 = greedy: the target's own choices, token for token", 0, MAX_TEMPERATURE, 0.1
+    ),
+    "top_k": FieldSpec("Top-k", "Keep the k most likely tokens (0 = all)", 0, 100_000),
+    "top_p": FieldSpec("Top-p", "Keep the most likely tokens until their probability reaches this", 0.01, 1, 0.01),
+    "min_p": FieldSpec("Min-p", "Drop tokens less likely than this times the top token", 0, 0.99, 0.01),
+    "seed": FieldSpec(
+        "Seed", "Random seed for sampling (-1 = a new one each answer; the seed used is shown)", -1, 2**31 - 1
+    ),
+    "max_tokens": FieldSpec("Max tokens", "The longest answer, in tokens", 1, 1_000_000),
+    "n_ctx": FieldSpec(
+        "Context size", "Context size in tokens (both models)", MIN_N_CTX, MAX_N_CTX, 1024, reload=True
+    ),
+    "threads": FieldSpec("Threads", "CPU threads (0 = automatic)", 0, 1024, reload=True),
+    "n_gpu_layers": FieldSpec("GPU layers, target", "Target layers on the GPU (-1 = all)", -1, 1000, reload=True),
+    "n_gpu_layers_draft": FieldSpec(
+        "GPU layers, draft", "Draft layers on the GPU (-1 = all)", -1, 1000, reload=True
+    ),
+    "exact": FieldSpec(
+        "Bit-exact verification",
+        "Greedy speculation reproduces plain decoding token for token, at a measured cost in speed (the "
+        "target runs kernels whose batches round exactly like single tokens). Off: llama.cpp's fastest "
+        "kernels, as its own speculative decoding uses",
+        reload=True,
+    ),
+    "ngram_map_path": FieldSpec(
+        "N-gram map", "A static n-gram map built with 'speculens-cli ngram build'", reload=True
+    ),
+    "target_path": FieldSpec("Target model", "The target model file", reload=True),
+    "draft_path": FieldSpec("Draft model", "The draft model file", reload=True),
+    "system_prompt": FieldSpec("System prompt", "An optional system message for new chats"),
+}
+
+RELOAD_FIELDS = frozenset(name for name, spec in SPECS.items() if spec.reload)
 
 
 @dataclass
 class Settings:
-    """Everything the user can set, with defaults that work on a laptop CPU.
+    """Everything the user can set, with defaults that work on a laptop CPU (see :data:`SPECS`)."""
 
-    Args:
-        strategy: the draft source: ``draft``, ``lookup``, ``ngram-cache``, ``ngram-map`` or ``none``.
-        n_draft: the most tokens drafted per step (1–64).
-        adaptive: let the controller choose the draft length each step (up to n_draft, down to plain decoding).
-        n_draft_min: drafts shorter than this are dropped (0–n_draft).
-        p_min: a draft model stops drafting when its top probability falls below this (0–1).
-        temperature: 0 is greedy (deterministic; speculation gives the same text as plain decoding).
-        top_k: keep the k most likely tokens (0 = all).
-        top_p: nucleus sampling threshold, in (0, 1].
-        min_p: drop tokens below min_p times the top token's probability, in [0, 1).
-        seed: random seed for sampling (-1 = a new one each time).
-        max_tokens: the longest answer.
-        n_ctx: context size in tokens of both models.
-        threads: CPU threads (0 = automatic).
-        n_gpu_layers: target layers offloaded to the GPU (-1 = all, 0 = none).
-        n_gpu_layers_draft: draft layers offloaded to the GPU.
-        ngram_map_path: an n-gram map file for the ``ngram-map`` strategy ("" = none).
-        target_path: the target model file ("" = none chosen yet).
-        draft_path: the draft model file ("" = none).
-        system_prompt: an optional system message for new chats.
-    """
-
-    strategy: str = "draft"
-    n_draft: int = 8
+    strategy: str = Strategy.AUTO.value
+    n_draft: int = DEFAULT_N_DRAFT
     adaptive: bool = True
     n_draft_min: int = 0
     p_min: float = 0.75
@@ -71,12 +135,13 @@ class Settings:
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
-    seed: int = 0
+    seed: int = -1
     max_tokens: int = 512
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_N_CTX
     threads: int = 0
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int = 0
+    exact: bool = False
     ngram_map_path: str = ""
     target_path: str = ""
     draft_path: str = ""
@@ -86,37 +151,30 @@ class Settings:
         """A copy with every out-of-range value replaced by its default (and the reason logged)."""
         default = Settings()
         out = dataclasses.replace(self)
-        checks: dict[str, bool] = {
-            "strategy": out.strategy in STRATEGIES,
-            "n_draft": 1 <= out.n_draft <= 64,
-            "p_min": 0.0 <= out.p_min <= 1.0,
-            "temperature": 0.0 <= out.temperature <= 100.0,
-            "top_k": out.top_k >= 0,
-            "top_p": 0.0 < out.top_p <= 1.0,
-            "min_p": 0.0 <= out.min_p < 1.0,
-            "seed": out.seed >= -1,
-            "max_tokens": 1 <= out.max_tokens <= 1_000_000,
-            "n_ctx": 64 <= out.n_ctx <= 1_048_576,
-            "threads": 0 <= out.threads <= 1024,
-            "n_gpu_layers": out.n_gpu_layers >= -1,
-            "n_gpu_layers_draft": out.n_gpu_layers_draft >= -1,
-        }
-        for name, ok in checks.items():
+        for name, spec in SPECS.items():
+            value = getattr(out, name)
+            ok = spec.allows(value) and (name != "strategy" or value in STRATEGIES)
             if not ok:
-                log.warning(
-                    "setting %s=%r is out of range; using %r",
-                    name,
-                    getattr(out, name),
-                    getattr(default, name),
-                )
+                log.warning("setting %s=%r is out of range; using %r", name, value, getattr(default, name))
                 setattr(out, name, getattr(default, name))
         if not 0 <= out.n_draft_min <= out.n_draft:
             out.n_draft_min = min(default.n_draft_min, out.n_draft)
         return out
 
-    def needs_reload(self, other: Settings) -> set[str]:
-        """The fields that differ from ``other`` and only take effect after the models are loaded again."""
-        return {name for name in RELOAD_FIELDS if getattr(self, name) != getattr(other, name)}
+    @property
+    def uses_draft(self) -> bool:
+        """Whether the chosen strategy loads the draft model (when one is chosen)."""
+        return bool(self.draft_path) and self.strategy in DRAFT_STRATEGIES
+
+    def needs_reload(self, loaded: Settings) -> set[str]:
+        """The fields changed since the models were loaded with ``loaded`` that only take effect on a reload
+        (switching to or from a strategy that uses the draft model counts: the draft is loaded only for it)."""
+        changed = {name for name in RELOAD_FIELDS if getattr(self, name) != getattr(loaded, name)}
+        if not self.uses_draft:
+            changed.discard("draft_path")
+        if self.uses_draft != loaded.uses_draft:
+            changed.add("strategy")
+        return changed
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: the fields plus ``schema_version``."""
@@ -137,9 +195,7 @@ class Settings:
             return settings
         version = data.get("schema_version")
         if isinstance(version, int) and version > SCHEMA_VERSION:
-            log.warning(
-                "settings were written by a newer Speculens (schema %s); reading what we know", version
-            )
+            log.warning("settings were written by a newer Speculens (schema %s); reading what we know", version)
         for f in fields(cls):
             if f.name not in data:
                 continue
@@ -148,6 +204,12 @@ class Settings:
                 log.warning("ignoring setting %s=%r: wrong type", f.name, data[f.name])
                 continue
             setattr(settings, f.name, value)
+        if isinstance(version, int) and version < 2:
+            # Schema 1 knew no automatic strategy and seeded every answer with 0; both defaults changed.
+            if settings.strategy == Strategy.DRAFT.value:
+                settings.strategy = Strategy.AUTO.value
+            if data.get("seed") == 0:
+                settings.seed = -1
         return settings.validated()
 
 
@@ -214,39 +276,17 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     return path
 
 
-def write_json_atomic(path: Path, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and ``os.replace``.
-
-    Raises:
-        OSError: the folder cannot be created or written.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
 def model_config(settings: Settings) -> ModelConfig:
-    """The engine's model configuration for these settings.
+    """The engine's model configuration for these settings (the draft only when the strategy uses it).
 
     Raises:
-        ValueError: no target model is chosen.
+        InvalidInputError: no target model is chosen.
     """
-    # Imported here so that reading settings does not pull in llama.cpp (start-up time).
-    from speculens.engine.config import ModelConfig
-
     if not settings.target_path:
-        raise ValueError("no target model is chosen: pick one in the model manager")
+        raise InvalidInputError("no target model is chosen: pick one in the model manager")
     return ModelConfig(
         target=Path(settings.target_path),
-        draft=Path(settings.draft_path) if settings.draft_path and settings.strategy == "draft" else None,
+        draft=Path(settings.draft_path) if settings.uses_draft else None,
         n_ctx=settings.n_ctx,
         n_threads=settings.threads,
         n_gpu_layers=settings.n_gpu_layers,
@@ -254,22 +294,20 @@ def model_config(settings: Settings) -> ModelConfig:
         ngram_map=Path(settings.ngram_map_path) if settings.ngram_map_path else None,
         ngram_cache_dir=paths.ngram_cache_dir(),
         costs_dir=paths.costs_dir(),
+        exact=settings.exact,
     )
 
 
-def generation_config(settings: Settings, strategy: str | None = None) -> GenerationConfig:
+def generation_config(settings: Settings, strategy: Strategy | None = None) -> GenerationConfig:
     """The engine's generation configuration for these settings.
 
     Args:
         settings: the settings.
         strategy: overrides the strategy (Compare runs ``none`` next to the chosen one).
     """
-    from speculens.engine.config import GenerationConfig, Strategy
-    from speculens.engine.sampling import SamplingParams
-
     n_draft = settings.n_draft
     return GenerationConfig(
-        strategy=Strategy(strategy or settings.strategy),
+        strategy=strategy or Strategy(settings.strategy),
         n_draft=n_draft,
         n_draft_min=min(settings.n_draft_min, n_draft),
         p_min=settings.p_min,

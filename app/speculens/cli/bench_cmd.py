@@ -14,7 +14,7 @@ from typing import Any
 from speculens.atomic import write_bytes_atomic, write_json_atomic
 from speculens.cli import resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
-from speculens.engine.backend import BackendError, BackendParams, LlamaBackend
+from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
     BenchPrompt,
     BenchResults,
@@ -27,9 +27,7 @@ from speculens.engine.bench import (
 from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT, GenerationConfig, Strategy
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine
-from speculens.engine.vocab import VocabMismatchError
-from speculens.models.demo import DemoModelError
-from speculens.models.resolve import ModelNotFoundError
+from speculens.errors import SpeculensError
 
 
 def _comma_list(text: str) -> list[str]:
@@ -136,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         prompts = load_suite(args.suite.read_text(encoding="utf-8") if args.suite else None)
-    except (OSError, ValueError) as exc:
+    except (OSError, SpeculensError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.prompts:
@@ -158,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         base.validate()
         settings = settings_for(strategies, modes, args.n_draft, args.sweep)
         engine = SpeculativeEngine(model_config(args))
-    except (ModelNotFoundError, DemoModelError, BackendError, VocabMismatchError, ValueError) as exc:
+    except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
@@ -193,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             "fresh_costs": args.fresh_costs,
             "wall_s": time.perf_counter() - t0,
         }
-    except (BackendError, ValueError) as exc:
+    except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -219,7 +217,7 @@ def write_prompts(args: argparse.Namespace, prompts: list[BenchPrompt]) -> int:
         args.write_prompts.mkdir(parents=True, exist_ok=True)
         for pid, text in texts.items():
             write_bytes_atomic(args.write_prompts / f"{pid}.txt", text.encode("utf-8"))
-    except (ModelNotFoundError, DemoModelError, BackendError, OSError) as exc:
+    except (SpeculensError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(texts)} prompts to {args.write_prompts}", file=sys.stderr)

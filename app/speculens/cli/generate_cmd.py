@@ -16,21 +16,17 @@ from typing import IO
 
 from speculens import paths
 from speculens.cli import resolve
-from speculens.engine.backend import BackendError
 from speculens.engine.config import (
     DEFAULT_N_CTX,
     DEFAULT_N_DRAFT,
     GenerationConfig,
     ModelConfig,
-    PromptError,
     Strategy,
 )
 from speculens.engine.events import FinishEvent, Origin, RunningStats, StartEvent, StepEvent, event_to_dict
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
-from speculens.engine.vocab import VocabMismatchError
-from speculens.models.demo import DemoModelError
-from speculens.models.resolve import ModelNotFoundError
+from speculens.errors import SpeculensError
 
 # Terminal colours for --color: accepted drafts green, rejected drafts red (struck through), target blue.
 _GREEN, _RED_STRIKE, _BLUE, _RESET = "\033[32m", "\033[9;31m", "\033[34m", "\033[0m"
@@ -193,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         config = generation_config(args)
         config.validate()
         engine = SpeculativeEngine(model_config(args))
-    except (ModelNotFoundError, DemoModelError, BackendError, VocabMismatchError, ValueError) as exc:
+    except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     with ExitStack() as stack:
@@ -221,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 sys.stdout.flush()
                 print(summary(finish.stats, start, finish.reason.value), file=sys.stderr)
-        except (PromptError, BackendError, ValueError) as exc:
+        except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -18,19 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from speculens.cli import demo_progress, resolve
+from speculens.errors import SpeculensError
 from speculens.models import demo
-from speculens.models.catalog import CatalogError, load_catalog
+from speculens.models.catalog import load_catalog
 from speculens.models.compat import DEFAULT_SESSION_CTX, Level, check_pair, suggest_drafts
 from speculens.models.demo import DemoModelError, is_installed
-from speculens.models.gguf_info import GGUFError, format_bytes, format_params, read_gguf_info
-from speculens.models.hub import DownloadProgress, HubClient, HubError
-from speculens.models.library import Library, LibraryEntry, LibraryError
-from speculens.models.resolve import ModelNotFoundError
+from speculens.models.gguf_info import format_bytes, format_params, read_gguf_info
+from speculens.models.hub import DownloadProgress, HubClient
+from speculens.models.library import Library, LibraryEntry
 
 EXIT_OK, EXIT_FAILED, EXIT_INCOMPATIBLE = 0, 1, 3
-
-_ERRORS = (GGUFError, HubError, LibraryError, ModelNotFoundError, DemoModelError, CatalogError)
-
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``models`` sub-command group."""
@@ -85,7 +82,7 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
-        except _ERRORS as exc:
+        except SpeculensError as exc:
             if getattr(args, "json", False):
                 kind = getattr(exc, "kind", None)
                 _emit({"error": str(exc), "kind": str(kind) if kind else exc.__class__.__name__})

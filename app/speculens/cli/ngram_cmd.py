@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 from speculens.cli import resolve
-from speculens.engine.backend import BackendError, BackendParams, LlamaBackend
+from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.drafters.ngram_table import build_table
-from speculens.models.demo import DemoModelError
-from speculens.models.resolve import ModelNotFoundError
+from speculens.errors import SpeculensError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +64,7 @@ def run_build(args: argparse.Namespace) -> int:
             print("error: the corpus holds no text files", file=sys.stderr)
             return 1
         vocab = LlamaBackend(resolve(args.model), BackendParams(vocab_only=True))
-    except (FileNotFoundError, ModelNotFoundError, DemoModelError, BackendError) as exc:
+    except (FileNotFoundError, SpeculensError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     t0 = time.perf_counter()

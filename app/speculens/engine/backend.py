@@ -22,6 +22,7 @@ import llama_cpp
 import numpy as np
 
 from speculens.engine.vocab import VocabInfo
+from speculens.errors import OperationError
 
 log = logging.getLogger(__name__)
 _llama_log = logging.getLogger("speculens.llama_cpp")
@@ -57,7 +58,7 @@ def _init_backend() -> None:
             _initialised = True
 
 
-class BackendError(RuntimeError):
+class BackendError(OperationError):
     """A model could not be loaded or evaluated; the message says what to do."""
 
 

@@ -36,6 +36,7 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.events import FinishEvent, RunningStats, StepEvent
 from speculens.engine.generate import generate
 from speculens.engine.session import SpeculativeEngine
+from speculens.errors import InvalidInputError
 
 SCHEMA = "speculens-bench/1"
 SUITE_FILE = "prompts/bench.json"
@@ -80,9 +81,9 @@ def load_suite(text: str | None = None) -> list[BenchPrompt]:
             for p in data["prompts"]
         ]
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not a prompt suite: {exc}") from exc
+        raise InvalidInputError(f"not a prompt suite: {exc}") from exc
     if len({p.id for p in prompts}) != len(prompts):
-        raise ValueError("prompt ids in a suite must be unique")
+        raise InvalidInputError("prompt ids in a suite must be unique")
     return prompts
 
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from speculens.engine.sampling import SamplingParams
+from speculens.errors import InvalidInputError
 
 MAX_N_DRAFT = 64
 DEFAULT_N_DRAFT = 32
@@ -45,8 +46,25 @@ _LABELS = {
 }
 
 
-class PromptError(ValueError):
+class PromptError(InvalidInputError):
     """The prompt cannot be generated from (empty, or too long for the context)."""
+
+
+class ContextFullError(PromptError):
+    """The prompt leaves no room to answer in the context.
+
+    Attributes:
+        n_prompt: the prompt's tokens.
+        n_ctx: the context size it must fit in.
+    """
+
+    def __init__(self, n_prompt: int, n_ctx: int) -> None:
+        super().__init__(
+            f"the conversation has {n_prompt} tokens but the context holds {n_ctx}: drop older turns, start a "
+            "new chat, shorten the message or raise the context size"
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
 
 
 @dataclass(frozen=True)
@@ -81,15 +99,17 @@ class GenerationConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""
         if not 1 <= self.n_draft <= MAX_N_DRAFT:
-            raise ValueError(f"n_draft must be between 1 and {MAX_N_DRAFT}, not {self.n_draft}")
+            raise InvalidInputError(f"n_draft must be between 1 and {MAX_N_DRAFT}, not {self.n_draft}")
         if not 0 <= self.n_draft_min <= self.n_draft:
-            raise ValueError(f"n_draft_min must be between 0 and n_draft ({self.n_draft}), not {self.n_draft_min}")
+            raise InvalidInputError(
+                f"n_draft_min must be between 0 and n_draft ({self.n_draft}), not {self.n_draft_min}"
+            )
         if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError(f"p_min must be between 0 and 1, not {self.p_min}")
+            raise InvalidInputError(f"p_min must be between 0 and 1, not {self.p_min}")
         if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, not {self.max_tokens}")
+            raise InvalidInputError(f"max_tokens must be at least 1, not {self.max_tokens}")
         if not isinstance(self.adaptive, bool):
-            raise ValueError(f"adaptive must be True or False, not {self.adaptive!r}")
+            raise InvalidInputError(f"adaptive must be True or False, not {self.adaptive!r}")
         self.sampling.validate()
 
 

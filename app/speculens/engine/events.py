@@ -74,7 +74,8 @@ class RunningStats:
         n_generated: tokens emitted.
         n_drafted: tokens drafted.
         n_accepted: drafted tokens accepted.
-        elapsed_s: wall time of the decoding loop (prompt processing excluded).
+        elapsed_s: time spent in the decoding steps (prompt processing, and any pause of the consumer between
+            steps, excluded).
         draft_s: time spent drafting.
         verify_s: time in the target's decode calls.
         overhead_s: everything else: our own sampling, verification and bookkeeping.
@@ -118,12 +119,14 @@ class StartEvent:
         n_prompt_evaluated: prompt tokens the target had to evaluate (the rest came from its KV cache).
         prompt_s: time the prompt took (target and draft).
         strategy: the draft source's name.
+        seed: the random seed this answer samples with (give it back to reproduce the answer).
     """
 
     n_prompt: int
     n_prompt_evaluated: int
     prompt_s: float
     strategy: str
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

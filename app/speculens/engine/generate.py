@@ -16,7 +16,7 @@ import numpy as np
 
 from speculens.engine.adaptive import MODEL, AdaptiveController, CostModel, Offer, StepPlan
 from speculens.engine.backend import LlamaBackend
-from speculens.engine.config import GenerationConfig, PromptError
+from speculens.engine.config import ContextFullError, GenerationConfig, PromptError
 from speculens.engine.drafters.base import Draft, Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.events import (
@@ -41,7 +41,9 @@ class _Stats:
     def __init__(self) -> None:
         self.n_steps = self.n_generated = self.n_drafted = self.n_accepted = 0
         self.draft_s = self.verify_s = self.overhead_s = 0.0
-        self.started = time.perf_counter()
+        # Decoding time: the steps' own time, not the time the consumer held the generator between them (a
+        # teaching pause waiting for "next step" is not generation time).
+        self.elapsed_s = 0.0
         self.accepted_by_pos: list[int] = []
         self.drafted_by_pos: list[int] = []
 
@@ -63,7 +65,7 @@ class _Stats:
             n_generated=self.n_generated,
             n_drafted=self.n_drafted,
             n_accepted=self.n_accepted,
-            elapsed_s=time.perf_counter() - self.started,
+            elapsed_s=self.elapsed_s,
             draft_s=self.draft_s,
             verify_s=self.verify_s,
             overhead_s=self.overhead_s,
@@ -110,10 +112,7 @@ def generate(
     model = next((d for d in drafters if isinstance(d, DraftModelDrafter)), None)
     limit = target.n_ctx if model is None else min(target.n_ctx, model.backend.n_ctx)
     if len(prompt) >= limit:
-        raise PromptError(
-            f"the prompt has {len(prompt)} tokens but the context holds {limit}: "
-            "shorten the prompt or raise the context size"
-        )
+        raise ContextFullError(len(prompt), limit)
     controller = None
     if config.adaptive and drafters:
         names = [d.name for d in drafters]
@@ -191,7 +190,7 @@ class _Loop:
             if controller is None or controller.could_pay():
                 model.prefill()
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
-        yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, name)
+        yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, name, sampling.seed)
 
         history = list(prompt)
         answer: list[int] = []
@@ -276,6 +275,7 @@ class _Loop:
             stats.draft_s += draft_s
             stats.verify_s += verify_s
             stats.overhead_s += overhead_s
+            stats.elapsed_s += step_end - step_t0
             if controller is not None and plan is not None:
                 calls = draft_backend.n_decode_calls - draft_calls0 if draft_backend is not None else 0
                 tokens_decoded = draft_backend.n_decoded - draft_tokens0 if draft_backend is not None else 0

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speculens.errors import InvalidInputError
+
+# Beyond this the distribution is practically uniform over the kept tokens: no use, and a likely typo.
+MAX_TEMPERATURE = 5.0
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -36,15 +41,17 @@ class SamplingParams:
         return self.temperature <= 0.0
 
     def validate(self) -> None:
-        """Raise ``ValueError`` with a readable message when a value is out of range."""
+        """Raise :class:`~speculens.errors.InvalidInputError` (a ``ValueError``) when a value is out of range."""
         if self.top_k < 0:
-            raise ValueError(f"top-k must be 0 (off) or positive, not {self.top_k}")
+            raise InvalidInputError(f"top-k must be 0 (off) or positive, not {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top-p must be in (0, 1], not {self.top_p}")
+            raise InvalidInputError(f"top-p must be in (0, 1], not {self.top_p}")
         if not 0.0 <= self.min_p < 1.0:
-            raise ValueError(f"min-p must be in [0, 1), not {self.min_p}")
-        if self.temperature > 100:
-            raise ValueError(f"temperature {self.temperature} is far outside the useful range 0–2")
+            raise InvalidInputError(f"min-p must be in [0, 1), not {self.min_p}")
+        if not 0.0 <= self.temperature <= MAX_TEMPERATURE:
+            raise InvalidInputError(
+                f"temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}, not {self.temperature}"
+            )
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

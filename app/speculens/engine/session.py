@@ -9,15 +9,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import secrets
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import CostModel
-from speculens.engine.backend import BackendParams, LlamaBackend, system_info
+from speculens.engine.backend import BackendParams, LlamaBackend, gpu_backend_name, system_info
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
@@ -26,7 +28,9 @@ from speculens.engine.drafters.ngram_map import NgramMapDrafter
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent
 from speculens.engine.generate import generate
+from speculens.engine.protocol import EngineInfo, Messages
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
+from speculens.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +193,9 @@ class SpeculativeEngine:
             return sources
         if strategy is Strategy.DRAFT:
             if self.draft is None:
-                raise ValueError("the draft strategy needs a draft model: load one, or pick a draft-free strategy")
+                raise InvalidInputError(
+                    "the draft strategy needs a draft model: load one, or pick a draft-free strategy"
+                )
             return [self.draft_drafter(config, rng)]
         if strategy is Strategy.LOOKUP:
             return [self.lookup()]
@@ -197,7 +203,9 @@ class SpeculativeEngine:
             return [self.ngram_cache()]
         if self._ngram_map is None:
             if self.config.ngram_map is None:
-                raise ValueError("the ngram-map strategy needs a map file: build one with 'speculens-cli ngram build'")
+                raise InvalidInputError(
+                    "the ngram-map strategy needs a map file: build one with 'speculens-cli ngram build'"
+                )
             self._ngram_map = NgramMapDrafter.from_file(self.config.ngram_map, self.fingerprint)
         return [self._ngram_map]
 
@@ -238,9 +246,40 @@ class SpeculativeEngine:
         else:
             tokens = list(prompt)
         config.validate()
+        if config.sampling.seed is None:  # a fresh seed, reported in the start event so it can be reused
+            config = replace(config, sampling=replace(config.sampling, seed=secrets.randbelow(2**31)))
         rng = np.random.default_rng(config.sampling.seed)
         drafters = self.drafters(config, rng)
         return generate(self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact)
+
+    def chat(
+        self, messages: Messages, config: GenerationConfig, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        """Answer a conversation (role/content dicts) formatted with the target's chat template.
+
+        Raises:
+            PromptError: the last message is empty, or the conversation does not fit the context.
+            BackendError: the model has no chat template.
+        """
+        if not messages or not messages[-1].get("content", "").strip():
+            raise PromptError("the message is empty: type something first")
+        return self.generate(self.target.format_chat(messages), config, cancel)
+
+    def chat_divergence(self, messages: Messages, a: Sequence[int], b: Sequence[int]) -> Divergence | None:
+        """:meth:`divergence` of two answers to a conversation."""
+        return self.divergence(self.target.format_chat(messages), a, b)
+
+    def info(self) -> EngineInfo:
+        """What is loaded."""
+        return EngineInfo(
+            target=self.config.target.name,
+            draft=self.draft.path.name if self.draft is not None else None,
+            description=self.target.description(),
+            n_ctx=self.target.n_ctx,
+            exact=self.config.exact,
+            invariant_sizes=self.target.invariant_sizes,
+            gpu_backend=gpu_backend_name(),
+        )
 
     def divergence(self, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         """Where answers ``a`` and ``b`` to ``prompt`` first differ, with the target's logits for both candidates
@@ -289,11 +328,8 @@ class ChatSession:
 
     def send(self, user_text: str, config: GenerationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Add a user message and generate the assistant's answer; the answer joins the history at the end."""
-        if not user_text.strip():
-            raise PromptError("the message is empty: type something first")
         messages = [*self.messages, {"role": "user", "content": user_text}]
-        tokens = self.engine.target.format_chat(messages)
-        events = self.engine.generate(tokens, config, cancel)
+        events = self.engine.chat(messages, config, cancel)
         self.messages = messages
         return self._record(events)
 

@@ -11,6 +11,8 @@ import functools
 import hashlib
 from dataclasses import dataclass, field
 
+from speculens.errors import InvalidInputError
+
 # llama.cpp tolerates this much difference in vocabulary size (SPEC_VOCAB_MAX_SIZE_DIFFERENCE) ...
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 # ... and starts comparing token texts here (SPEC_VOCAB_CHECK_START_TOKEN_ID), past the usual special ids.
@@ -73,7 +75,7 @@ class VocabInfo:
         return h.hexdigest()[:16]
 
 
-class VocabMismatchError(ValueError):
+class VocabMismatchError(InvalidInputError):
     """A draft's vocabulary cannot be used with the target's; the message names the failed check."""
 
 

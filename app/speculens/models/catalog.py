@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speculens.errors import OperationError
 from speculens.models.gguf_info import GGUFInfo
 
 CATALOG_FILE = "catalog.json"
 
 
-class CatalogError(RuntimeError):
+class CatalogError(OperationError):
     """The catalog file is missing or damaged (a packaging bug, not a user error)."""
 
 

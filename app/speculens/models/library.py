@@ -2,10 +2,11 @@
 
 The library is one JSON index (``library.json`` in the user data directory, see :mod:`speculens.paths`).
 Files are registered where they are — importing a file elsewhere on disk never copies it — and downloads and
-demo models live under :func:`speculens.paths.models_dir`. The index is rewritten atomically (temporary file,
-``fsync``, ``os.replace``) and re-read before every change, so a crash never leaves half an index and two
-windows of the app do not undo each other's changes. A file that was moved or deleted shows as *missing*;
-nothing raises because of it.
+demo models live under :func:`speculens.paths.models_dir`. The index is rewritten atomically
+(:mod:`speculens.atomic`) and every change is a read-modify-write under a lock file (``library.json.lock``),
+which serialises threads and processes alike: a crash never leaves half an index, and two download threads,
+two windows or the CLI beside the app never undo each other's changes. A file that was moved or deleted
+shows as *missing*; nothing raises because of it.
 
 Installed demo models (the ``demo`` extra) always appear: assembled ones as ordinary entries, the others as
 *not assembled* until :meth:`Library.add_demo_models` (or their first use) builds them.
@@ -18,8 +19,6 @@ import json
 import logging
 import os
 import re
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,7 +26,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from speculens import paths
+from speculens.atomic import write_bytes_atomic
+from speculens.errors import OperationError
 from speculens.models import demo
 from speculens.models.gguf_info import SPLIT_RE, GGUFError, GGUFInfo, read_gguf_info
 
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1
 HASH_BLOCK = 8 << 20
+LOCK_TIMEOUT_S = 30.0
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -53,6 +57,7 @@ class EntryStatus(StrEnum):
     OK = "ok"
     MISSING = "missing"  # the file was moved or deleted
     CHANGED = "changed"  # the file's size is not what was registered
+    DAMAGED = "damaged"  # the file is there but cannot be loaded (truncated, not GGUF, ...)
     NOT_ASSEMBLED = "not-assembled"  # an installed demo model that has not been built yet
 
 
@@ -122,6 +127,7 @@ class LibraryEntry:
         n_vocab: vocabulary size, if known.
         tokenizer: ``tokenizer.ggml.model`` and pre-tokenizer (``gpt2/qwen2``), if known.
         status: whether the file is usable now (computed when the entry is listed, never stored).
+        problem: why it is not, in words (computed with the status).
     """
 
     id: str
@@ -139,6 +145,7 @@ class LibraryEntry:
     n_vocab: int | None = None
     tokenizer: str | None = None
     status: EntryStatus = field(default=EntryStatus.OK, compare=False)
+    problem: str = field(default="", compare=False)
 
     @property
     def available(self) -> bool:
@@ -163,6 +170,7 @@ class LibraryEntry:
             "n_vocab": self.n_vocab,
             "tokenizer": self.tokenizer,
             "status": self.status.value,
+            "problem": self.problem,
         }
 
     @classmethod
@@ -205,7 +213,7 @@ class ScanResult:
     skipped: tuple[tuple[Path, str], ...]
 
 
-class LibraryError(RuntimeError):
+class LibraryError(OperationError):
     """A library operation failed; the message says what to do."""
 
 
@@ -238,12 +246,47 @@ def _slug(text: str) -> str:
     return slug or "model"
 
 
-def _status(path: Path, size: int) -> EntryStatus:
+def _checked(entry: LibraryEntry) -> LibraryEntry:
+    """The entry with its status now: missing, changed on disk, damaged (its header says the file is cut short
+    or unreadable), or ok."""
     try:
-        st = path.stat()
+        st = entry.path.stat()
     except OSError:
-        return EntryStatus.MISSING
-    return EntryStatus.OK if st.st_size == size or size == 0 else EntryStatus.CHANGED
+        return replace(entry, status=EntryStatus.MISSING, problem=f"The file is gone: {entry.path}")
+    if st.st_size != entry.size and entry.size:
+        return replace(
+            entry,
+            status=EntryStatus.CHANGED,
+            problem=f"The file changed on disk ({st.st_size:,} bytes, {entry.size:,} when registered).",
+        )
+    try:
+        read_gguf_info(entry.path, tokens=False)
+    except GGUFError as exc:
+        return replace(entry, status=EntryStatus.DAMAGED, problem=exc.message)
+    return replace(entry, status=EntryStatus.OK, problem="")
+
+
+class _LibraryLock:
+    """The library's lock file, with a message that says what to do when another process holds it too long."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # One object made up front (made lazily, two threads could each make their own and release the
+        # other's). Its state is per thread: re-entrant within a thread, each thread's own OS lock otherwise.
+        self._lock = FileLock(str(path), timeout=LOCK_TIMEOUT_S, thread_local=True)
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except Timeout as exc:
+            raise LibraryError(
+                f"the model library is locked by another Speculens process ({self.path}); "
+                "close the other window or command and try again"
+            ) from exc
+
+    def __exit__(self, *_exc: object) -> None:
+        self._lock.release()
 
 
 class Library:
@@ -257,7 +300,8 @@ class Library:
     def __init__(self, index_path: Path | None = None, *, include_demo: bool = True) -> None:
         self.index_path = index_path or default_index_path()
         self.include_demo = include_demo
-        self._lock = threading.RLock()
+        # Re-entrant within a thread, exclusive across threads and processes (an OS lock on a file).
+        self._lock = _LibraryLock(self.index_path.with_name(self.index_path.name + ".lock"))
 
     # ---- the index -----------------------------------------------------------------------------------
 
@@ -290,23 +334,14 @@ class Library:
         return entries
 
     def _save(self, entries: dict[str, LibraryEntry]) -> None:
-        self.index_path.parent.mkdir(parents=True, exist_ok=True)
         records = [e.to_dict() for e in entries.values()]
         for record in records:
             record.pop("status", None)  # computed on listing, never stored
         payload = json.dumps({"version": INDEX_VERSION, "models": records}, indent=2, ensure_ascii=False)
-        fd, tmp_name = tempfile.mkstemp(prefix=".library-", suffix=".json.tmp", dir=self.index_path.parent)
-        tmp = Path(tmp_name)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.index_path)
+            write_bytes_atomic(self.index_path, payload.encode("utf-8"))
         except OSError as exc:
             raise LibraryError(f"cannot write the model library {self.index_path}: {exc.strerror}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
 
     # ---- reading -------------------------------------------------------------------------------------
 
@@ -320,7 +355,7 @@ class Library:
             stored = self._load()
             if self.include_demo:
                 stored = self._sync_demo(stored)
-        out = [replace(e, status=_status(e.path, e.size)) for e in stored.values()]
+        out = [_checked(e) for e in stored.values()]
         if self.include_demo:
             known = {e.source.demo_key for e in out if e.source.kind is SourceKind.DEMO}
             for model in demo.DEMO_MODELS:
@@ -483,9 +518,7 @@ class Library:
                 skipped.append((p, str(exc)))
         return ScanResult(tuple(added), tuple(known), tuple(skipped))
 
-    def add_demo_models(
-        self, progress: Callable[[demo.DemoModel, int, int], None] | None = None
-    ) -> list[LibraryEntry]:
+    def add_demo_models(self, progress: Callable[[demo.DemoModel, int, int], None] | None = None) -> list[LibraryEntry]:
         """Assemble (if needed) and register every installed demo model.
 
         Args:
@@ -509,9 +542,7 @@ class Library:
     def _add_demo_entry(self, model: demo.DemoModel, path: Path) -> LibraryEntry:
         return self.add(
             path,
-            source=ModelSource(
-                SourceKind.DEMO, repo=model.hub_repo, filename=model.filename, demo_key=model.key
-            ),
+            source=ModelSource(SourceKind.DEMO, repo=model.hub_repo, filename=model.filename, demo_key=model.key),
             sha256=model.sha256,  # verified when assembled (demo.ensure_demo_model)
             entry_id=model.key,
         )

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from speculens.errors import SpeculensError
 from speculens.models.demo import DEMO_MODELS, DemoModel, demo_model, ensure_demo_model
 from speculens.models.library import EntryStatus, Library
 
 
-class ModelNotFoundError(LookupError):
+class ModelNotFoundError(SpeculensError, LookupError):
     """Nothing matches what the user asked for; the message lists what would."""
 
 

@@ -7,8 +7,6 @@ saved table records the vocabulary's fingerprint and refuses to load for another
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -16,10 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from speculens.atomic import write_atomic
+from speculens.errors import InvalidInputError
+
 FORMAT_VERSION = 1
 
 
-class NgramTableError(ValueError):
+class NgramTableError(InvalidInputError):
     """A table file is unreadable or belongs to another vocabulary."""
 
 
@@ -98,15 +99,7 @@ class NgramTable:
             arrays[f"keys{n}"] = np.array([k for k, _, _ in rows], dtype=np.int32).reshape(len(rows), n)
             arrays[f"next{n}"] = np.array([t for _, t, _ in rows], dtype=np.int32)
             arrays[f"count{n}"] = np.array([c for _, _, c in rows], dtype=np.int32)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
 
     @classmethod
     def load(cls, path: Path, fingerprint: str | None) -> NgramTable:
