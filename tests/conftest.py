@@ -1,16 +1,77 @@
-"""Shared fixtures: tiny generated GGUF models and an isolated Speculens home per test."""
+"""Shared fixtures: tiny generated GGUF models and an isolated Speculens home per test; the Qt guard.
+
+Every test that drives Qt carries the ``gui`` marker, and ``-m "not gui"`` runs without Qt: when the
+pytest-qt plugin is not active (not installed, or ``-p no:pytest-qt``), Qt's modules cannot be imported at all
+(a test that needs Qt without saying so fails loudly instead of passing by accident), the ``test_ui_*``
+modules are not collected, and pytest-qt's settings and markers are declared here so ``--strict-config``
+still holds. CI runs the suite that way once, to prove it.
+"""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from speculens.models.synthetic import TinyModelSpec, write_tiny_model, write_tiny_pair
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from speculens.models.synthetic import TinyModelSpec, write_tiny_model, write_tiny_pair
+QT_PACKAGES = frozenset({"PySide6", "shiboken6", "pyqtgraph", "pytestqt"})
+QT_FIXTURES = frozenset({"qtbot", "qapp", "qtlog", "qtmodeltester"})
+GUI_MODULES = "test_ui_*.py"
+QT_PLUGIN = "pytest-qt"  # its entry-point name: "-p no:pytest-qt" switches it off
+
+
+class _QtBlocker(importlib.abc.MetaPathFinder):
+    """Refuses every Qt import (installed when pytest-qt is not active)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.split(".")[0] in QT_PACKAGES:
+            raise ImportError(f"{fullname}: Qt is not available in this run; a test that needs it is marked gui")
+        return None
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    if pluginmanager.has_plugin(QT_PLUGIN):
+        return
+    # pytest-qt's ini settings, so pyproject.toml's [tool.pytest.ini_options] passes --strict-config.
+    for name in ("qt_api", "qt_log_level_fail", "qt_no_exception_capture"):
+        parser.addini(name, "pytest-qt setting (pytest-qt is not active)")
+    parser.addini("qt_log_ignore", "pytest-qt setting (pytest-qt is not active)", type="linelist")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.has_plugin(QT_PLUGIN):
+        return
+    config.addinivalue_line("markers", "qt_log_ignore: pytest-qt marker (pytest-qt is not active)")
+    sys.meta_path.insert(0, _QtBlocker())
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not config.pluginmanager.has_plugin(QT_PLUGIN) and collection_path.match(GUI_MODULES):
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every Qt test must say so: a test in a ``test_ui_*`` module or using a Qt fixture needs ``gui``."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("gui") is None
+        and (Path(str(item.path)).match(GUI_MODULES) or QT_FIXTURES & set(getattr(item, "fixturenames", ())))
+    ]
+    if unmarked:
+        raise pytest.UsageError("Qt tests without the gui marker: " + ", ".join(unmarked))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The live panel for a known event sequence: colours, strike-through, order, counts, tooltips, stats."""
+"""The live panel, charts and Teach for a known event sequence: colours, strike-through, order, counts,
+tooltips, stats, axes, and the expected-speedup curve."""
 
 from __future__ import annotations
 
@@ -6,31 +7,33 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PySide6.QtGui import QColor, QTextCursor
 
 from speculens.engine.events import (
     DraftToken,
     EmittedToken,
+    Event,
     FinishEvent,
     FinishReason,
     Origin,
     RunningStats,
+    StartEvent,
     StepEvent,
 )
 from speculens.ui.charts import ChartsPanel, RunSeries
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.token_view import KIND_STYLE, TokenKind, TokenView
+from speculens.ui.worker import Lane, Record, RecordKind
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 def stats(n_steps: int, n_generated: int, n_drafted: int, n_accepted: int) -> RunningStats:
-    return RunningStats(
-        n_steps, n_generated, n_drafted, n_accepted, 0.1 * n_steps, 0.01, 0.05, 0.001, (3, 1), (4, 4)
-    )
+    return RunningStats(n_steps, n_generated, n_drafted, n_accepted, 0.1 * n_steps, 0.01, 0.05, 0.001, (3, 1), (4, 4))
 
 
 def d(text: str, accepted: bool, p: float = 0.9, q: float = 0.8) -> DraftToken:
@@ -71,12 +74,21 @@ def panel(qtbot) -> LivePanel:
     p = LivePanel(RunSeries(), strip)
     qtbot.addWidget(p)
     qtbot.addWidget(strip)
-    p.start()
+    feed(p, [], queued=True)
     return p
 
 
+def feed(sink: LivePanel, events: list[Event], queued: bool = False) -> None:
+    """Hand events to a sink as the router would: as records of one chat request."""
+    kinds = {StartEvent: RecordKind.STARTED, StepEvent: RecordKind.STEP, FinishEvent: RecordKind.FINISHED}
+    records = [Record(1, Lane.CHAT, RecordKind.QUEUED)] if queued else []
+    records += [Record(1, Lane.CHAT, kinds[type(e)], event=e) for e in events]
+    if records:
+        sink.on_records(records)
+
+
 def test_tokens_appear_in_order_with_their_colours(panel: LivePanel) -> None:
-    panel.add_events(KNOWN_STEPS)
+    feed(panel, KNOWN_STEPS)
     view = panel.view
     assert view.toPlainText() == "".join(text for text, _ in EXPECTED)
     assert [(i.text, i.kind) for i in view.infos] == EXPECTED
@@ -97,8 +109,8 @@ def test_tokens_appear_in_order_with_their_colours(panel: LivePanel) -> None:
 
 
 def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:
-    panel.add_events(KNOWN_STEPS[:1])
-    panel.add_events(KNOWN_STEPS[1:])
+    feed(panel, KNOWN_STEPS[:1])
+    feed(panel, KNOWN_STEPS[1:])
     assert panel.view.counts == {
         TokenKind.ACCEPTED: 4,
         TokenKind.REJECTED: 2,
@@ -116,7 +128,7 @@ def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:
 
 
 def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
-    panel.add_events(KNOWN_STEPS)
+    feed(panel, KNOWN_STEPS)
     rejected = panel.view.token_at(4)  # "Cx"
     assert rejected is not None and rejected.kind is TokenKind.REJECTED
     tip = rejected.tooltip()
@@ -126,9 +138,9 @@ def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
 
 
 def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
-    panel.add_events(KNOWN_STEPS)
+    feed(panel, KNOWN_STEPS)
     final = stats(3, 7, 6, 4)
-    panel.add_events([FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), final)])
+    feed(panel, [FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), final)])
     assert "Finished (eog)" in panel.status.text()
     series = panel.series
     assert series.emitted == [3, 3, 1] and series.accepted == [2, 2, 0]
@@ -165,7 +177,7 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
 
 
 def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:
-    panel.add_events(KNOWN_STEPS)
+    feed(panel, KNOWN_STEPS)
     page = panel.view.to_html()
     assert page.count("line-through") >= 2 + 1  # two rejected tokens and the legend
     assert 'class="bonus"' in page and "step 2" in page
@@ -216,8 +228,111 @@ def test_twenty_thousand_tokens_append_incrementally(qtbot) -> None:
     assert view.document().characterCount() - 1 == 10 * n_steps
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "token_view_timing.json").write_text(
-        json.dumps(
-            {"tokens": 4 * n_steps, "batches": n_steps // batch, "total_s": total, "worst_batch_s": worst}
-        ),
+        json.dumps({"tokens": 4 * n_steps, "batches": n_steps // batch, "total_s": total, "worst_batch_s": worst}),
         encoding="utf-8",
     )
+
+
+# ---- Teach: the curve from measured costs, and plain steps that say why (item 8) -------------------------
+
+
+def declined_step(step: int, expected: tuple[float, ...]) -> StepEvent:
+    return StepEvent(step, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 2.0, 0.1, stats(step, step, 0, 0),
+                     offered=6, expected_speedup=expected, considered="draft")  # fmt: skip
+
+
+def test_teach_curve_is_the_controllers_estimate_and_agrees_with_its_choice(qtbot) -> None:
+    from speculens.ui.teach_panel import TeachPanel
+
+    series = RunSeries()
+    teach = TeachPanel(series)
+    qtbot.addWidget(teach)
+    expected = (1.0, 0.93, 0.81, 0.7, 0.62)  # what the controller computed: nothing beats plain decoding
+    step = declined_step(4, expected)
+    feed(teach, [step], queued=True)  # type: ignore[arg-type]
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=step)])
+    _k, y = teach.curve.getData()
+    assert list(y) == list(expected)  # never a curve of acceptance alone, which would promise ×1.4–×2.3
+    assert "plain decoding (k = 0) is fastest" in teach.curve_label.text()
+    text = teach.explanation.toPlainText()
+    assert "Plain step: speculation would not pay" in text and "×0.93" in text and "proposed 6 tokens" in text
+
+
+def test_a_plain_step_says_which_kind_of_plain_step_it_is() -> None:
+    from speculens.ui.teach_panel import explain_step
+
+    none = StepEvent(1, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 2.0, 0.1, stats(1, 1, 0, 0))
+    assert "strategy is <i>none</i>" in explain_step(none)
+    held = declined_step(2, (1.0, 1.3, 1.2))
+    assert "held back" in explain_step(held) and "loss guard" in explain_step(held)
+    declined = explain_step(declined_step(3, (1.0, 0.9)))
+    assert "would not pay" in declined and "or" not in declined.split("</b>")[0]
+
+
+def test_the_fallback_curve_uses_the_measured_draft_and_verification_costs() -> None:
+    """High acceptance but a draft as slow as the target: the curve must stay below plain decoding."""
+    series = RunSeries()
+    running = RunningStats()
+    steps = []
+    for i in range(1, 9):
+        drafted = 4 if i % 2 else 0
+        running = RunningStats(
+            n_steps=i, n_generated=running.n_generated + (5 if drafted else 1), n_drafted=running.n_drafted + drafted,
+            n_accepted=running.n_accepted + drafted, elapsed_s=0.1 * i, draft_s=running.draft_s + 0.04 * drafted,
+            verify_s=running.verify_s + 0.04,
+        )  # fmt: skip
+        drafts = tuple(d("Ab", True) for _ in range(drafted))
+        emitted = (*tuple(e("Ab", A) for _ in range(drafted)), e("Zt", Origin.BONUS if drafted else Origin.TARGET))
+        steps.append(StepEvent(i, drafted, drafts, emitted, "", 40.0 * drafted, 40.0 + 2 * drafted, 0.1, running))
+    series.add(steps)
+    curve = series.speedup_curve(8)
+    assert curve is not None and series.alpha == 1.0
+    assert curve[0] == pytest.approx(1.0) and max(curve[1:]) < 1.0
+
+
+# ---- charts: axes, titles, a cleared series (item 13, and the version that must never go back) ----------
+
+
+def test_chart_axes_count_in_whole_numbers_from_zero_without_legends(qtbot) -> None:
+    series = RunSeries()
+    series.add(KNOWN_STEPS)
+    series.set_stats(stats(3, 7, 6, 4))
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.resize(1400, 260)
+    charts.show()
+    charts.refresh()
+    qtbot.wait(20)
+    for plot, axis in ((charts.position_plot, "bottom"), (charts.accept_plot, "bottom"), (charts.length_plot, "bottom"),
+                       (charts.length_plot, "left")):  # fmt: skip
+        ax = plot.getAxis(axis)
+        low, high = ax.range
+        values = [v for _spacing, level in ax.tickValues(low, high, ax.width() or 300) for v in level]
+        assert values and all(float(v).is_integer() for v in values), (plot.titleLabel.text, axis, values)
+    for plot in (charts.speed_plot, charts.accept_plot, charts.length_plot, charts.position_plot):
+        assert plot.legend is None
+        limits = plot.getViewBox().state["limits"]
+        assert limits["xLimits"][0] == 0 and limits["yLimits"][0] == 0
+    x, _rolling, average = series.tokens_per_second()
+    assert (x > 0).all() and (average[np.isfinite(average)] >= 0).all()
+
+
+def test_a_cleared_series_never_reuses_a_version(qtbot) -> None:
+    series = RunSeries()
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    series.add(KNOWN_STEPS)
+    charts.refresh()
+    drawn = series.version
+    series.clear()
+    series.add(KNOWN_STEPS[:1])  # a new answer with fewer changes than the old one had
+    assert series.version > drawn
+    charts.refresh()
+    assert list(charts.chosen_curve.getData()[1]) == [4.0]  # the new answer, not the old one
+
+
+def test_new_answer_clears_the_panel_and_its_figures(panel: LivePanel) -> None:
+    feed(panel, KNOWN_STEPS)
+    feed(panel, [], queued=True)
+    assert panel.view.toPlainText() == "" and panel.series.step == [] and panel.events == []
+    assert panel.stats_strip.value_text("tokens") == "–"

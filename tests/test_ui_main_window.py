@@ -1,50 +1,34 @@
-"""The main window end to end with the tiny models: chat, live panel, saving, exports, closing, screenshot."""
+"""The main window end to end with the tiny models and the real engine: chat, live panel, saving, exports,
+the pair's badge, a failed load, closing mid-answer, and a screenshot."""
 
 from __future__ import annotations
 
 import csv
 import json
-import threading
+import time
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 
-from speculens.settings import Settings, load_settings
-from speculens.ui.conversations import list_conversations
-from speculens.ui.main_window import MainWindow
+from fake_engine import FakeFactory, Script
+from gui_support import ARTIFACTS, make_window, send
+from speculens import paths
+from speculens.settings import load_settings
+from speculens.ui.conversations import ConversationStore
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
-
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-
-
-def make_window(qtbot, tiny, **changes: object) -> MainWindow:
-    settings = Settings(
-        target_path=str(tiny.target), draft_path=str(tiny.perturbed), n_ctx=2048, max_tokens=120, n_draft=6
-    )
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    window = MainWindow(settings, restore_layout=False)
-    qtbot.addWidget(window)
-    window.resize(1400, 900)
-    window.show()
-    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
-        window.load_models()
-    return window
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
 
-def send(qtbot, window: MainWindow, text: str) -> object:
-    window.chat.input.setPlainText(text)
-    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000) as blocker:
-        qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
-    return blocker.args[0]
+def saved_conversations() -> list:
+    """What a fresh start would read from disk."""
+    return ConversationStore().conversations()
 
 
 def test_screenshot_of_a_finished_speculative_answer(qtbot, tiny) -> None:
     # A fixed draft length: the adaptive controller would rightly decode the tiny pair plainly (a draft model
     # as costly as its target cannot pay), and the screenshot is of speculation.
-    window = make_window(qtbot, tiny, adaptive=False)
+    window = make_window(qtbot, tiny, adaptive=False, strategy="draft")
     finish = send(qtbot, window, "the model")
     assert finish.stats.n_drafted > 0
     assert window.live_panel.view.toPlainText()
@@ -74,14 +58,15 @@ def test_enter_sends_and_shift_enter_adds_a_line(qtbot, tiny) -> None:
 def test_conversation_is_saved_and_can_be_reopened(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny)
     send(qtbot, window, "the model")
-    saved = list_conversations()
+    window.conversations.flush()
+    saved = saved_conversations()
     assert len(saved) == 1 and saved[0].messages == window.chat.conversation.messages
     assert saved[0].partial is None
-    window.chat.new_chat()
+    window.new_chat()
     assert window.chat.conversation.messages == []
-    window.conversations.refresh()
-    item = window.conversations.list.item(0)
-    window.conversations.list.itemActivated.emit(item)
+    window.conversation_list.refresh()
+    item = window.conversation_list.list.item(0)
+    window.conversation_list.list.itemActivated.emit(item)
     assert window.chat.conversation.messages == saved[0].messages
 
 
@@ -96,42 +81,92 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert window.chat.input.toPlainText() == "the model" and window.chat.conversation.messages == []
 
 
-def test_exports_write_html_json_csv_png(qtbot, tiny, tmp_path: Path) -> None:
-    window = make_window(qtbot, tiny)
+def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, temperature=0.8, max_tokens=40)
+    send(qtbot, window, "the model")
+    first_seed = window.chat.last_seed
+    first_figures = window.chat.figures.text()
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
+        window.chat.regenerate()
+    second_seed = window.chat.last_seed
+    assert first_seed is not None and second_seed is not None and first_seed != second_seed
+    assert f"seed {first_seed}" in first_figures and f"seed {second_seed}" in window.chat.figures.text()
+
+
+def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Path) -> None:
+    window = make_window(qtbot, tiny, temperature=0.7)
     finish = send(qtbot, window, "the model")
+    seed = window.chat.last_seed
     html = window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")
+    assert f"seed {seed}" in html
     assert "line-through" in html or finish.stats.n_accepted == finish.stats.n_drafted
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
-    assert events[0]["type"] == "start" and events[-1]["type"] == "finish"
+    assert events[0]["type"] == "start" and events[0]["seed"] == seed and events[-1]["type"] == "finish"
     with window.export_csv(tmp_path / "e.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps
     assert window.export_png(tmp_path / "c.png").stat().st_size > 1000
 
 
-def test_mismatched_draft_shows_the_warning_badge(qtbot, tiny) -> None:
-    window = make_window(qtbot, tiny, draft_path=str(tiny.mismatch))
+def test_mismatched_draft_shows_the_warning_badge_and_keeps_the_settings(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, draft_path=str(tiny.mismatch), strategy="draft")
     qtbot.waitUntil(window.badge_action.isVisible, timeout=10_000)
-    assert "mismatch" in window.badge.text().lower()
-    assert window.settings.strategy == "lookup"  # switched to a strategy that still works
+    assert "mismatch" in window.badge.text().lower() or "not loaded" in window.badge.text().lower()
+    # The user's choice stands: a failed draft never rewrites the strategy or the pair.
+    assert window.store.settings.strategy == "draft" and window.store.settings.draft_path == str(tiny.mismatch)
+    window.store.flush()
+    assert not paths.settings_file().exists()  # nothing changed, so nothing was written
+
+
+def test_a_damaged_draft_is_named_and_a_good_one_afterwards_loads(qtbot, tiny, tmp_path: Path) -> None:
+    cut = tmp_path / "cut-draft.gguf"
+    data = tiny.identical.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    window = make_window(qtbot, tiny, draft_path=str(cut), strategy="draft")
+    qtbot.waitUntil(lambda: window.models.badge is not None and "not loaded" in window.badge.text(), timeout=10_000)
+    assert "truncated" in window.models.badge.report and "mismatch" not in window.badge.text().lower()
+    assert window.store.settings.strategy == "draft"
+    # Choosing a good draft afterwards loads the draft model, not some strategy the failure switched to.
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000) as blocker:
+        window.models.set_pair(str(tiny.target), str(tiny.identical))
+    assert blocker.args[0].info.draft == tiny.identical.name and blocker.args[0].draft_error is None
+    qtbot.waitUntil(lambda: window.badge.text() == "✓ Compatible", timeout=10_000)
+
+
+def test_a_failed_load_shows_why_and_changes_no_setting(qtbot, tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: shown.append(text))
+    factory = FakeFactory(Script(target_error="not enough memory for the target: close other programs"))
+    window = make_window(qtbot, tiny, factory, load=False, strategy="draft", n_ctx=8192)
+    before = window.store.settings
+    with qtbot.waitSignal(window.worker.load_failed, timeout=10_000):
+        window.load_models()
+    qtbot.waitUntil(lambda: bool(shown), timeout=5_000)
+    assert shown == ["not enough memory for the target: close other programs"]
+    assert window.store.settings == before and window.models.loaded is None
+    assert "not loaded" in window.pair_label.text()
 
 
 def test_settings_changes_are_saved(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny)
     window.settings_panel.n_draft.setValue(11)
-    assert load_settings().n_draft == 11
+    assert window.store.settings.n_draft == 11
     assert window.teach_panel.n_draft == 11
+    qtbot.waitUntil(lambda: load_settings().n_draft == 11, timeout=5_000)  # saved after a short pause
 
 
 def test_closing_during_generation_stops_cleanly_and_keeps_the_text(qtbot, tiny) -> None:
-    window = make_window(qtbot, tiny, max_tokens=100_000, n_ctx=32_768)
-    started = threading.Event()
-    window.worker.generation_started.connect(lambda *_: started.set())
+    window = make_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 100_000, step_s=0.001)))
     window.chat.input.setPlainText("the model")
     window.chat.send()
-    qtbot.waitUntil(started.is_set, timeout=10_000)
-    qtbot.waitUntil(lambda: bool(window.chat._stream), timeout=10_000)
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    t0 = time.monotonic()
     window.close()
+    assert time.monotonic() - t0 < 10
     assert not window.worker._thread.is_alive()
-    saved = list_conversations()
-    assert saved and saved[0].partial  # the streamed part of the answer survived
+    saved = saved_conversations()
+    assert saved and saved[0].partial is None  # the stopped answer was finished into the conversation
+    assert saved[0].messages[-1]["role"] == "assistant"
+    assert saved[0].messages[-1]["content"].startswith("word word")

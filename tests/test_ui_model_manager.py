@@ -1,27 +1,42 @@
-"""The model manager window: library listing, the pair picker's mismatch warning, and a hub download."""
+"""The model manager window: library listing, the pair picker's mismatch warning, a hub download, and the
+settings and library it shares with the main window."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QProgressBar
 
+from fake_engine import FakeFactory
+from gui_support import fake_window
 from hub_server import FakeHub, FakeHubServer, FakeRepo
 from speculens.models.library import Library
 from speculens.settings import Settings
-from speculens.ui.model_manager import ModelManagerWindow
+from speculens.ui.model_controller import ModelController
+from speculens.ui.model_manager import ModelManagerWindow, display_path, entry_label
+from speculens.ui.settings_store import SettingsStore
+from speculens.ui.worker import EngineWorker
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
 
 @pytest.fixture()
-def manager(qtbot, tiny) -> Iterator[ModelManagerWindow]:
-    library = Library()
+def controller(qtbot) -> Iterator[ModelController]:
+    worker = EngineWorker(FakeFactory())
+    store = SettingsStore(Settings(n_ctx=512), autosave=False)
+    yield ModelController(worker, store, Library())
+    worker.close()
+
+
+@pytest.fixture()
+def manager(qtbot, tiny, controller: ModelController) -> Iterator[ModelManagerWindow]:
     for path in (tiny.target, tiny.identical, tiny.mismatch):
-        library.add(path)
-    window = ModelManagerWindow(Settings(n_ctx=512))
+        controller.library.add(path)
+    window = ModelManagerWindow(controller)
     qtbot.addWidget(window)
     qtbot.waitUntil(lambda: len(window.entries) >= 3, timeout=10_000)
     yield window
@@ -35,10 +50,11 @@ def pick(window: ModelManagerWindow, target: Path, draft: Path) -> None:
 
 
 def test_library_table_lists_the_models(manager: ModelManagerWindow, tiny) -> None:
-    names = {manager.library_table.item(r, 0).toolTip() for r in range(manager.library_table.rowCount())}
-    assert {str(tiny.target), str(tiny.identical), str(tiny.mismatch)} <= names
-    header = [manager.library_table.horizontalHeaderItem(c).text() for c in range(7)]
-    assert header == ["Name", "Family", "Size", "Quantization", "Context", "Source", "Status"]
+    table = manager.library_table
+    locations = {table.item(r, 1).text() for r in range(table.rowCount())}
+    assert {display_path(p) for p in (tiny.target, tiny.identical, tiny.mismatch)} <= locations
+    header = [table.horizontalHeaderItem(c).text() for c in range(8)]
+    assert header == ["Name", "Location", "Family", "Size", "Quantization", "Context", "Source", "Status"]
 
 
 def test_pair_picker_shows_an_unmissable_mismatch_warning(qtbot, manager: ModelManagerWindow, tiny) -> None:
@@ -61,14 +77,14 @@ def test_compatible_pair_can_be_chosen(qtbot, manager: ModelManagerWindow, tiny)
     with qtbot.waitSignal(manager.pair_chosen) as blocker:
         manager.use_pair_button.click()
     assert blocker.args == [str(tiny.target), str(tiny.identical)]
+    settings = manager.models.store.settings  # the one store the main window reads too
+    assert (settings.target_path, settings.draft_path) == (str(tiny.target), str(tiny.identical))
 
 
 @pytest.fixture()
 def fake_hub(tiny, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
     hub = FakeHub()
-    hub.add(
-        FakeRepo("speculens-test/Tiny-GGUF", {"tiny-target-F32.gguf": tiny.target.read_bytes()}, downloads=5)
-    )
+    hub.add(FakeRepo("speculens-test/Tiny-GGUF", {"tiny-target-F32.gguf": tiny.target.read_bytes()}, downloads=5))
     for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     with FakeHubServer(hub):
@@ -76,7 +92,7 @@ def fake_hub(tiny, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
         yield hub
 
 
-def test_hub_search_list_and_download_with_progress(qtbot, manager: ModelManagerWindow, fake_hub) -> None:
+def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
     manager.hub_search.setText("Tiny")
     manager.search_hub()
     repos = manager.repo_list
@@ -97,9 +113,111 @@ def test_hub_search_list_and_download_with_progress(qtbot, manager: ModelManager
     qtbot.waitUntil(lambda: any(e.path == Path(download.message) for e in manager.entries), timeout=10_000)
 
 
-def test_failed_download_is_shown_with_its_reason(qtbot, manager: ModelManagerWindow, fake_hub) -> None:
+def test_failed_download_is_shown_with_its_reason(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
     download = manager.start_download("speculens-test/Tiny-GGUF", "missing-Q4_0.gguf")
     qtbot.waitUntil(lambda: download.state == "failed", timeout=20_000)
     assert manager.download_table.item(download.row, 4).text() == "failed"
     assert "no such file" in download.message.lower()
     assert manager.download_table.cellWidget(download.row, 5).text() == "Resume"
+
+
+def test_copies_of_one_file_are_told_apart_by_their_folder(
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
+) -> None:
+    copy = tmp_path / "elsewhere" / tiny.identical.name
+    copy.parent.mkdir()
+    shutil.copy(tiny.identical, copy)
+    before = len(manager.entries)
+    manager.import_file(copy)
+    qtbot.waitUntil(lambda: len(manager.entries) == before + 1, timeout=10_000)
+    table = manager.library_table
+    locations = [table.item(r, 1).text() for r in range(table.rowCount())]
+    assert display_path(copy) in locations and display_path(tiny.identical) in locations
+    labels = [manager.draft_combo.itemText(i) for i in range(manager.draft_combo.count())]
+    twins = [label for label in labels if label.startswith(tiny.identical.name)]
+    assert len(twins) == 2 and len(set(twins)) == 2
+    assert any(display_path(copy.parent) in label for label in twins)
+
+
+def test_a_metadata_name_that_disagrees_with_the_file_name_shows_both(tiny, tmp_path: Path) -> None:
+    from speculens.models.library import Library
+
+    library = Library()
+    renamed = tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    shutil.copy(tiny.identical, renamed)
+    entry = library.add(renamed)
+    label = entry_label(entry, [entry])
+    assert label.startswith(renamed.name) and entry.name in label
+
+
+def test_a_truncated_file_is_refused_at_import_with_the_reason(
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny.identical.read_bytes()[:-1000])
+    manager.import_file(cut)
+    qtbot.waitUntil(lambda: "truncated" in manager.message.text(), timeout=10_000)
+    assert "cut.gguf" in manager.message.text()
+    assert all(e.path != cut for e in manager.entries)
+
+
+def test_a_registered_file_found_damaged_is_listed_so_and_cannot_be_picked(
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut.gguf"
+    shutil.copy(tiny.identical, cut)
+    entry = manager.library.add(cut)
+    # Damaged in place at the same size (a copy interrupted by a full disk leaves zeros, say): the header
+    # still reads, but its tensors claim more than the file holds once the tail is gone; simulate an index
+    # written before the check by recording the cut size.
+    cut.write_bytes(cut.read_bytes()[:-1000])
+    index = json.loads(manager.library.index_path.read_text(encoding="utf-8"))
+    for model in index["models"]:
+        if model["id"] == entry.id:
+            model["size"] = cut.stat().st_size
+    manager.library.index_path.write_text(json.dumps(index), encoding="utf-8")
+    manager.refresh_library()
+    qtbot.waitUntil(lambda: any(e.path == cut and e.status.value == "damaged" for e in manager.entries), timeout=10_000)
+    row = next(i for i, e in enumerate(manager.entries) if e.path == cut)
+    assert manager.library_table.item(row, 7).text() == "damaged"
+    assert "truncated" in manager.library_table.item(row, 0).toolTip()
+    assert "damaged" in manager.message.text()
+    choices = [manager.draft_combo.itemData(i) for i in range(manager.draft_combo.count())]
+    assert str(cut) not in choices  # a damaged file cannot be picked as a draft
+
+
+def test_the_report_uses_the_current_context_size(qtbot, manager: ModelManagerWindow, tiny) -> None:
+    manager.show()
+    pick(manager, tiny.target, tiny.identical)
+    qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
+    assert "512" in manager.report_view.toPlainText() or manager.report.compatible
+    manager.models.store.update(n_ctx=8192)
+    qtbot.waitUntil(lambda: (manager.report is not None and "8,192" in manager.report_view.toPlainText())
+                    or "8192" in manager.report_view.toPlainText(), timeout=10_000)  # fmt: skip
+
+
+def test_a_long_error_wraps_instead_of_running_off_the_edge(qtbot, manager: ModelManagerWindow) -> None:
+    manager.show()
+    manager.resize(700, 500)
+    long = "The hub could not be reached: " + "a very long reason that goes on " * 12 + "— check the network."
+    manager._show_error(long)
+    qtbot.wait(10)
+    assert manager.message.text() == long and manager.message.wordWrap()
+    assert manager.message.width() <= manager.width()
+    assert manager.message.sizeHint().height() > manager.message.fontMetrics().height() * 2
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support raise")
+def test_the_main_windows_manager_shares_its_library_hub_and_settings(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny)
+    window.open_model_manager()
+    manager = window._manager
+    assert manager.library is window.models.library and manager.hub is window.models.hub
+    # A model added in the manager is in the main window's library at once (one object, one lock).
+    before = {e.path for e in window.models.library.entries()}
+    manager.library.add(tiny.mismatch)
+    assert {e.path for e in window.models.library.entries()} - before == {tiny.mismatch}
+    # A setting changed anywhere is what the manager sees.
+    window.models.store.update(n_ctx=2048)
+    assert manager.models.store.settings.n_ctx == 2048
+    manager.shutdown()

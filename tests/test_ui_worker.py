@@ -1,16 +1,32 @@
-"""The engine worker thread with the tiny generated models: load, stream, stop, compare, close mid-answer."""
+"""The engine worker thread: load, stream, stop, step mode, compare, close mid-answer.
+
+With the tiny generated models (the real engine) where the engine's behaviour matters, and with the
+scripted fake engine where a case cannot be reached with a real model on demand.
+"""
 
 from __future__ import annotations
 
-import threading
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from speculens.settings import Settings
-from speculens.ui.worker import LANE_CHAT, EngineWorker, LoadedModels, TaggedEvent
+from fake_engine import FakeFactory, Script
+from speculens.engine.events import FinishEvent, StartEvent, StepEvent
+from speculens.settings import Settings, generation_config
+from speculens.ui.worker import (
+    ChatRequest,
+    CompareRequest,
+    EngineWorker,
+    Lane,
+    LoadRequest,
+    LoadResult,
+    Record,
+    RecordKind,
+)
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
 
 @pytest.fixture()
@@ -20,117 +36,264 @@ def worker(qtbot) -> Iterator[EngineWorker]:
     assert w.close(timeout=30)
 
 
-def settings_for(tiny, draft=None, **changes: object) -> Settings:
-    s = Settings(
-        target_path=str(tiny.target), draft_path=str(draft or tiny.identical), n_ctx=1024, max_tokens=40
-    )
-    for key, value in changes.items():
-        setattr(s, key, value)
-    return s
+@pytest.fixture()
+def fake() -> FakeFactory:
+    return FakeFactory()
 
 
-def load(qtbot, worker: EngineWorker, settings: Settings) -> LoadedModels:
+@pytest.fixture()
+def fake_worker(qtbot, fake: FakeFactory) -> Iterator[EngineWorker]:
+    w = EngineWorker(fake)
+    yield w
+    assert w.close(timeout=30)
+
+
+def settings_for(tiny, draft: Path | None = None, **changes: object) -> Settings:
+    fields: dict[str, object] = {
+        "target_path": str(tiny.target),
+        "draft_path": str(draft or tiny.identical),
+        "n_ctx": 1024,
+        "max_tokens": 40,
+    }
+    return Settings(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def load(qtbot, worker: EngineWorker, settings: Settings) -> LoadResult:
     with qtbot.waitSignal(worker.models_loaded, timeout=30_000) as blocker:
-        worker.load(settings)
+        worker.submit(LoadRequest(settings))
     return blocker.args[0]
 
 
-def test_load_reports_the_pair_and_is_loaded(qtbot, worker: EngineWorker, tiny) -> None:
-    loaded = load(qtbot, worker, settings_for(tiny))
-    assert loaded.target == tiny.target.name and loaded.draft == tiny.identical.name
+def collect(qtbot, worker: EngineWorker, request_id: int, timeout: int = 30_000) -> list[Record]:
+    """Drain the worker's records until the request's final one."""
+    out: list[Record] = []
+
+    def done() -> bool:
+        out.extend(worker.take_records())
+        return any(r.final and r.request_id == request_id for r in out)
+
+    qtbot.waitUntil(done, timeout=timeout)
+    return out
+
+
+def chat(worker: EngineWorker, settings: Settings, text: str = "the model") -> int:
+    return worker.submit(ChatRequest(({"role": "user", "content": text},), generation_config(settings)))
+
+
+def test_load_reports_the_pair_and_the_settings_it_loaded(qtbot, worker: EngineWorker, tiny) -> None:
+    settings = settings_for(tiny)
+    loaded = load(qtbot, worker, settings)
+    assert loaded.info.target == tiny.target.name and loaded.info.draft == tiny.identical.name
     assert loaded.draft_error is None and worker.is_loaded
+    assert loaded.settings == settings  # what the reload note compares against
 
 
 def test_mismatched_draft_keeps_the_target_and_says_why(qtbot, worker: EngineWorker, tiny) -> None:
     loaded = load(qtbot, worker, settings_for(tiny, tiny.mismatch))
-    assert loaded.draft is None
+    assert loaded.info.draft is None
     assert loaded.draft_error and "prompt lookup" in loaded.draft_error
     assert worker.is_loaded
 
 
-def test_missing_file_fails_with_a_message(qtbot, worker: EngineWorker, tmp_path) -> None:
+def test_a_truncated_draft_is_named_as_damaged_not_as_a_tokenizer_mismatch(
+    qtbot, worker: EngineWorker, tiny, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut-draft.gguf"
+    data = tiny.identical.read_bytes()
+    cut.write_bytes(data[: len(data) - 4096])
+    loaded = load(qtbot, worker, settings_for(tiny, cut))
+    assert loaded.info.draft is None and worker.is_loaded
+    assert loaded.draft_error is not None
+    assert "cut-draft.gguf is truncated" in loaded.draft_error and "mismatch" not in loaded.draft_error.lower()
+
+
+def test_missing_file_fails_with_a_message(qtbot, worker: EngineWorker, tmp_path: Path) -> None:
     with qtbot.waitSignal(worker.load_failed, timeout=30_000) as blocker:
-        worker.load(Settings(target_path=str(tmp_path / "nope.gguf")))
-    assert "not found" in blocker.args[0].lower()
+        worker.submit(LoadRequest(Settings(target_path=str(tmp_path / "nope.gguf"))))
+    assert "nope.gguf" in blocker.args[0] and "not found" in blocker.args[0].lower()
 
 
-def test_chat_streams_steps_then_finishes(qtbot, worker: EngineWorker, tiny) -> None:
-    from speculens.engine.events import FinishEvent, StartEvent, StepEvent
-
-    settings = settings_for(tiny)
+def test_chat_streams_records_in_order_then_finishes_once(qtbot, worker: EngineWorker, tiny) -> None:
+    settings = settings_for(tiny, adaptive=False, strategy="draft")
     load(qtbot, worker, settings)
-    with qtbot.waitSignal(worker.generation_finished, timeout=30_000) as blocker:
-        request = worker.chat([], "the model", settings)
-    rid, lane, finish = blocker.args
-    assert (rid, lane) == (request, LANE_CHAT)
-    events = worker.take_events()
-    assert all(isinstance(t, TaggedEvent) and t.request_id == request for t in events)
-    kinds = [type(t.event) for t in events]
-    assert kinds[0] is StartEvent and kinds[-1] is FinishEvent and StepEvent in kinds
-    assert finish.stats.n_generated == len(finish.tokens) > 0
+    request = chat(worker, settings)
+    records = collect(qtbot, worker, request)
+    assert all(r.request_id == request and r.lane is Lane.CHAT for r in records)
+    kinds = [r.kind for r in records]
+    assert kinds[0] is RecordKind.STARTED and isinstance(records[0].event, StartEvent)
+    assert kinds[-1] is RecordKind.FINISHED and kinds.count(RecordKind.FINISHED) == 1
+    assert set(kinds[1:-1]) == {RecordKind.STEP}
+    finish = records[-1].event
+    assert isinstance(finish, FinishEvent) and finish.stats.n_generated == len(finish.tokens) > 0
     # An identical draft is always accepted in greedy mode.
     assert finish.stats.n_accepted == finish.stats.n_drafted > 0
-    assert worker.take_events() == []
+    assert worker.take_records() == []
 
 
 def test_generation_without_a_model_fails_cleanly(qtbot, worker: EngineWorker, tiny) -> None:
-    with qtbot.waitSignal(worker.generation_failed, timeout=10_000) as blocker:
-        worker.chat([], "hello", settings_for(tiny))
-    assert "load" in blocker.args[1].lower()
+    records = collect(qtbot, worker, chat(worker, settings_for(tiny)))
+    assert [r.kind for r in records] == [RecordKind.FAILED]
+    assert "load" in records[0].message.lower()
 
 
-def test_stop_cancels_within_a_step(qtbot, worker: EngineWorker, tiny) -> None:
-    # A context far larger than the tiny model fills in the time the test takes to press Stop.
-    settings = settings_for(tiny, max_tokens=100_000, n_ctx=32_768)
-    load(qtbot, worker, settings)
-    started = threading.Event()
-    worker.generation_started.connect(lambda *_: started.set())
-    with qtbot.waitSignal(worker.generation_finished, timeout=30_000) as blocker:
-        worker.chat([], "the model", settings)
-        qtbot.waitUntil(started.is_set, timeout=10_000)
-        qtbot.waitUntil(lambda: len(worker._events) > 3, timeout=10_000)
-        worker.cancel()
-    assert blocker.args[2].reason.value == "cancelled"
+def test_stop_cancels_within_a_step(qtbot, fake_worker: EngineWorker, fake: FakeFactory, tiny) -> None:
+    fake.script = Script(answer=["word "] * 10_000, step_s=0.002)
+    settings = settings_for(tiny, max_tokens=100_000)
+    load(qtbot, fake_worker, settings)
+    request = chat(fake_worker, settings)
+    seen: list[Record] = []
+    qtbot.waitUntil(lambda: len(seen.extend(fake_worker.take_records()) or seen) > 5, timeout=10_000)
+    fake_worker.cancel(request)
+    records = seen + collect(qtbot, fake_worker, request)
+    finish = records[-1].event
+    assert isinstance(finish, FinishEvent) and finish.reason.value == "cancelled"
+    assert 5 <= finish.stats.n_generated < 10_000
 
 
-def test_step_mode_pauses_until_advanced(qtbot, worker: EngineWorker, tiny) -> None:
-    from speculens.engine.events import StepEvent
-
-    settings = settings_for(tiny, max_tokens=6)
+def test_step_mode_pauses_until_advanced_and_a_pause_is_not_generation_time(
+    qtbot, worker: EngineWorker, tiny
+) -> None:
+    settings = settings_for(tiny, max_tokens=6, adaptive=False)
     load(qtbot, worker, settings)
     worker.set_step_mode(True)
-    with qtbot.waitSignal(worker.step_paused, timeout=10_000) as paused:
-        worker.chat([], "the model", settings)
-    assert paused.args == [1]
-    steps = [t for t in worker.take_events() if isinstance(t.event, StepEvent)]
+    request = chat(worker, settings)
+    records: list[Record] = []
+    qtbot.waitUntil(lambda: bool(records.extend(worker.take_records()) or any(
+        r.kind is RecordKind.PAUSED for r in records)), timeout=10_000)  # fmt: skip
+    steps = [r for r in records if r.kind is RecordKind.STEP]
     assert len(steps) == 1  # nothing runs past the paused step
-    with qtbot.waitSignal(worker.step_paused, timeout=10_000) as paused:
-        worker.advance()
-    assert paused.args == [2]
-    with qtbot.waitSignal(worker.generation_finished, timeout=10_000):
-        worker.set_step_mode(False)
+    qtbot.wait(600)  # the user reads the step
+    worker.advance()
+    qtbot.waitUntil(lambda: bool(records.extend(worker.take_records()) or [
+        r for r in records if r.kind is RecordKind.PAUSED][1:]), timeout=10_000)  # fmt: skip
+    worker.set_step_mode(False)
+    records += collect(qtbot, worker, request)
+    finish = records[-1].event
+    assert isinstance(finish, FinishEvent)
+    # Two pauses of 0.6 s and more; the tiny model decodes in milliseconds. A pause counted as generation
+    # time would put the rate near 10 tokens/s.
+    assert finish.stats.elapsed_s < 0.3
+    assert finish.stats.tokens_per_second > 20
 
 
 def test_compare_gives_identical_greedy_outputs(qtbot, worker: EngineWorker, tiny) -> None:
-    settings = settings_for(tiny, tiny.perturbed, max_tokens=30, adaptive=False)
+    settings = settings_for(tiny, tiny.perturbed, max_tokens=30, adaptive=False, strategy="draft")
     load(qtbot, worker, settings)
-    with qtbot.waitSignal(worker.compare_finished, timeout=30_000) as blocker:
-        worker.compare([], "the model", settings)
-    result = blocker.args[1]
-    assert result.identical and result.greedy
+    from speculens.engine.config import Strategy
+
+    request = worker.submit(
+        CompareRequest(
+            ({"role": "user", "content": "the model"},),
+            generation_config(settings, Strategy.NONE),
+            generation_config(settings),
+        )
+    )
+    records = collect(qtbot, worker, request)
+    lanes = {r.lane for r in records if r.kind is RecordKind.STEP}
+    assert lanes == {Lane.PLAIN, Lane.SPECULATIVE}
+    result = records[-1].comparison
+    assert records[-1].kind is RecordKind.COMPARED and result is not None
+    assert result.identical and result.greedy and result.divergence is None
     assert result.plain.stats.n_drafted == 0 and result.speculative.stats.n_drafted > 0
     assert result.speedup > 0
 
 
 def test_close_during_generation_stops_and_joins(qtbot, tiny) -> None:
-    worker = EngineWorker()
-    settings = settings_for(tiny, max_tokens=100_000, n_ctx=32_768)
+    fake = FakeFactory(Script(answer=["word "] * 100_000, step_s=0.001))
+    worker = EngineWorker(fake)
+    settings = settings_for(tiny, max_tokens=100_000)
     load(qtbot, worker, settings)
-    started = threading.Event()
-    worker.generation_started.connect(lambda *_: started.set())
-    worker.chat([], "the model", settings)
-    qtbot.waitUntil(started.is_set, timeout=10_000)
+    chat(worker, settings)
+    qtbot.waitUntil(lambda: len(worker._records) > 3, timeout=10_000)
     assert worker.close(timeout=30)
     assert not worker._thread.is_alive() and not worker.is_loaded
+    assert fake.last.closed
     with pytest.raises(RuntimeError):
-        worker.chat([], "again", settings)
+        chat(worker, settings)
+
+
+def test_a_draft_that_fails_to_load_leaves_the_target_loaded_and_says_why(
+    qtbot, fake_worker: EngineWorker, fake: FakeFactory, tiny
+) -> None:
+    fake.script = Script(draft_error="the draft's weights could not be mapped: out of memory")
+    loaded = load(qtbot, fake_worker, settings_for(tiny))
+    assert loaded.draft_error == "the draft's weights could not be mapped: out of memory"
+    assert fake_worker.is_loaded and not fake.last.closed
+
+
+def test_an_unexpected_draft_failure_never_leaks_the_target(
+    qtbot, fake_worker: EngineWorker, fake: FakeFactory, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fake_engine import FakeEngine
+
+    def explode(self: FakeEngine, path: Path) -> None:
+        raise MemoryError("no memory for the draft")
+
+    monkeypatch.setattr(FakeEngine, "load_draft", explode)
+    with qtbot.waitSignal(fake_worker.load_failed, timeout=10_000) as blocker:
+        fake_worker.submit(LoadRequest(settings_for(tiny)))
+    assert "MemoryError" in blocker.args[0]
+    assert fake.last.closed and not fake_worker.is_loaded
+
+
+def test_a_user_facing_error_is_reported_with_its_own_message(
+    qtbot, fake_worker: EngineWorker, fake: FakeFactory, tiny
+) -> None:
+    fake.script = Script(target_error="the target needs a newer llama.cpp: update Speculens")
+    with qtbot.waitSignal(fake_worker.load_failed, timeout=10_000) as blocker:
+        fake_worker.submit(LoadRequest(settings_for(tiny)))
+    assert blocker.args[0] == "the target needs a newer llama.cpp: update Speculens"
+
+
+def test_a_header_problem_is_found_before_llama_cpp_is_asked(
+    qtbot, fake_worker: EngineWorker, fake: FakeFactory, tmp_path: Path, tiny
+) -> None:
+    target = tmp_path / "target.gguf"
+    shutil.copy(tiny.target, target)
+    with target.open("r+b") as f:
+        f.truncate(target.stat().st_size // 2)
+    with qtbot.waitSignal(fake_worker.load_failed, timeout=10_000) as blocker:
+        fake_worker.submit(LoadRequest(settings_for(tiny, target_path=str(target))))
+    assert "target.gguf is truncated" in blocker.args[0]
+    assert fake.engines == []
+
+
+def test_records_of_two_requests_carry_their_ids(qtbot, fake_worker: EngineWorker, tiny) -> None:
+    settings = settings_for(tiny)
+    load(qtbot, fake_worker, settings)
+    first, second = chat(fake_worker, settings), chat(fake_worker, settings)
+    records = collect(qtbot, fake_worker, second)
+    assert [r.request_id for r in records if r.final] == [first, second]
+    ids = [r.request_id for r in records]
+    assert ids == sorted(ids)  # one request at a time, never interleaved
+    steps = [r.event for r in records if r.kind is RecordKind.STEP]
+    assert all(isinstance(e, StepEvent) for e in steps)
+
+
+def test_a_running_step_mode_generation_is_cancelled_without_advancing(
+    qtbot, fake_worker: EngineWorker, tiny
+) -> None:
+    settings = settings_for(tiny)
+    load(qtbot, fake_worker, settings)
+    fake_worker.set_step_mode(True)
+    request = chat(fake_worker, settings)
+    seen: list[Record] = []
+    qtbot.waitUntil(
+        lambda: any(r.kind is RecordKind.PAUSED for r in seen.extend(fake_worker.take_records()) or seen),
+        timeout=10_000,
+    )
+    fake_worker.cancel(request)
+    records = seen + collect(qtbot, fake_worker, request)
+    assert records[-1].kind is RecordKind.FINISHED
+    assert isinstance(records[-1].event, FinishEvent) and records[-1].event.reason.value == "cancelled"
+    fake_worker.set_step_mode(False)
+
+
+def test_the_worker_thread_is_the_only_one_that_touches_the_engine(
+    qtbot, fake_worker: EngineWorker, fake: FakeFactory, tiny
+) -> None:
+    settings = settings_for(tiny)
+    load(qtbot, fake_worker, settings)
+    collect(qtbot, fake_worker, chat(fake_worker, settings))
+    assert fake.last.threads == {"speculens-engine"}
+    assert fake.last.requests and fake.last.requests[0][0] == [{"role": "user", "content": "the model"}]

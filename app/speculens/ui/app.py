@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
-from speculens.ui.qt_compat import check_binding
+from speculens.ui.qt_compat import check_binding, check_platform_libraries
 
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 
@@ -75,17 +75,20 @@ def create_app(argv: Sequence[str] | None = None) -> QApplication:
 
     Raises:
         BrokenBindingError: the installed PySide6 would crash on this Python.
+        MissingSystemLibrariesError: Qt's X11 plugin lacks system libraries (they are named).
     """
     existing = QApplication.instance()
     if isinstance(existing, QApplication):
         return existing
     check_binding()
+    args = list(argv) if argv is not None else sys.argv[:1]
+    check_platform_libraries(args)
     # The engine's worker is a Python thread that holds the GIL between llama.cpp calls; with the default
     # 5 ms switch interval the GUI thread can wait that long for every Python callback. 1 ms keeps the
     # window's event loop responsive during generation for a negligible cost to the worker.
     sys.setswitchinterval(0.001)
     QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
-    app = QApplication(list(argv) if argv is not None else sys.argv[:1])
+    app = QApplication(args)
     app.setApplicationName("Speculens")
     app.setOrganizationName("Speculens")
     app.setApplicationDisplayName("Speculens")

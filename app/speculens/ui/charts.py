@@ -55,11 +55,14 @@ class RunSeries:
         self.probes: list[tuple[int, int]] = []
         self.rejected_steps = 0
         self.stats: RunningStats | None = None
-        self.version = 0  # bumped on every change, so a plot knows whether to redraw
+        self.batch_ms: dict[int, list[float]] = {}  # verification time by batch size (drafts + 1)
+        self.version = 0  # bumped on every change (never reset), so a plot knows whether to redraw
 
     def clear(self) -> None:
-        """Forget everything."""
+        """Forget everything (the version moves on, so a plot of the old answer redraws empty)."""
+        version = self.version
         self.__init__()  # type: ignore[misc]
+        self.version = version + 1
 
     def add(self, events: Iterable[StepEvent]) -> None:
         """Append steps."""
@@ -76,6 +79,7 @@ class RunSeries:
                 self.probes.append((e.step, e.n_draft_max))
             if n_acc < len(e.drafted):
                 self.rejected_steps += 1
+            self.batch_ms.setdefault(len(e.drafted) + 1, []).append(e.verify_ms)
             self.stats = e.stats
         self.version += 1
 
@@ -104,6 +108,29 @@ class RunSeries:
         if stats is None or not stats.n_drafted or not stats.n_steps or stats.verify_s <= 0:
             return None
         return (stats.draft_s / stats.n_drafted) / (stats.verify_s / stats.n_steps)
+
+    def speedup_curve(self, k_max: int) -> np.ndarray | None:
+        """Expected speedup over plain decoding for a fixed draft length ``k = 0..k_max``, from what this
+        answer measured: the acceptance α, the draft time per token, and the verification time of each batch
+        size (linear between measured sizes, the last measured slope beyond them). ``None`` until a plain
+        step and a speculative one have been timed.
+
+        ``E[tokens | k] = (1 − α^{k+1}) / (1 − α)`` (Leviathan, Kalman & Matias 2023, eq. 1) over
+        ``k · draft + verify(k + 1)``, against one token per ``verify(1)``.
+        """
+        alpha = self.alpha
+        stats = self.stats
+        sizes = sorted(self.batch_ms)
+        if alpha is None or stats is None or 1 not in self.batch_ms or len(sizes) < 2:
+            return None
+        ms = np.array([float(np.median(self.batch_ms[n])) for n in sizes])
+        n = np.arange(1, k_max + 2, dtype=float)
+        slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])
+        verify = np.where(n > sizes[-1], ms[-1] + slope * (n - sizes[-1]), np.interp(n, sizes, ms))
+        draft_ms = 1e3 * stats.draft_s / stats.n_drafted if stats.n_drafted else 0.0
+        k = n - 1.0
+        tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1.0)) / (1.0 - alpha)
+        return tokens * ms[0] / (k * draft_ms + verify)
 
     def tokens_per_second(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time, rolling tokens/s over the last steps, and the running average."""
@@ -144,9 +171,7 @@ class RunSeries:
         return np.arange(1, len(drafted) + 1, dtype=float), np.where(drafted > 0, accepted / drafted, 0.0)
 
 
-def _plot(
-    layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left: str, bottom: str
-) -> pg.PlotItem:
+def _plot(layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left: str, bottom: str) -> pg.PlotItem:
     plot = layout.addPlot(row=row, col=col, title=title)
     plot.setLabel("left", left)
     plot.setLabel("bottom", bottom)
@@ -154,7 +179,26 @@ def _plot(
     plot.setMenuEnabled(False)
     plot.setClipToView(True)
     plot.setDownsampling(auto=True, mode="peak")
+    # Seconds, steps, positions and lengths are never negative: no padding below zero on either axis.
+    plot.getViewBox().setLimits(xMin=0, yMin=0)
     return plot
+
+
+def _title(text: str, *keys: tuple[str, str]) -> str:
+    """A plot title that names its curves in their colours (a legend inside the plot would hide data)."""
+    names = ", ".join(f"<span style='color:{colour}'>{name}</span>" for name, colour in keys)
+    return f"{text}<br><span style='font-size:8pt'>{names}</span>" if keys else text
+
+
+def integer_tick_step(span: float, max_ticks: int = 8) -> int:
+    """A whole-number tick spacing that fits ``span`` in at most ``max_ticks`` ticks (1, 2, 5, 10, 20...)."""
+    step = 1
+    while span / step > max_ticks:
+        for factor in (2, 5 / 2, 2):
+            step = int(step * factor)
+            if span / step <= max_ticks:
+                break
+    return step
 
 
 class ChartsPanel(QWidget):
@@ -180,16 +224,28 @@ class ChartsPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.graphics)
 
-        self.speed_plot = _plot(self.graphics, 0, 0, "Tokens/s over time", "tokens/s", "seconds")
-        self.speed_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
+        self.speed_plot = _plot(
+            self.graphics,
+            0,
+            0,
+            _title("Tokens/s over time", ("rolling", "#3884ff"), ("average", "#888888")),
+            "tokens/s",
+            "seconds",
+        )
         self.speed_rolling = self.speed_plot.plot(pen=pg.mkPen("#3884ff", width=2), name="rolling")
         self.speed_average = self.speed_plot.plot(
             pen=pg.mkPen("#888888", width=1, style=pg.QtCore.Qt.PenStyle.DashLine), name="average"
         )
 
-        self.accept_plot = _plot(self.graphics, 0, 1, "Acceptance per step", "rate", "step")
+        self.accept_plot = _plot(
+            self.graphics,
+            0,
+            1,
+            _title("Acceptance per step", ("per step", "#2ea043"), ("rolling", "#2ea043")),
+            "rate",
+            "step",
+        )
         self.accept_plot.setYRange(0, 1.05)
-        self.accept_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
         self.accept_step = self.accept_plot.plot(
             pen=None,
             symbol="o",
@@ -200,8 +256,19 @@ class ChartsPanel(QWidget):
         )
         self.accept_rolling = self.accept_plot.plot(pen=pg.mkPen("#2ea043", width=2), name="rolling")
 
-        self.length_plot = _plot(self.graphics, 0, 2, "Draft length and tokens per pass", "tokens", "step")
-        self.length_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
+        self.length_plot = _plot(
+            self.graphics,
+            0,
+            2,
+            _title(
+                "Draft length and tokens per pass",
+                ("tokens per pass", "#3884ff"),
+                ("draft length chosen", "#d29922"),
+                ("▲ probe", "#d29922"),
+            ),
+            "tokens",
+            "step",
+        )
         # Filled lines, not stepMode="center": pyqtgraph's downsampling and clip-to-view break the step
         # curve's len(x) == len(y) + 1 invariant once a long answer has thousands of steps.
         self.length_curve = self.length_plot.plot(
@@ -242,6 +309,13 @@ class ChartsPanel(QWidget):
         self.probe_marks.setData(probes[:, 0], probes[:, 1])
         pos, rate = self.series.per_position()
         self.position_bars.setOpts(x=pos, height=rate)
+        # Whole numbers on the axes that count things (steps, positions, tokens).
+        if len(x):
+            self.accept_plot.getAxis("bottom").setTickSpacing(integer_tick_step(float(x[-1])), 1)
+            self.length_plot.getAxis("bottom").setTickSpacing(integer_tick_step(float(x[-1])), 1)
+            top = max(float(np.max(chosen, initial=0)), float(np.max(self.series.emitted, initial=0)))
+            self.length_plot.getAxis("left").setTickSpacing(integer_tick_step(max(top, 1.0), 6), 1)
+        self.position_plot.getAxis("bottom").setTickSpacing(integer_tick_step(max(float(len(pos)), 1.0)), 1)
 
     def _on_timer_timeout(self) -> None:
         # Hidden plots (a closed dock) skip the work; they catch up when shown.

@@ -1,23 +1,39 @@
-"""The chat: transcript with Markdown rendering, the message box, and the saved-conversation list.
+"""The chat: the transcript, the message box, and the saved-conversation list.
 
-The pane never touches the models: it asks the :class:`~speculens.ui.worker.EngineWorker` for a turn and
-receives the turn's events from the main window's drain timer. The streaming answer is appended as plain
-text (cheap, incremental); when the turn ends the transcript is rendered once as Markdown.
+Each message is rendered on its own — the user's as plain text with its line breaks, the assistant's as
+Markdown with any code fence it left open closed — so nothing in one message (an answer cut off inside a
+code block) can leak into the next. A streaming answer is appended as plain text under its own heading and
+rendered once it is finished.
+
+The pane never touches the models: a turn is a :class:`_Turn` record sink that the
+:class:`~speculens.ui.generations.GenerationRouter` feeds, bound to the conversation it was asked for. So
+"New chat" mid-answer switches at once, and the answer that was stopped still lands, partial, in the
+conversation it belongs to.
 """
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextCursor
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QGuiApplication,
+    QKeyEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMenu,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QTextBrowser,
@@ -25,14 +41,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.settings import Settings
-from speculens.ui.conversations import Conversation, list_conversations
-from speculens.ui.worker import LANE_CHAT, EngineWorker, TaggedEvent
-
-if TYPE_CHECKING:
-    from speculens.engine.events import FinishEvent
+from speculens.engine.config import ContextFullError
+from speculens.engine.events import FinishEvent, StartEvent, StepEvent
+from speculens.settings import generation_config
+from speculens.ui.conversations import Conversation, ConversationStore
+from speculens.ui.generations import GenerationRouter, RecordSink
+from speculens.ui.settings_store import SettingsStore
+from speculens.ui.worker import Record, RecordKind
 
 AUTOSAVE_INTERVAL_S = 1.0
+FENCE = "```"
 
 
 class MessageEdit(QPlainTextEdit):
@@ -54,12 +72,33 @@ class MessageEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
-def render_markdown(messages: Sequence[dict[str, str]], streaming: str | None = None) -> str:
-    """The conversation as one Markdown document (system messages are left out).
+def close_fences(text: str) -> str:
+    """``text`` with a code fence it leaves open closed (an answer cut off in a code block)."""
+    open_fences = sum(1 for line in text.splitlines() if line.lstrip().startswith(FENCE))
+    return text + ("\n" + FENCE if open_fences % 2 else "")
+
+
+def markdown_html(text: str) -> str:
+    """One message's Markdown as an HTML fragment (its own document, so nothing leaks out of it)."""
+    doc = QTextDocument()
+    doc.setMarkdown(close_fences(text))
+    full = doc.toHtml()
+    start, end = full.find("<body"), full.rfind("</body>")
+    body = full[full.find(">", start) + 1 : end] if start >= 0 and end > start else full
+    return body
+
+
+def plain_html(text: str) -> str:
+    """Plain text as HTML with its line breaks and spacing kept."""
+    return f"<p style='white-space: pre-wrap'>{html.escape(text)}</p>"
+
+
+def render_transcript(messages: Sequence[dict[str, str]], streaming: bool = False) -> str:
+    """The conversation as HTML, one section per message (system messages left out).
 
     Args:
         messages: role/content dicts.
-        streaming: an answer still being generated, shown last.
+        streaming: end with an empty Assistant section for an answer still being generated.
     """
     parts = []
     for message in messages:
@@ -67,51 +106,107 @@ def render_markdown(messages: Sequence[dict[str, str]], streaming: str | None = 
         if role == "system":
             continue
         heading = "You" if role == "user" else "Assistant"
-        parts.append(f"#### {heading}\n\n{message['content']}\n")
-    if streaming is not None:
-        parts.append(f"#### Assistant\n\n{streaming}\n")
-    return "\n---\n\n".join(parts)
+        body = plain_html(message["content"]) if role == "user" else markdown_html(message["content"])
+        parts.append(f"<h4>{heading}</h4>{body}")
+    if streaming:
+        parts.append("<h4>Assistant</h4>")
+    return "<hr>".join(parts)
+
+
+class _Turn:
+    """One answer being generated, bound to its conversation (a record sink)."""
+
+    def __init__(self, pane: ChatPane, conversation: Conversation, user_text: str) -> None:
+        self.pane = pane
+        self.conversation = conversation
+        self.user_text = user_text
+        self.text = ""
+        self.seed: int | None = None
+        self.request_id: int | None = None
+        self._last_save = time.monotonic()
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        chunk = ""
+        for record in records:
+            if record.kind is RecordKind.STARTED and isinstance(record.event, StartEvent):
+                self.seed = record.event.seed
+            elif record.kind is RecordKind.STEP and isinstance(record.event, StepEvent):
+                chunk += record.event.text
+            elif record.kind is RecordKind.FINISHED and isinstance(record.event, FinishEvent):
+                self.pane._finish_turn(self, record.event)
+                return
+            elif record.kind is RecordKind.FAILED:
+                self.pane._fail_turn(self, record)
+                return
+        if chunk:
+            self.text += chunk
+            self.pane._stream(self, chunk)
+            if time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
+                self._last_save = time.monotonic()
+                self.conversation.partial = self.text
+                self.pane.store.save(self.conversation)
 
 
 class ChatPane(QWidget):
-    """A multi-turn chat over the worker.
+    """A multi-turn chat over the generation router.
 
     Args:
-        worker: the engine worker.
-        settings: returns the current settings when a turn starts.
+        router: the generation router.
+        settings: the settings store.
+        store: the saved conversations.
+        observers: more sinks that see every chat turn (the live panel, the teaching panel).
         parent: the Qt parent.
 
     Signals:
-        turn_started(int): a chat turn was queued (its request id).
-        turn_finished(object): the turn's FinishEvent.
-        compare_requested(list, str): Compare was pressed: (history, message).
-        conversation_saved(): the conversation file was written (the list may refresh).
+        turn_finished(object): a turn ended (its FinishEvent).
+        busy_changed(bool): a turn started or ended.
+        compare_requested(list): Compare was pressed with this conversation (the message to compare last).
         status_changed(str): a message for the status bar.
     """
 
-    turn_started = Signal(int)
     turn_finished = Signal(object)
-    compare_requested = Signal(list, str)
-    conversation_saved = Signal()
+    busy_changed = Signal(bool)
+    compare_requested = Signal(list)
     status_changed = Signal(str)
 
     def __init__(
-        self, worker: EngineWorker, settings: Callable[[], Settings], parent: QWidget | None = None
+        self,
+        router: GenerationRouter,
+        settings: SettingsStore,
+        store: ConversationStore,
+        observers: Sequence[RecordSink] = (),
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
-        self.worker = worker
-        self._settings = settings
+        self.router = router
+        self.settings = settings
+        self.store = store
+        self.observers = list(observers)
         self.conversation = Conversation()
-        self.request_id: int | None = None
-        self._pending_user: str | None = None
-        self._stream = ""
-        self._last_save = 0.0
-        self._stream_start = 0
+        self.pair = ""
+        self.turn: _Turn | None = None
+        self.last_seed: int | None = None  # the seed the last finished answer sampled with
+        self._stream_cursor: QTextCursor | None = None
 
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
         self.transcript.setAccessibleName("Conversation")
         self.transcript.setPlaceholderText("Load a model pair, type a message and press Enter.")
+        self.error = QLabel(self)
+        self.error.setWordWrap(True)
+        self.error.setTextFormat(Qt.TextFormat.RichText)
+        self.error.setAccessibleName("Error")
+        self.error.setStyleSheet(
+            "QLabel { background: rgba(215,58,73,40); border: 1px solid #d73a49; border-radius: 4px; padding: 6px }"
+        )
+        self.trim_button = QPushButton("Drop the oldest turns and send again", self)
+        self.trim_button.setAccessibleName("Drop the oldest turns")
+        self.trim_button.clicked.connect(self.trim_and_resend)
+        error_row = QHBoxLayout()
+        error_row.addWidget(self.error, 1)
+        error_row.addWidget(self.trim_button)
+        self.error.hide()
+        self.trim_button.hide()
         self.input = MessageEdit(self)
         self.input.setAccessibleName("Message")
         self.input.setPlaceholderText("Message — Enter sends, Shift+Enter for a new line")
@@ -120,23 +215,25 @@ class ChatPane(QWidget):
 
         self.send_button = self._button("Send", "Send the message (Enter, Ctrl+Return)", self.send)
         self.stop_button = self._button("Stop", "Stop generating (Esc)", self.stop)
-        self.regenerate_button = self._button("Regenerate", "Generate the last answer again", self.regenerate)
+        self.regenerate_button = self._button("Regenerate", "Generate the last answer again (Ctrl+R)", self.regenerate)
         self.edit_button = self._button(
-            "Edit last", "Put the last message back in the box to edit and resend it", self.edit_last
+            "Edit last", "Put the last message back in the box to edit and resend it (Ctrl+E)", self.edit_last
         )
-        self.copy_button = self._button(
-            "Copy answer", "Copy the last answer to the clipboard", self.copy_answer
-        )
+        self.copy_button = self._button("Copy answer", "Copy the last answer to the clipboard", self.copy_answer)
         self.compare_button = self._button(
-            "Compare", "Run the message with plain decoding and with speculation, side by side", self.compare
+            "Compare",
+            "Answer the last message with plain decoding and with speculation, side by side (Ctrl+Shift+C)",
+            self.compare,
         )
         self.clear_button = self._button("New chat", "Start a new conversation (Ctrl+N)", self.new_chat)
-        self.stop_button.setEnabled(False)
+        self.figures = QLabel(self)
+        self.figures.setAccessibleName("Answer figures")
+        self.figures.setEnabled(False)
 
         buttons = QHBoxLayout()
         for button in (self.regenerate_button, self.edit_button, self.copy_button, self.clear_button):
             buttons.addWidget(button)
-        buttons.addStretch(1)
+        buttons.addWidget(self.figures, 1)
         buttons.addWidget(self.compare_button)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
@@ -144,11 +241,9 @@ class ChatPane(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.transcript, 1)
+        layout.addLayout(error_row)
         layout.addWidget(self.input)
         layout.addLayout(buttons)
-
-        # The main window forwards the worker's finish and failure signals (finish_turn, fail_turn) after
-        # it has drained the last events, so the live panel is complete when turn_finished is emitted.
         self._update_buttons()
 
     def _button(self, text: str, tip: str, slot: Callable[[], None]) -> QPushButton:
@@ -160,36 +255,35 @@ class ChatPane(QWidget):
 
     @property
     def busy(self) -> bool:
-        """Whether a turn is running."""
-        return self.request_id is not None
+        """Whether a turn (of any conversation) is running."""
+        return self.turn is not None
 
     # ---- actions ------------------------------------------------------------------------------------
 
     def send(self) -> None:
         """Send the message box's text as the next turn."""
         text = self.input.toPlainText().strip()
-        if not text or self.busy:
+        if not text or self.busy or self.router.running:
             return
         self.input.clear()
-        self._start_turn(self._history(), text)
+        self._start_turn(text)
 
     def stop(self) -> None:
         """Cancel the running turn (it stops within one speculation step)."""
-        if self.busy:
-            self.worker.cancel()
+        if self.turn is not None and self.turn.request_id is not None:
+            self.router.cancel(self.turn.request_id)
             self.status_changed.emit("Stopping…")
 
     def regenerate(self) -> None:
-        """Drop the last answer and generate it again."""
+        """Drop the last answer and generate it again (with a new seed when the seed is random)."""
         messages = self.conversation.messages
-        if self.busy or not messages:
+        if self.busy or self.router.running or not messages:
             return
         if messages[-1]["role"] == "assistant":
             messages.pop()
         if not messages or messages[-1]["role"] != "user":
             return
-        user = messages.pop()["content"]
-        self._start_turn(self._history(), user)
+        self._start_turn(messages.pop()["content"])
 
     def edit_last(self) -> None:
         """Take the last user message (and its answer) out of the chat and into the message box."""
@@ -203,7 +297,7 @@ class ChatPane(QWidget):
         self.input.setPlainText(messages.pop()["content"])
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
-        self.conversation.save()
+        self.store.save(self.conversation)
         self._render()
 
     def copy_answer(self) -> None:
@@ -215,124 +309,153 @@ class ChatPane(QWidget):
                 return
 
     def compare(self) -> None:
-        """Ask the main window to compare plain and speculative decoding on the message."""
+        """Ask for a comparison of the last message (or the one typed in the box)."""
+        if self.busy or self.router.running:
+            return
         text = self.input.toPlainText().strip()
-        if not text and self.conversation.messages and self.conversation.messages[-1]["role"] == "user":
-            text = self.conversation.messages[-1]["content"]
-        if not text:
+        messages = [dict(m) for m in self.conversation.messages]
+        while messages and messages[-1]["role"] == "assistant":
+            messages.pop()
+        if text:
+            messages.append({"role": "user", "content": text})
+        if not messages or messages[-1]["role"] != "user":
             self.status_changed.emit("Type a message to compare.")
             return
-        self.compare_requested.emit(self._history(), text)
+        self.compare_requested.emit(messages)
 
     def new_chat(self) -> None:
-        """Start a new conversation (the old one stays saved)."""
-        if self.busy:
-            self.stop()
+        """Start a new conversation at once (a running answer stops and is kept in its own conversation)."""
+        self.stop()
         self.open_conversation(Conversation())
 
     def open_conversation(self, conversation: Conversation) -> None:
-        """Show a saved conversation; a partial answer saved by a killed app is kept as the last answer."""
-        if self.busy:
-            return
+        """Show a conversation; a partial answer saved by a killed app is kept as the last answer."""
         if conversation.partial:
             conversation.messages.append({"role": "assistant", "content": conversation.partial})
             conversation.partial = None
+            self.store.save(conversation)
         self.conversation = conversation
+        self._stream_cursor = None
+        self._hide_error()
+        self.figures.clear()
         self._render()
         self._update_buttons()
+
+    def save_now(self) -> None:
+        """Keep the streamed part of a running answer (the window is closing)."""
+        turn = self.turn
+        if turn is not None:
+            turn.conversation.partial = turn.text
+            self.store.save(turn.conversation)
+
+    def trim_and_resend(self) -> None:
+        """Drop the oldest exchange and send the last message again (the conversation was too long)."""
+        messages = self.conversation.messages
+        text = self.input.toPlainText().strip()
+        # The oldest user message and the answers up to the next user message.
+        if len(messages) >= 2:
+            del messages[0]
+            while messages and messages[0]["role"] == "assistant":
+                del messages[0]
+        self._hide_error()
+        if text and not self.busy:
+            self.input.clear()
+            self._start_turn(text)
 
     # ---- turn lifecycle -----------------------------------------------------------------------------
 
     def _history(self) -> list[dict[str, str]]:
-        settings = self._settings()
-        messages = [m for m in self.conversation.messages if m["role"] != "system"]
-        if settings.system_prompt.strip():
-            messages.insert(0, {"role": "system", "content": settings.system_prompt.strip()})
-        return messages
+        system = self.settings.settings.system_prompt.strip()
+        return ([{"role": "system", "content": system}] if system else []) + [
+            dict(m) for m in self.conversation.messages
+        ]
 
-    def _start_turn(self, history: list[dict[str, str]], text: str) -> None:
-        if not self.worker.is_loaded:
-            self.status_changed.emit("Load a model pair first (toolbar ▸ Load).")
+    def _start_turn(self, text: str) -> None:
+        self._hide_error()
         self.conversation.set_title_from(text)
-        self.conversation.messages = [m for m in history if m["role"] != "system"]
         self.conversation.messages.append({"role": "user", "content": text})
-        self._pending_user = text
-        self._stream = ""
-        self.conversation.partial = ""
-        self.conversation.save()
-        self.conversation_saved.emit()
-        self._render(streaming="")
-        self.request_id = self.worker.chat(history, text, self._settings())
+        self.conversation.pair = self.pair
+        turn = _Turn(self, self.conversation, text)
+        self.turn = turn
+        self._render(streaming=True)
+        config = generation_config(self.settings.settings)
+        turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])
         self._update_buttons()
-        self.turn_started.emit(self.request_id)
+        self.busy_changed.emit(True)
 
-    def add_events(self, events: Sequence[TaggedEvent]) -> None:
-        """Append the streaming text of this pane's turn (called by the main window's drain timer)."""
-        from speculens.engine.events import StepEvent
-
-        chunk = "".join(
-            t.event.text
-            for t in events
-            if t.request_id == self.request_id and t.lane == LANE_CHAT and isinstance(t.event, StepEvent)
-        )
-        if not chunk:
+    def _stream(self, turn: _Turn, chunk: str) -> None:
+        if turn.conversation is not self.conversation or self._stream_cursor is None:
             return
-        self._stream += chunk
-        cursor = QTextCursor(self.transcript.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
         scrollbar = self.transcript.verticalScrollBar()
         follow = scrollbar.value() >= scrollbar.maximum() - 4
-        cursor.insertText(chunk)
+        self._stream_cursor.insertText(chunk, QTextCharFormat())
         if follow:
             scrollbar.setValue(scrollbar.maximum())
-        now = time.monotonic()
-        if now - self._last_save >= AUTOSAVE_INTERVAL_S:
-            self._last_save = now
-            self.conversation.partial = self._stream
-            self.conversation.save()
 
-    def save_now(self) -> None:
-        """Write the conversation, with the streamed part of a running answer (the window is closing)."""
-        if not self.conversation.messages:
-            return
-        self.conversation.partial = self._stream if self.busy else None
-        self.conversation.save()
-
-    def finish_turn(self, request_id: int, lane: str, finish: FinishEvent) -> None:
-        """End this pane's turn with the worker's final event (other requests are ignored)."""
-        if request_id != self.request_id or lane != LANE_CHAT:
-            return
-        self.request_id = None
-        # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
-        self.conversation.messages.append({"role": "assistant", "content": finish.text})
-        self.conversation.partial = None
-        self.conversation.save()
-        self.conversation_saved.emit()
-        self._render()
+    def _end_turn(self, turn: _Turn) -> None:
+        if self.turn is turn:
+            self.turn = None
+        self._stream_cursor = None
         self._update_buttons()
+        self.busy_changed.emit(False)
+
+    def _finish_turn(self, turn: _Turn, finish: FinishEvent) -> None:
+        conversation = turn.conversation
+        # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
+        conversation.messages.append({"role": "assistant", "content": finish.text})
+        conversation.partial = None
+        self.store.save(conversation)
+        self._end_turn(turn)
+        self.last_seed = turn.seed
+        if conversation is self.conversation:
+            self._render()
+            s = finish.stats
+            seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
+            self.figures.setText(
+                f"{s.n_generated} tokens · {s.tokens_per_second:.1f} tokens/s · "
+                f"acceptance {100 * s.acceptance:.0f}%{seed}"
+            )
         self.turn_finished.emit(finish)
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")
 
-    def fail_turn(self, request_id: int, message: str) -> None:
-        """End this pane's turn after an error, giving the message back to the message box."""
-        if request_id != self.request_id:
-            return
-        self.request_id = None
-        # Give the message back so nothing the user typed is lost.
-        if self.conversation.messages and self.conversation.messages[-1]["role"] == "user":
-            self.input.setPlainText(self.conversation.messages.pop()["content"])
-        self.conversation.partial = None
-        self.conversation.save()
-        self._render()
-        self._update_buttons()
-        self.status_changed.emit(message)
+    def _fail_turn(self, turn: _Turn, record: Record) -> None:
+        conversation = turn.conversation
+        # Nothing the user typed is lost: the message goes back to the box, and the conversation is as it was.
+        if conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:
+            conversation.messages.pop()
+        conversation.partial = None
+        if conversation.messages:
+            self.store.save(conversation)
+        self._end_turn(turn)
+        if conversation is self.conversation:
+            self.input.setPlainText(turn.user_text)
+            self._render()
+            self._show_error(
+                record.message, trim=isinstance(record.error, ContextFullError) and len(conversation.messages) >= 2
+            )
+        self.status_changed.emit(record.message)
+
+    def _show_error(self, message: str, trim: bool) -> None:
+        self.error.setText(f"<b>The answer could not start.</b> {html.escape(message[:1].upper() + message[1:])}")
+        self.error.show()
+        self.trim_button.setVisible(trim)
+
+    def _hide_error(self) -> None:
+        self.error.hide()
+        self.trim_button.hide()
 
     def _on_input_submitted(self) -> None:
         self.send()
 
-    def _render(self, streaming: str | None = None) -> None:
-        self.transcript.setMarkdown(render_markdown(self.conversation.messages, streaming))
+    def _render(self, streaming: bool = False) -> None:
+        self.transcript.setHtml(render_transcript(self.conversation.messages, streaming))
+        if streaming:
+            cursor = QTextCursor(self.transcript.document())
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            # A plain paragraph of its own: not the heading's block (bold, and no break after "Assistant").
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            self._stream_cursor = cursor
         self.transcript.moveCursor(QTextCursor.MoveOperation.End)
         self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
 
@@ -346,37 +469,59 @@ class ChatPane(QWidget):
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
 
+    def set_generation_running(self, running: bool) -> None:
+        """Disable sending while another view's generation (a comparison) runs."""
+        self.send_button.setEnabled(not running and not self.busy)
+        self.compare_button.setEnabled(not running and not self.busy)
+        self.regenerate_button.setEnabled(not running and not self.busy and bool(self.conversation.messages))
+
 
 class ConversationList(QWidget):
-    """Saved conversations, newest first; activating one opens it.
+    """Saved conversations, newest first; activating one opens it; rename and delete from its menu.
 
     Args:
+        store: the saved conversations.
         parent: the Qt parent.
 
     Signals:
         conversation_activated(Conversation): the user picked one.
+        conversation_deleted(Conversation): the user deleted one.
     """
 
     conversation_activated = Signal(object)
+    conversation_deleted = Signal(object)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.store = store
         self.list = QListWidget(self)
         self.list.setAccessibleName("Saved conversations")
+        self.list.setWordWrap(True)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.itemActivated.connect(self._on_list_item_activated)
         self.list.itemClicked.connect(self._on_list_item_activated)
-        hint = QLabel("Saved automatically. Click one to reopen it.", self)
-        hint.setWordWrap(True)
-        hint.setEnabled(False)
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._on_list_context_menu)
+        self.rename_button = QPushButton("Rename…", self)
+        self.rename_button.setAccessibleName("Rename the selected conversation")
+        self.rename_button.clicked.connect(self.rename_selected)
+        self.delete_button = QPushButton("Delete", self)
+        self.delete_button.setAccessibleName("Delete the selected conversation")
+        self.delete_button.clicked.connect(self.delete_selected)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.rename_button)
+        buttons.addWidget(self.delete_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.list)
-        layout.addWidget(hint)
-        # Saves come in bursts while streaming; refresh the list at most twice a second.
+        layout.addLayout(buttons)
+        self.setMinimumWidth(200)
+        # Saves come in bursts while streaming; redraw at most twice a second (from memory, not the disk).
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setSingleShot(True)
         self._refresh_timer.setInterval(500)
         self._refresh_timer.timeout.connect(self.refresh)
+        self.refresh()
 
     def schedule_refresh(self) -> None:
         """Refresh soon (coalescing bursts)."""
@@ -384,21 +529,60 @@ class ConversationList(QWidget):
             self._refresh_timer.start()
 
     def refresh(self) -> None:
-        """Re-read the conversation folder."""
+        """Redraw the list from the store."""
+        selected = self.selected()
         self.list.clear()
-        for conversation in list_conversations():
+        for conversation in self.store.conversations():
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.updated))
             item = QListWidgetItem(f"{conversation.title}\n{when}")
-            item.setData(Qt.ItemDataRole.UserRole, conversation)
-            item.setToolTip(conversation.pair or conversation.title)
+            item.setData(Qt.ItemDataRole.UserRole, conversation.id)
+            item.setToolTip(f"{conversation.title}\n{conversation.pair}".strip())
             self.list.addItem(item)
+            if selected is not None and conversation.id == selected.id:
+                self.list.setCurrentItem(item)
+        has = self.list.count() > 0
+        self.rename_button.setEnabled(has)
+        self.delete_button.setEnabled(has)
+
+    def selected(self) -> Conversation | None:
+        """The selected conversation."""
+        item = self.list.currentItem()
+        return self.store.get(str(item.data(Qt.ItemDataRole.UserRole))) if item is not None else None
+
+    def rename_selected(self) -> None:
+        """Ask for a new title for the selected conversation."""
+        conversation = self.selected()
+        if conversation is None:
+            return
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=conversation.title)
+        if ok and title.strip():
+            self.store.rename(conversation, title)
+            self.refresh()
+
+    def delete_selected(self) -> None:
+        """Delete the selected conversation after asking."""
+        conversation = self.selected()
+        if conversation is None:
+            return
+        answer = QMessageBox.question(
+            self, "Delete conversation", f"Delete “{conversation.title}”? This cannot be undone."
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.store.delete(conversation)
+            self.conversation_deleted.emit(conversation)
+            self.refresh()
+
+    def _on_list_context_menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        self.list.setCurrentItem(item)
+        menu = QMenu(self)
+        menu.addAction("Rename…", self.rename_selected)
+        menu.addAction("Delete", self.delete_selected)
+        menu.exec(self.list.viewport().mapToGlobal(pos))
 
     def _on_list_item_activated(self, item: QListWidgetItem) -> None:
-        conversation = item.data(Qt.ItemDataRole.UserRole)
-        if isinstance(conversation, Conversation):
-            # Re-read it: the list entry may be older than the file.
-            try:
-                conversation = Conversation.load(conversation.path)
-            except (OSError, ValueError):
-                return
+        conversation = self.store.get(str(item.data(Qt.ItemDataRole.UserRole)))
+        if conversation is not None:
             self.conversation_activated.emit(conversation)

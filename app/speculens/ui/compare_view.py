@@ -1,8 +1,11 @@
-"""Compare: the same prompt decoded plainly and with speculation, side by side.
+"""Compare: the same message decoded plainly and with speculation, side by side.
 
 The worker runs the two halves one after the other on the same models (so they never compete for the
-CPU/GPU); this view streams each into its own token view and then shows the measured speedup and whether
-the outputs are identical — which greedy decoding guarantees and sampling does not.
+CPU/GPU); this view is a record sink of the comparison: it streams each half into its own token view, then
+shows the measured speedup and whether the outputs are identical. When greedy outputs differ it names the
+first differing token, both candidates and the target's logit margin there: llama.cpp's fastest kernels
+round a batch differently from one token at a time, which can tip a near-tie; bit-exact verification
+(one click away) restores token-for-token identity at its measured cost.
 """
 
 from __future__ import annotations
@@ -10,110 +13,167 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from speculens.engine.events import FinishEvent, StepEvent
 from speculens.ui.token_view import TokenView
-from speculens.ui.worker import LANE_PLAIN, LANE_SPECULATIVE, CompareResult, TaggedEvent
+from speculens.ui.worker import Comparison, Lane, Record, RecordKind
+
+
+def _piece(piece: bytes) -> str:
+    text = piece.decode("utf-8", errors="replace").replace("\n", "⏎")
+    return f"<code>«{html.escape(text)}»</code>"
+
+
+def verdict_html(c: Comparison) -> str:
+    """The comparison's verdict: speedup, and identity (or where and why the outputs differ)."""
+    speed = (
+        f"<span style='font-size:large'>Speedup <b>×{c.speedup:.2f}</b></span> "
+        f"({c.speculative.stats.tokens_per_second:.1f} vs {c.plain.stats.tokens_per_second:.1f} tokens/s)"
+    )
+    if c.identical:
+        return f"{speed} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
+    if not c.greedy:
+        return (
+            f"{speed} · outputs differ (expected: with temperature > 0 the two runs sample differently; "
+            "the distribution is the same)"
+        )
+    d = c.divergence
+    where = ""
+    if d is not None:
+        where = (
+            f" from token {d.index + 1}: plain decoding chose {_piece(d.piece_a)}, speculation "
+            f"{_piece(d.piece_b)}; the target's logits there were {d.logit_a:.3f} and {d.logit_b:.3f} "
+            f"(a margin of {d.margin:.3f})"
+        )
+    if c.exact:
+        return (
+            f"{speed} · <span style='color:#d73a49'><b>✗ outputs differ</b></span>{where}. Bit-exact "
+            "verification must reproduce plain decoding: please report this."
+        )
+    return (
+        f"{speed} · <span style='color:#d29922'><b>outputs differ</b></span>{where}. Speculation verifies "
+        "drafts in one batch, and llama.cpp's fastest kernels round a batch slightly differently from one "
+        "token at a time, which can tip a near-tie. Both answers are the target's; switch on bit-exact "
+        "verification to get plain decoding's tokens exactly."
+    )
 
 
 class CompareView(QWidget):
-    """Two token views and a verdict.
+    """Two token views and a verdict (a record sink of comparisons).
 
     Args:
         parent: the Qt parent.
+
+    Signals:
+        stop_requested(): the user pressed Stop.
+        exact_requested(): the user asked for bit-exact verification.
     """
+
+    stop_requested = Signal()
+    exact_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.request_id: int | None = None
-        self.prompt = QLabel("Type a message and press <b>Compare</b> in the chat.", self)
+        self.running = False
+        self.comparison: Comparison | None = None
+        self.prompt = QLabel("Press <b>Compare</b> in the chat: the last message is answered both ways.", self)
         self.prompt.setWordWrap(True)
-        self.views = {LANE_PLAIN: TokenView(self), LANE_SPECULATIVE: TokenView(self)}
-        self.headers = {LANE_PLAIN: QLabel("<b>Plain decoding</b>", self), LANE_SPECULATIVE: QLabel(self)}
-        self.figures = {LANE_PLAIN: QLabel(self), LANE_SPECULATIVE: QLabel(self)}
-        self.views[LANE_PLAIN].setAccessibleName("Plain decoding answer")
-        self.views[LANE_SPECULATIVE].setAccessibleName("Speculative decoding answer")
+        self.prompt.setTextFormat(Qt.TextFormat.RichText)
+        self.with_history = QCheckBox("Include the earlier conversation", self)
+        self.with_history.setAccessibleName("Compare with the earlier conversation")
+        self.with_history.setToolTip(
+            "Off: the last message alone (fast, and fits any context). On: the whole conversation up to it."
+        )
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setAccessibleName("Stop the comparison")
+        self.stop_button.setToolTip("Stop the comparison (Esc)")
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(self.stop_requested)
+        top = QHBoxLayout()
+        top.addWidget(self.prompt, 1)
+        top.addWidget(self.with_history)
+        top.addWidget(self.stop_button)
+        self.views = {Lane.PLAIN: TokenView(self), Lane.SPECULATIVE: TokenView(self)}
+        self.headers = {
+            Lane.PLAIN: QLabel("<b>Plain decoding</b>", self),
+            Lane.SPECULATIVE: QLabel("<b>Speculative decoding</b>", self),
+        }
+        self.figures = {Lane.PLAIN: QLabel(self), Lane.SPECULATIVE: QLabel(self)}
+        self.views[Lane.PLAIN].setAccessibleName("Plain decoding answer")
+        self.views[Lane.SPECULATIVE].setAccessibleName("Speculative decoding answer")
         self.verdict = QLabel(self)
         self.verdict.setWordWrap(True)
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.verdict.setAccessibleName("Comparison result")
+        self.exact_button = QPushButton("Switch to bit-exact verification", self)
+        self.exact_button.setToolTip("Reload the target for bit-exact verification (slower; see the README)")
+        self.exact_button.clicked.connect(self.exact_requested)
+        self.exact_button.hide()
         grid = QGridLayout()
-        for col, lane in enumerate((LANE_PLAIN, LANE_SPECULATIVE)):
+        for col, lane in enumerate((Lane.PLAIN, Lane.SPECULATIVE)):
             grid.addWidget(self.headers[lane], 0, col)
             grid.addWidget(self.views[lane], 1, col)
             grid.addWidget(self.figures[lane], 2, col)
         grid.setRowStretch(1, 1)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.verdict, 1)
+        bottom.addWidget(self.exact_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.prompt)
+        layout.addLayout(top)
         layout.addLayout(grid, 1)
-        layout.addWidget(self.verdict)
+        layout.addLayout(bottom)
 
-    def start(self, request_id: int, prompt: str, strategy: str) -> None:
-        """A comparison was queued."""
-        self.request_id = request_id
-        short = prompt if len(prompt) < 200 else prompt[:200] + "…"
-        self.prompt.setText(f"Prompt: <i>{html.escape(short)}</i>")
-        self.headers[LANE_SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)})")
-        for lane in self.views:
-            self.views[lane].clear_tokens()
-            self.figures[lane].setText("waiting…")
-        self.verdict.setText("Running plain decoding first, then speculation…")
+    def describe(self, message: str, strategy: str) -> None:
+        """Say what is being compared (before the records arrive)."""
+        short = message if len(message) < 200 else message[:200] + "…"
+        self.prompt.setText(f"Message: <i>{html.escape(short)}</i>")
+        self.headers[Lane.SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)})")
 
-    def add_events(self, events: Sequence[TaggedEvent]) -> None:
-        """Append this comparison's steps to the matching side."""
-        from speculens.engine.events import FinishEvent, StepEvent
-
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Show a comparison's records."""
         for lane, view in self.views.items():
             steps = [
-                t.event
-                for t in events
-                if t.request_id == self.request_id and t.lane == lane and isinstance(t.event, StepEvent)
+                r.event
+                for r in records
+                if r.lane is lane and r.kind is RecordKind.STEP and isinstance(r.event, StepEvent)
             ]
             if steps:
                 view.append_steps(steps)
                 s = steps[-1].stats
                 self.figures[lane].setText(f"{s.n_generated} tokens · {s.tokens_per_second:.1f} tokens/s")
-            for t in events:
-                if t.request_id == self.request_id and t.lane == lane and isinstance(t.event, FinishEvent):
-                    s = t.event.stats
-                    self.figures[lane].setText(
-                        f"{s.n_generated} tokens in {s.n_steps} target passes · "
-                        f"{s.tokens_per_second:.1f} tokens/s"
-                    )
+        for record in records:
+            event = record.event
+            if record.kind is RecordKind.QUEUED:
+                self._start()
+            elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
+                s = event.stats
+                self.figures[record.lane].setText(
+                    f"{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} tokens/s"
+                )
+                if record.lane is Lane.PLAIN:
+                    self.verdict.setText("Plain decoding done; now speculation…")
+            elif record.kind is RecordKind.COMPARED and record.comparison is not None:
+                self._set_running(False)
+                self.comparison = record.comparison
+                self.verdict.setText(verdict_html(record.comparison))
+                differs = record.comparison.greedy and not record.comparison.identical
+                self.exact_button.setVisible(differs and not record.comparison.exact)
+            elif record.kind is RecordKind.FAILED:
+                self._set_running(False)
+                self.verdict.setText(html.escape(record.message))
 
-    def show_result(self, request_id: int, result: CompareResult) -> None:
-        """Show the speedup and the identical-output check."""
-        if request_id != self.request_id:
-            return
-        self.request_id = None
-        if result.identical:
-            same = "<span style='color:#2ea043'><b>✓ identical outputs</b></span>"
-        else:
-            n = next(
-                (
-                    i
-                    for i, (a, b) in enumerate(
-                        zip(result.plain.tokens, result.speculative.tokens, strict=False)
-                    )
-                    if a != b
-                ),
-                min(len(result.plain.tokens), len(result.speculative.tokens)),
-            )
-            same = f"<span style='color:#d73a49'><b>✗ outputs differ</b></span> from token {n + 1}"
-            if result.greedy:
-                same += " — greedy speculation must reproduce plain decoding exactly; please report this"
-            else:
-                same += " (expected: with temperature > 0 the two runs sample differently)"
-        self.verdict.setText(
-            f"<span style='font-size:large'>Speedup <b>×{result.speedup:.2f}</b></span> "
-            f"({result.speculative.stats.tokens_per_second:.1f} vs "
-            f"{result.plain.stats.tokens_per_second:.1f} tokens/s) · {same}"
-        )
+    def _start(self) -> None:
+        self.comparison = None
+        for lane, view in self.views.items():
+            view.clear_tokens()
+            self.figures[lane].setText("waiting…")
+        self.verdict.setText("Running plain decoding first, then speculation…")
+        self.exact_button.hide()
+        self._set_running(True)
 
-    def show_failure(self, request_id: int, message: str) -> None:
-        """Say why the comparison did not run."""
-        if request_id == self.request_id:
-            self.request_id = None
-            self.verdict.setText(html.escape(message))
+    def _set_running(self, running: bool) -> None:
+        self.running = running
+        self.stop_button.setEnabled(running)

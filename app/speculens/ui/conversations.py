@@ -1,25 +1,32 @@
 """Saved chat conversations: one JSON file each under :func:`speculens.paths.conversations_dir`.
 
-Qt-free, so it can be tested and reused without a display. Every save is atomic (temporary file, then
-``os.replace``); the chat pane saves after each turn and, while an answer streams, at most once a second
-with the partial answer marked as such, so a killed app loses at most a second of text.
+Qt-free, so it can be tested and reused without a display. The :class:`ConversationStore` reads the folder
+once, keeps every conversation in memory, and writes each change atomically on its own background thread,
+so neither streaming an answer nor listing the conversations ever touches the disk on the GUI thread. While
+an answer streams, the chat saves at most once a second with the partial answer marked as such, so a killed
+app loses at most a second of text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from speculens import paths
-from speculens.settings import write_json_atomic
+from speculens.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+UNTITLED = "New chat"
 
 
 @dataclass
@@ -28,37 +35,37 @@ class Conversation:
 
     Args:
         id: a unique id (also the file name).
-        title: shown in the list; taken from the first user message.
+        title: shown in the list; taken from the first user message until the user renames it.
         created: creation time (seconds since the epoch).
         updated: last change.
-        messages: role/content dicts, system message included.
+        messages: role/content dicts (no system message: that comes from the settings).
         pair: the models it was held with, for the record.
         partial: an answer that was still streaming when the file was written (``None`` when complete).
+        renamed: the user chose the title.
     """
 
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
-    title: str = "New chat"
+    title: str = UNTITLED
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     messages: list[dict[str, str]] = field(default_factory=list)
     pair: str = ""
     partial: str | None = None
+    renamed: bool = False
 
-    @property
-    def path(self) -> Path:
-        """The file it is saved to."""
-        return paths.conversations_dir() / f"{self.id}.json"
+    def file(self, folder: Path) -> Path:
+        """The file it is saved to in ``folder``."""
+        return folder / f"{self.id}.json"
 
     def set_title_from(self, text: str) -> None:
-        """Use the start of the first user message as the title."""
-        if self.title == "New chat":
+        """Use the start of the first user message as the title (unless the user named it)."""
+        if not self.renamed and self.title == UNTITLED:
             line = " ".join(text.split())
             self.title = line[:60] + ("…" if len(line) > 60 else "")
 
-    def save(self) -> None:
-        """Write the file atomically (errors are logged, never raised: chatting must go on)."""
-        self.updated = time.time()
-        data = {
+    def to_dict(self) -> dict[str, object]:
+        """The JSON document."""
+        return {
             "schema_version": SCHEMA_VERSION,
             "id": self.id,
             "title": self.title,
@@ -67,11 +74,8 @@ class Conversation:
             "pair": self.pair,
             "messages": self.messages,
             "partial": self.partial,
+            "renamed": self.renamed,
         }
-        try:
-            write_json_atomic(self.path, data)
-        except OSError:
-            log.exception("could not save the conversation to %s", self.path)
 
     @classmethod
     def load(cls, path: Path) -> Conversation:
@@ -87,7 +91,7 @@ class Conversation:
         messages = [
             {"role": str(m["role"]), "content": str(m["content"])}
             for m in data["messages"]
-            if isinstance(m, dict) and "role" in m and "content" in m
+            if isinstance(m, dict) and "role" in m and "content" in m and m["role"] != "system"
         ]
         partial = data.get("partial")
         return cls(
@@ -98,23 +102,92 @@ class Conversation:
             messages=messages,
             pair=str(data.get("pair") or ""),
             partial=partial if isinstance(partial, str) else None,
+            renamed=bool(data.get("renamed", False)),
         )
 
 
-def list_conversations() -> list[Conversation]:
-    """Every readable saved conversation, most recently updated first (unreadable files are skipped)."""
-    folder = paths.conversations_dir()
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in folder.glob("*.json"):
-        try:
-            found.append(Conversation.load(path))
-        except (OSError, ValueError, TypeError) as exc:
-            log.warning("skipping %s: %s", path.name, exc)
-    return sorted(found, key=lambda c: c.updated, reverse=True)
+class ConversationStore:
+    """Every saved conversation, in memory, with saving and deleting on a background thread.
+
+    Args:
+        folder: where the files live (default: :func:`speculens.paths.conversations_dir`).
+        on_change: called (on the caller's thread) after every change, so a list can redraw.
+    """
+
+    def __init__(self, folder: Path | None = None, on_change: Callable[[], None] | None = None) -> None:
+        self.folder = folder or paths.conversations_dir()
+        self.on_change = on_change
+        self._by_id: dict[str, Conversation] = {}
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speculens-conversations")
+        self._read_folder()
+
+    def _read_folder(self) -> None:
+        if not self.folder.is_dir():
+            return
+        for path in self.folder.glob("*.json"):
+            try:
+                conversation = Conversation.load(path)
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("skipping %s: %s", path.name, exc)
+                continue
+            self._by_id[conversation.id] = conversation
+
+    def conversations(self) -> list[Conversation]:
+        """Every saved conversation, most recently updated first."""
+        return sorted(self._by_id.values(), key=lambda c: c.updated, reverse=True)
+
+    def get(self, conversation_id: str) -> Conversation | None:
+        """A conversation by id."""
+        return self._by_id.get(conversation_id)
+
+    def save(self, conversation: Conversation) -> None:
+        """Keep a conversation and write it (in the background). An empty one is not kept."""
+        if not conversation.messages and conversation.partial is None:
+            return
+        conversation.updated = time.time()
+        self._by_id[conversation.id] = conversation
+        snapshot = conversation.to_dict()
+        snapshot["messages"] = [dict(m) for m in conversation.messages]
+        self._executor.submit(self._write, conversation.file(self.folder), snapshot)
+        self._changed()
+
+    def rename(self, conversation: Conversation, title: str) -> None:
+        """Give a conversation the user's title."""
+        title = " ".join(title.split())
+        if not title:
+            return
+        conversation.title = title
+        conversation.renamed = True
+        self.save(conversation)
+
+    def delete(self, conversation: Conversation) -> None:
+        """Forget a conversation and remove its file (in the background)."""
+        self._by_id.pop(conversation.id, None)
+        path = conversation.file(self.folder)
+        self._executor.submit(path.unlink, missing_ok=True)
+        self._changed()
+
+    def flush(self) -> None:
+        """Wait for the pending writes (the window is closing)."""
+        self._executor.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Finish the pending writes and stop the writer."""
+        self._executor.shutdown(wait=True)
+
+    def _write(self, path: Path, data: dict[str, object]) -> None:
+        with self._lock:
+            try:
+                write_json_atomic(path, data)
+            except OSError:
+                log.exception("could not save the conversation to %s", path)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
 
-def delete_conversation(conversation: Conversation) -> None:
-    """Remove a conversation's file."""
-    conversation.path.unlink(missing_ok=True)
+def copy_of(conversation: Conversation) -> Conversation:
+    """An independent copy (its message list can change without touching the original)."""
+    return dataclasses.replace(conversation, messages=[dict(m) for m in conversation.messages])

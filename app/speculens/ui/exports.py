@@ -38,9 +38,7 @@ def write_events_json(events: Sequence[Event], path: Path) -> None:
     """Every event (start, steps, finish) as a JSON list of dicts (:func:`event_to_dict`)."""
     from speculens.engine.events import event_to_dict
 
-    path.write_text(
-        json.dumps([event_to_dict(e) for e in events], indent=1, ensure_ascii=False), encoding="utf-8"
-    )
+    path.write_text(json.dumps([event_to_dict(e) for e in events], indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 def write_events_csv(events: Sequence[Event], path: Path) -> int:

@@ -1,7 +1,7 @@
 """The live speculation panel: coloured tokens, legend, and the stats strip.
 
-The main window drains the worker's event buffer on its timer and hands each batch to
-:meth:`LivePanel.add_events`; the panel appends the batch's tokens in one edit block and feeds the
+The panel is a record sink of every chat turn: the generation router hands it each timer tick's records in
+one batch; it appends the batch's tokens in one edit block and feeds the
 :class:`~speculens.ui.charts.RunSeries` that the charts pull from.
 """
 
@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import TokenLegend, TokenView
+from speculens.ui.worker import Record, RecordKind
 
 if TYPE_CHECKING:
     from speculens.engine.events import Event, FinishEvent, RunningStats, StepEvent
@@ -84,7 +85,7 @@ class StatsStrip(QWidget):
 
 
 class LivePanel(QWidget):
-    """The coloured tokens of the current answer with their legend.
+    """The coloured tokens of the current chat answer with their legend (a record sink for chat turns).
 
     Args:
         series: the series the charts draw (fed from here).
@@ -106,42 +107,61 @@ class LivePanel(QWidget):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.status)
         self.steps: list[StepEvent] = []
+        self.events: list[Event] = []  # the current answer's events, for the exports
 
-    def start(self, description: str = "") -> None:
-        """A new answer begins: clear the view, the series and the strip."""
+    def clear(self, description: str = "No answer yet.") -> None:
+        """Forget the shown answer: tokens, charts, figures (a new chat, or a new answer)."""
         self.view.clear_tokens()
         self.series.clear()
         self.steps.clear()
+        self.events.clear()
         self.stats_strip.clear()
         self.legend.set_counts(self.view.counts)
-        self.status.setText(description or "Generating…")
+        self.status.setText(description)
 
-    def add_events(self, events: Sequence[Event]) -> None:
-        """Show a batch of events (one timer tick's worth)."""
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Show a chat turn's records (one timer tick's worth)."""
         from speculens.engine.events import FinishEvent, StartEvent, StepEvent
 
-        steps = [e for e in events if isinstance(e, StepEvent)]
-        if steps:
-            self.view.append_steps(steps)
-            self.series.add(steps)
-            self.steps.extend(steps)
-            self.legend.set_counts(self.view.counts)
-            self.stats_strip.show_stats(steps[-1].stats)
-        for event in events:
-            if isinstance(event, StartEvent):
+        steps = [r.event for r in records if r.kind is RecordKind.STEP and isinstance(r.event, StepEvent)]
+        for record in records:
+            event = record.event
+            if record.kind is RecordKind.QUEUED:
+                self.clear("Waiting for the worker…")
+            elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
+                self.events.append(event)
+                seed = f", seed {event.seed}" if event.seed is not None else ""
                 self.status.setText(
                     f"Strategy {event.strategy}: prompt of {event.n_prompt} tokens "
-                    f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms); generating…"
+                    f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms){seed}; generating…"
                 )
-            elif isinstance(event, FinishEvent):
+            elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
+                self._show_steps(steps)
+                steps = []
+                self.events.append(event)
                 self.finish(event)
+            elif record.kind is RecordKind.FAILED:
+                self.status.setText(record.message)
+        self._show_steps(steps)
+
+    def _show_steps(self, steps: list[StepEvent]) -> None:
+        if not steps:
+            return
+        self.view.append_steps(steps)
+        self.series.add(steps)
+        self.steps.extend(steps)
+        self.events.extend(steps)
+        self.legend.set_counts(self.view.counts)
+        self.stats_strip.show_stats(steps[-1].stats)
 
     def finish(self, event: FinishEvent) -> None:
         """Show the final totals."""
         self.series.set_stats(event.stats)
         self.stats_strip.show_stats(event.stats)
         s = event.stats
+        sources = {st.source for st in self.steps if st.source}
+        drafted_by = f", drafted by {', '.join(sorted(sources))}" if sources else ""
         self.status.setText(
             f"Finished ({event.reason.value}): {s.n_generated} tokens in {s.n_steps} target passes, "
-            f"{s.tokens_per_second:.1f} tokens/s, acceptance {100 * s.acceptance:.0f}%."
+            f"{s.tokens_per_second:.1f} tokens/s, acceptance {100 * s.acceptance:.0f}%{drafted_by}."
         )

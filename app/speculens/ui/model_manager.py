@@ -1,24 +1,23 @@
 """The model manager window: library, pair picker, Hugging Face hub search, and downloads.
 
-A Qt face on the Qt-free :mod:`speculens.models` layer. Everything that reads files or the network —
-listing the library, checking a pair, suggesting drafts, searching, downloading — runs on background
-threads through :class:`TaskRunner`, whose results come back as queued signals, so the window never
-blocks. Download progress is stored by the download thread and pulled by a 5 Hz timer, like the live
-panel's events.
+A Qt face on the Qt-free :mod:`speculens.models` layer, over the application's one library and hub client
+(owned by the :class:`~speculens.ui.model_controller.ModelController`). Everything that reads files or the
+network — listing the library, checking a pair, suggesting drafts, searching, downloading — runs on
+background threads through :class:`~speculens.ui.tasks.TaskRunner`, whose results come back as queued
+signals, so the window never blocks. Download progress is stored by the download thread and pulled by a
+5 Hz timer, like the live panel's records. It reads the current settings (the context size) from the
+settings store whenever it checks a pair, so its reports are never stale.
 """
 
 from __future__ import annotations
 
-import html
 import logging
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -43,80 +42,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.settings import Settings
+from speculens.models.library import EntryStatus
+from speculens.ui.model_controller import ModelController, report_html
+from speculens.ui.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
 
-LEVEL_STYLE = {"ok": ("✓", "#2ea043"), "warning": ("!", "#d29922"), "error": ("✗", "#d73a49")}
-MISMATCH_STYLE = (
-    "QLabel { background: #d73a49; color: white; font-weight: bold; padding: 10px; border-radius: 4px }"
-)
+MISMATCH_STYLE = "QLabel { background: #d73a49; color: white; font-weight: bold; padding: 10px; border-radius: 4px }"
 OK_STYLE = "QLabel { background: rgba(46,160,67,150); color: white; padding: 8px; border-radius: 4px }"
-
-
-class TaskRunner(QObject):
-    """Runs functions on short-lived background threads and reports back on the GUI thread.
-
-    Args:
-        parent: the Qt parent.
-
-    Signals:
-        task_finished(int, object): a task's id and its result.
-        task_failed(int, str): a task's id and its error message.
-    """
-
-    task_finished = Signal(int, object)
-    task_failed = Signal(int, str)
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._next = 0
-        self._callbacks: dict[int, tuple[Callable[[Any], None], Callable[[str], None] | None]] = {}
-        self._threads: list[threading.Thread] = []
-        self.task_finished.connect(self._on_self_task_finished)
-        self.task_failed.connect(self._on_self_task_failed)
-
-    def run(
-        self,
-        fn: Callable[[], Any],
-        done: Callable[[Any], None],
-        failed: Callable[[str], None] | None = None,
-    ) -> int:
-        """Call ``fn()`` on a thread; then ``done(result)`` or ``failed(message)`` on the GUI thread."""
-        self._next += 1
-        task_id = self._next
-        self._callbacks[task_id] = (done, failed)
-
-        def body() -> None:
-            try:
-                result = fn()
-            except Exception as exc:  # reported to the user, never lost on a thread
-                log.debug("background task failed", exc_info=True)
-                self.task_failed.emit(task_id, str(exc) or type(exc).__name__)
-            else:
-                self.task_finished.emit(task_id, result)
-
-        thread = threading.Thread(target=body, name=f"speculens-task-{task_id}", daemon=True)
-        self._threads = [t for t in self._threads if t.is_alive()]
-        self._threads.append(thread)
-        thread.start()
-        return task_id
-
-    def wait(self, timeout: float = 10.0) -> None:
-        """Join the running tasks (the window is closing)."""
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _on_self_task_finished(self, task_id: int, result: object) -> None:
-        done, _ = self._callbacks.pop(task_id, (None, None))
-        if done is not None:
-            done(result)
-
-    def _on_self_task_failed(self, task_id: int, message: str) -> None:
-        _, failed = self._callbacks.pop(task_id, (None, None))
-        if failed is not None:
-            failed(message)
 
 
 @dataclass
@@ -142,6 +75,44 @@ class Download:
     row: int = -1
 
 
+def _cell(table: QTableWidget, row: int, column: int) -> QTableWidgetItem:
+    """The item at (row, column), created if the cell is still empty."""
+    item = table.item(row, column)
+    if item is None:
+        item = QTableWidgetItem()
+        table.setItem(row, column, item)
+    return item
+
+
+def display_path(path: Path) -> str:
+    """A path as the user reads it: the home folder as ``~``."""
+    try:
+        return str(Path("~") / path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def name_disagrees(entry: Any) -> bool:
+    """Whether the metadata's name says something the file name does not (a re-quantised or renamed copy)."""
+    return _squash(entry.name) not in _squash(entry.path.stem)
+
+
+def entry_label(entry: Any, entries: list[Any]) -> str:
+    """How a model is named in a list: its file, the metadata's name where that disagrees, its size, and its
+    folder when another model in the library has the same file name (the demo copy and an imported copy)."""
+    label = entry.path.name
+    if name_disagrees(entry):
+        label += f" (“{entry.name}”)"
+    label += f" — {_format_bytes(entry.size)}{' ' + entry.quantization if entry.quantization else ''}"
+    if sum(1 for e in entries if e.path.name == entry.path.name) > 1:
+        label += f" — in {display_path(entry.path.parent)}"
+    return label
+
+
 def _format_bytes(n: float | None) -> str:
     from speculens.models.gguf_info import format_bytes
 
@@ -159,38 +130,29 @@ def _format_eta(seconds: float | None) -> str:
     )
 
 
-def report_html(report: Any) -> str:
-    """A compatibility report as HTML: the headline, then every named check with its level."""
-    rows = []
-    for check in report.checks:
-        symbol, colour = LEVEL_STYLE.get(check.level.value, ("?", "#888"))
-        rows.append(
-            f"<tr><td style='color:{colour}; font-weight:bold'>{symbol}</td>"
-            f"<td><b>{html.escape(check.title)}</b></td><td>{html.escape(check.message)}</td></tr>"
-        )
-    return f"<p>{html.escape(report.headline)}</p><table cellspacing='4'>{''.join(rows)}</table>"
-
-
 class ModelManagerWindow(QMainWindow):
     """Library, pair picker, hub and downloads, as tabs.
 
     Args:
-        settings: the current settings (for the context size and the current pair).
+        models: the model controller (the library, the hub client, the settings store).
         parent: the main window.
 
     Signals:
-        pair_chosen(str, str): the user chose a target and a draft path ("" = no draft).
+        pair_chosen(str, str): the user chose a target and a draft path ("" = no draft); it is also set in
+            the model controller, which loads it.
     """
 
     pair_chosen = Signal(str, str)
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, models: ModelController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowFlag(Qt.WindowType.Window)
         self.setWindowTitle("Speculens — Models")
         self.setObjectName("ModelManager")
-        self.resize(1000, 640)
-        self.settings = settings
+        self.resize(1100, 680)
+        self.models = models
+        self.library = models.library
+        self.hub = models.hub
         self.tasks = TaskRunner(self)
         self.entries: list[Any] = []
         self.downloads: list[Download] = []
@@ -199,12 +161,23 @@ class ModelManagerWindow(QMainWindow):
 
         self.tabs = QTabWidget(self)
         self.tabs.setAccessibleName("Model manager sections")
-        self.setCentralWidget(self.tabs)
         self.tabs.addTab(self._build_library(), "Library")
         self.tabs.addTab(self._build_pair(), "Pair picker")
         self.tabs.addTab(self._build_hub(), "Hugging Face hub")
         self.tabs.addTab(self._build_downloads(), "Downloads")
-        self.statusBar().showMessage("Reading the library…")
+        # Errors wrap in a line of their own: a long message never runs off the edge of a status bar.
+        self.message = QLabel(self)
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message.setAccessibleName("Model manager message")
+        central = QWidget(self)
+        column = QVBoxLayout(central)
+        column.setContentsMargins(6, 6, 6, 6)
+        column.addWidget(self.tabs, 1)
+        column.addWidget(self.message)
+        self.setCentralWidget(central)
+        self._say("Reading the library…")
+        models.store.changed.connect(self._on_store_changed)
 
         self._download_timer = QTimer(self)
         self._download_timer.setInterval(200)
@@ -215,14 +188,17 @@ class ModelManagerWindow(QMainWindow):
 
     def _build_library(self) -> QWidget:
         page = QWidget(self)
-        self.library_table = QTableWidget(0, 7, page)
+        self.library_table = QTableWidget(0, 8, page)
         self.library_table.setHorizontalHeaderLabels(
-            ["Name", "Family", "Size", "Quantization", "Context", "Source", "Status"]
+            ["Name", "Location", "Family", "Size", "Quantization", "Context", "Source", "Status"]
         )
+        # Long paths lose their middle, so the folder's start and the file name both stay visible.
+        self.library_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.library_table.setWordWrap(False)
         self.library_table.setAccessibleName("Library")
         self.library_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.library_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.library_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.library_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.library_table.verticalHeader().hide()
         buttons = QHBoxLayout()
         for text, slot in (
@@ -245,9 +221,7 @@ class ModelManagerWindow(QMainWindow):
 
     def refresh_library(self) -> None:
         """Re-read the library index on a background thread."""
-        from speculens.models.library import Library
-
-        self.tasks.run(lambda: Library().entries(), self._show_library, self._show_error)
+        self.tasks.run(self.library.entries, self._show_library, self._show_error)
 
     def _show_library(self, entries: list[Any]) -> None:
         from speculens.models.gguf_info import format_bytes
@@ -257,7 +231,8 @@ class ModelManagerWindow(QMainWindow):
         table.setRowCount(len(entries))
         for row, e in enumerate(entries):
             cells = [
-                e.name,
+                e.name + (f"\n{e.path.name}" if name_disagrees(e) else ""),
+                display_path(e.path),
                 e.family or "–",
                 format_bytes(e.size),
                 e.quantization or "–",
@@ -265,13 +240,19 @@ class ModelManagerWindow(QMainWindow):
                 e.source.describe(),
                 e.status.value,
             ]
+            tip = f"{e.name}\n{e.path}" + (f"\n\n{e.problem}" if e.problem else "")
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(str(e.path))
+                item.setToolTip(tip)
+                if e.status is not EntryStatus.OK:
+                    item.setForeground(Qt.GlobalColor.red if e.status is EntryStatus.DAMAGED else Qt.GlobalColor.gray)
                 table.setItem(row, col, item)
         table.resizeColumnsToContents()
-        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.statusBar().showMessage(f"{len(entries)} models in the library.", 5000)
+        table.resizeRowsToContents()
+        table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        damaged = [e for e in entries if e.status is EntryStatus.DAMAGED]
+        note = f" {len(damaged)} damaged: {damaged[0].problem}" if damaged else ""
+        self._say(f"{len(entries)} models in the library.{note}")
         self._fill_pair_combos()
 
     def _selected_entry(self) -> Any:
@@ -285,10 +266,8 @@ class ModelManagerWindow(QMainWindow):
 
     def import_file(self, path: Path) -> None:
         """Register a file where it is (nothing is copied)."""
-        from speculens.models.library import Library
-
-        self.statusBar().showMessage(f"Reading {path.name}…")
-        self.tasks.run(lambda: Library().add(path), lambda _e: self.refresh_library(), self._show_error)
+        self._say(f"Reading {path.name}…")
+        self.tasks.run(lambda: self.library.add(path), lambda _e: self.refresh_library(), self._show_error)
 
     def _on_scan_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Scan a folder for GGUF models")
@@ -297,26 +276,22 @@ class ModelManagerWindow(QMainWindow):
 
     def scan_folder(self, folder: Path) -> None:
         """Register every GGUF model in a folder."""
-        from speculens.models.library import Library
 
         def done(result: Any) -> None:
-            skipped = f", {len(result.skipped)} skipped" if result.skipped else ""
-            self.statusBar().showMessage(
-                f"Scan: {len(result.added)} added, {len(result.known)} already known{skipped}.", 8000
-            )
+            skipped = ""
+            if result.skipped:
+                reasons = "; ".join(f"{p.name}: {why}" for p, why in result.skipped[:3])
+                skipped = f", {len(result.skipped)} skipped ({reasons})"
+            self._say(f"Scan: {len(result.added)} added, {len(result.known)} already known{skipped}.")
             self.refresh_library()
 
-        self.statusBar().showMessage(f"Scanning {folder}…")
-        self.tasks.run(lambda: Library().scan(folder), done, self._show_error)
+        self._say(f"Scanning {folder}…")
+        self.tasks.run(lambda: self.library.scan(folder), done, self._show_error)
 
     def _on_remove_clicked(self) -> None:
-        from speculens.models.library import Library
-
         entry = self._selected_entry()
         if entry is not None:
-            self.tasks.run(
-                lambda: Library().remove(entry.id), lambda _r: self.refresh_library(), self._show_error
-            )
+            self.tasks.run(lambda: self.library.remove(entry.id), lambda _r: self.refresh_library(), self._show_error)
 
     def _on_use_target_clicked(self) -> None:
         self._pick_in_pair_tab(self._selected_entry(), self.target_combo)
@@ -374,9 +349,10 @@ class ModelManagerWindow(QMainWindow):
         return page
 
     def _fill_pair_combos(self) -> None:
+        settings = self.models.store.settings
         for combo, current, blank in (
-            (self.target_combo, self.settings.target_path, "— choose a target —"),
-            (self.draft_combo, self.settings.draft_path, "— no draft —"),
+            (self.target_combo, settings.target_path, "— choose a target —"),
+            (self.draft_combo, settings.draft_path, "— no draft —"),
         ):
             chosen = combo.currentData() or current
             combo.blockSignals(True)  # refilling must not trigger a check per item
@@ -384,10 +360,8 @@ class ModelManagerWindow(QMainWindow):
             combo.addItem(blank, "")
             for e in self.entries:
                 if e.available:
-                    label = (
-                        f"{e.name} — {_format_bytes(e.size)}{' ' + e.quantization if e.quantization else ''}"
-                    )
-                    combo.addItem(label, str(e.path))
+                    combo.addItem(entry_label(e, self.entries), str(e.path))
+                    combo.setItemData(combo.count() - 1, str(e.path), Qt.ItemDataRole.ToolTipRole)
             index = combo.findData(chosen) if chosen else 0
             combo.setCurrentIndex(max(index, 0))
             combo.blockSignals(False)
@@ -408,7 +382,7 @@ class ModelManagerWindow(QMainWindow):
             self._check_pair()
             return
         self.suggestions.addItem("Looking for drafts…")
-        n_ctx = self.settings.n_ctx
+        n_ctx = self.models.store.settings.n_ctx
 
         def done(suggestions: list[Any]) -> None:
             if self.target_combo.currentData() != target:
@@ -436,7 +410,7 @@ class ModelManagerWindow(QMainWindow):
             self.hub_search.setText(suggestion.repo)
             self.tabs.setCurrentIndex(2)
             self.search_hub()
-            self.statusBar().showMessage(f"Download {suggestion.filename} from {suggestion.repo}.", 8000)
+            self._say(f"Download {suggestion.filename} from {suggestion.repo}.")
 
     def _on_draft_combo_changed(self, *_args: object) -> None:
         self._check_pair()
@@ -458,7 +432,7 @@ class ModelManagerWindow(QMainWindow):
             )
             return
         self.report_view.setHtml("<p>Checking the pair…</p>")
-        n_ctx = self.settings.n_ctx
+        n_ctx = self.models.store.settings.n_ctx
 
         def done(report: Any) -> None:
             if (self.target_combo.currentData(), self.draft_combo.currentData()) == (target, draft):
@@ -479,11 +453,19 @@ class ModelManagerWindow(QMainWindow):
         )
 
     def _on_use_pair_clicked(self) -> None:
-        self.pair_chosen.emit(self.target_combo.currentData() or "", self.draft_combo.currentData() or "")
-        self.statusBar().showMessage("Pair chosen; the main window is loading it.", 5000)
+        self._choose(self.target_combo.currentData() or "", self.draft_combo.currentData() or "")
+        self._say("Pair chosen; loading it in the main window.")
 
     def _on_use_target_only_clicked(self) -> None:
-        self.pair_chosen.emit(self.target_combo.currentData() or "", "")
+        self._choose(self.target_combo.currentData() or "", "")
+
+    def _choose(self, target: str, draft: str) -> None:
+        self.models.set_pair(target, draft or None)
+        self.pair_chosen.emit(target, draft)
+
+    def _on_store_changed(self, _settings: object) -> None:
+        if self.isVisible():
+            self._check_pair()  # the context size may have changed: the report depends on it
 
     # ---- hub ----------------------------------------------------------------------------------------
 
@@ -528,8 +510,6 @@ class ModelManagerWindow(QMainWindow):
 
     def search_hub(self) -> None:
         """Search the hub for the text in the search box."""
-        from speculens.models.hub import HubClient
-
         text = self.hub_search.text().strip()
         if not text:
             return
@@ -550,11 +530,9 @@ class ModelManagerWindow(QMainWindow):
             self.repo_list.clear()
             self._show_error(message)
 
-        self.tasks.run(lambda: HubClient().search(text), done, failed)
+        self.tasks.run(lambda: self.hub.search(text), done, failed)
 
     def _on_repo_list_current_changed(self, item: QListWidgetItem | None, _previous: object) -> None:
-        from speculens.models.hub import HubClient
-
         repo_id = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
         self.file_table.setRowCount(0)
         if not repo_id:
@@ -570,12 +548,12 @@ class ModelManagerWindow(QMainWindow):
                 for col, text in enumerate((f.filename + parts, _format_bytes(f.size), f.quant or "–")):
                     self.file_table.setItem(row, col, QTableWidgetItem(text))
 
-        self.tasks.run(lambda: HubClient().list_files(repo_id), done, self._show_error)
+        self.tasks.run(lambda: self.hub.list_files(repo_id), done, self._show_error)
 
     def _on_download_clicked(self, *_args: object) -> None:
         rows = {i.row() for i in self.file_table.selectedIndexes()}
         if not rows:
-            self.statusBar().showMessage("Select a file to download.", 5000)
+            self._say("Select a file to download.")
             return
         f = self._hub_files[min(rows)]
         self.start_download(f.repo_id, f.filename)
@@ -604,7 +582,7 @@ class ModelManagerWindow(QMainWindow):
 
     def start_download(self, repo_id: str, filename: str) -> Download:
         """Start (or resume) a download on its own thread and show it in the Downloads tab."""
-        from speculens.models.hub import DownloadCancelled, HubClient
+        from speculens.models.hub import DownloadCancelled
 
         for existing in self.downloads:
             if (existing.repo, existing.filename) == (repo_id, filename) and existing.state in (
@@ -626,7 +604,7 @@ class ModelManagerWindow(QMainWindow):
                 download.state = p.phase if p.phase != "done" else download.state
 
             try:
-                return HubClient().download(repo_id, filename, progress=progress, cancel=download.cancel)
+                return self.hub.download(repo_id, filename, progress=progress, cancel=download.cancel)
             except DownloadCancelled:
                 download.state = "cancelled"
                 raise
@@ -681,13 +659,13 @@ class ModelManagerWindow(QMainWindow):
         if p is not None and isinstance(bar, QProgressBar):
             bar.setValue(int(1000 * p.fraction))
             bar.setFormat(f"{_format_bytes(p.downloaded)} of {_format_bytes(p.total)} (%p%)")
-            table.item(download.row, 2).setText(f"{_format_bytes(p.speed)}/s" if p.speed else "–")
-            table.item(download.row, 3).setText(_format_eta(p.eta))
+            _cell(table, download.row, 2).setText(f"{_format_bytes(p.speed)}/s" if p.speed else "–")
+            _cell(table, download.row, 3).setText(_format_eta(p.eta))
         if download.state == "done" and isinstance(bar, QProgressBar):
             bar.setValue(1000)
         state = download.state
-        table.item(download.row, 4).setText(state)
-        table.item(download.row, 4).setToolTip(download.message)
+        _cell(table, download.row, 4).setText(state)
+        _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
         if isinstance(button, QPushButton) and state != "superseded":
             button.setText("Cancel" if state in ("queued", "downloading", "verifying") else "Resume")
@@ -705,8 +683,13 @@ class ModelManagerWindow(QMainWindow):
 
     # ---- misc ---------------------------------------------------------------------------------------
 
+    def _say(self, message: str) -> None:
+        self.message.setStyleSheet("")
+        self.message.setText(message)
+
     def _show_error(self, message: str) -> None:
-        self.statusBar().showMessage(message, 15000)
+        self.message.setStyleSheet("QLabel { color: #d73a49 }")
+        self.message.setText(message)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Hide (the main window keeps the manager); downloads continue in the background."""

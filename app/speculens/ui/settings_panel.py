@@ -1,16 +1,16 @@
 """The settings form: strategy, drafting, sampling, and the model-loading options.
 
-Every edit updates a :class:`~speculens.settings.Settings` at once and is saved by the main window;
-generation settings apply to the next answer, while the loading options (context, threads, GPU layers,
-n-gram map, model files) say that the models must be reloaded, with a button to do it.
+Every field is built from :data:`speculens.settings.SPECS` (label, tip, range), so the form can never allow
+what validation refuses. An edit goes to the settings store at once; the store tells every view, saves it,
+and knows which changes need the models reloaded — the note at the bottom says which, with a button. Spin
+boxes ignore the mouse wheel unless they have focus, so scrolling the panel never changes a value.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -28,16 +28,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.settings import STRATEGIES, Settings
+from speculens.engine.config import Strategy
+from speculens.settings import SPECS, STRATEGIES, Settings
+from speculens.ui.settings_store import SettingsStore
 
-STRATEGY_LABELS = {
-    "draft": "Draft model",
-    "lookup": "Prompt lookup",
-    "ngram-cache": "N-gram cache",
-    "ngram-map": "N-gram map",
-    "none": "None (plain decoding)",
-}
 STRATEGY_TIPS = {
+    "auto": "Each step, the adaptive controller takes a free draft from prompt lookup or the n-gram cache when "
+    "one is confident, the draft model only when it pays, and decodes plainly otherwise",
     "draft": "A smaller model with the same tokenizer proposes tokens",
     "lookup": "Copies continuations of text already in the prompt (good for editing code or quoting)",
     "ngram-cache": "Statistics of n-grams seen in this and earlier generations (no draft model needed)",
@@ -46,59 +43,64 @@ STRATEGY_TIPS = {
 }
 
 
+class _WheelGuard(QObject):
+    """Lets a field take the mouse wheel only when it has focus (a scrolled-over field keeps its value)."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Wheel and isinstance(watched, QWidget) and not watched.hasFocus():
+            event.ignore()  # the scroll area scrolls instead
+            return True
+        return False
+
+
 class SettingsPanel(QWidget):
-    """Edits the settings.
+    """Edits the settings in the store.
 
     Args:
-        settings: the settings to start from.
+        store: the settings store.
         parent: the Qt parent.
 
     Signals:
-        settings_changed(Settings): any value changed (a new copy).
         reload_requested(): the user pressed "Reload models".
     """
 
-    settings_changed = Signal(object)
     reload_requested = Signal()
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, store: SettingsStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._settings = dataclasses.replace(settings)
-        self._loaded: Settings | None = None
+        self.store = store
         self._updating = False
+        self._wheel_guard = _WheelGuard(self)
+        self.fields: dict[str, QWidget] = {}
 
         self.strategy = QComboBox()
         for i, key in enumerate(STRATEGIES):
-            self.strategy.addItem(STRATEGY_LABELS[key], key)
+            self.strategy.addItem(Strategy(key).label, key)
             self.strategy.setItemData(i, STRATEGY_TIPS[key], Qt.ItemDataRole.ToolTipRole)
-        self.n_draft = self._spin(1, 64, "Most tokens drafted per step")
-        self.adaptive = QCheckBox("Adaptive")
-        self.adaptive.setToolTip(
-            "Choose the draft length each step from measured costs and acceptance, up to n_draft and down to "
-            "plain decoding when speculation does not pay"
-        )
-        self.n_draft_min = self._spin(0, 64, "Drafts shorter than this are not verified (0 = any)")
-        self.p_min = self._dspin(
-            0.0, 1.0, 0.05, "A draft model stops when its top token is less likely than this"
-        )
-        self.temperature = self._dspin(0.0, 5.0, 0.1, "0 = greedy: the same text as plain decoding")
-        self.top_k = self._spin(0, 100000, "Keep the k most likely tokens (0 = all)")
-        self.top_p = self._dspin(
-            0.01, 1.0, 0.01, "Keep the most likely tokens until their probability reaches this"
-        )
-        self.min_p = self._dspin(0.0, 0.99, 0.01, "Drop tokens less likely than this times the top token")
-        self.seed = self._spin(-1, 2**31 - 1, "Random seed for sampling (-1 = random)")
-        self.max_tokens = self._spin(1, 1_000_000, "The longest answer, in tokens")
-        self.n_ctx = self._spin(256, 1_048_576, "Context size in tokens (both models)")
-        self.n_ctx.setSingleStep(1024)
-        self.threads = self._spin(0, 256, "CPU threads (0 = automatic)")
-        self.n_gpu_layers = self._spin(-1, 1000, "Target layers on the GPU (-1 = all)")
-        self.n_gpu_layers_draft = self._spin(-1, 1000, "Draft layers on the GPU (-1 = all)")
+        self._add("strategy", self.strategy)
+        self.n_draft = self._spin("n_draft")
+        self.adaptive = self._check("adaptive", "Adaptive")
+        self.n_draft_min = self._spin("n_draft_min")
+        self.p_min = self._dspin("p_min")
+        self.temperature = self._dspin("temperature")
+        self.top_k = self._spin("top_k")
+        self.top_p = self._dspin("top_p")
+        self.min_p = self._dspin("min_p")
+        self.seed = self._spin("seed")
+        self.seed.setSpecialValueText("random")  # shown at the minimum, -1
+        self.max_tokens = self._spin("max_tokens")
+        self.n_ctx = self._spin("n_ctx")
+        self.threads = self._spin("threads")
+        self.threads.setSpecialValueText("automatic")
+        self.n_gpu_layers = self._spin("n_gpu_layers")
+        self.n_gpu_layers_draft = self._spin("n_gpu_layers_draft")
+        self.exact = self._check("exact", "Bit-exact verification")
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()
         self.ngram_map.setPlaceholderText("no map file")
         self.ngram_map.setClearButtonEnabled(True)
+        self._add("ngram_map_path", self.ngram_map)
         browse = QPushButton("Browse…")
         browse.setAccessibleName("Browse for an n-gram map")
         browse.clicked.connect(self._on_browse_clicked)
@@ -108,12 +110,12 @@ class SettingsPanel(QWidget):
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("optional system message for the chat")
         self.system_prompt.setMaximumHeight(60)
+        self._add("system_prompt", self.system_prompt)
 
         self.reload_note = QLabel()
         self.reload_note.setWordWrap(True)
-        self.reload_note.setStyleSheet(
-            "QLabel { background: rgba(235,140,0,60); padding: 4px; border-radius: 3px }"
-        )
+        self.reload_note.setAccessibleName("Reload needed")
+        self.reload_note.setStyleSheet("QLabel { background: rgba(235,140,0,60); padding: 4px; border-radius: 3px }")
         self.reload_button = QPushButton("Reload models")
         self.reload_button.clicked.connect(self.reload_requested)
         self.reload_note.hide()
@@ -121,27 +123,17 @@ class SettingsPanel(QWidget):
 
         speculation = QGroupBox("Speculation")
         form = QFormLayout(speculation)
-        form.addRow("Strategy", self.strategy)
-        form.addRow("Draft tokens (n_draft)", self.n_draft)
-        form.addRow("Draft length", self.adaptive)
-        form.addRow("Minimum draft (n_draft_min)", self.n_draft_min)
-        form.addRow("Draft confidence (p_min)", self.p_min)
-        form.addRow("N-gram map", map_row)
+        for name in ("strategy", "n_draft", "adaptive", "n_draft_min", "p_min"):
+            form.addRow(SPECS[name].label, self.fields[name])
+        form.addRow(SPECS["ngram_map_path"].label, map_row)
         sampling = QGroupBox("Sampling")
         form = QFormLayout(sampling)
-        form.addRow("Temperature", self.temperature)
-        form.addRow("Top-k", self.top_k)
-        form.addRow("Top-p", self.top_p)
-        form.addRow("Min-p", self.min_p)
-        form.addRow("Seed", self.seed)
-        form.addRow("Max tokens", self.max_tokens)
-        form.addRow("System prompt", self.system_prompt)
+        for name in ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "system_prompt"):
+            form.addRow(SPECS[name].label, self.fields[name])
         loading = QGroupBox("Loading (needs a reload)")
         form = QFormLayout(loading)
-        form.addRow("Context size", self.n_ctx)
-        form.addRow("Threads", self.threads)
-        form.addRow("GPU layers, target", self.n_gpu_layers)
-        form.addRow("GPU layers, draft", self.n_gpu_layers_draft)
+        for name in ("n_ctx", "threads", "n_gpu_layers", "n_gpu_layers_draft", "exact"):
+            form.addRow(SPECS[name].label, self.fields[name])
         form.addRow(self.gpu_note)
 
         body = QWidget()
@@ -158,51 +150,51 @@ class SettingsPanel(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
 
-        for label, widget in (
-            ("Strategy", self.strategy),
-            ("Draft tokens", self.n_draft),
-            ("Adaptive draft length", self.adaptive),
-            ("Minimum draft", self.n_draft_min),
-            ("Draft confidence", self.p_min),
-            ("Temperature", self.temperature),
-            ("Top-k", self.top_k),
-            ("Top-p", self.top_p),
-            ("Min-p", self.min_p),
-            ("Seed", self.seed),
-            ("Max tokens", self.max_tokens),
-            ("Context size", self.n_ctx),
-            ("Threads", self.threads),
-            ("GPU layers for the target", self.n_gpu_layers),
-            ("GPU layers for the draft", self.n_gpu_layers_draft),
-            ("N-gram map file", self.ngram_map),
-            ("System prompt", self.system_prompt),
-        ):
-            widget.setAccessibleName(label)
-
-        self.set_settings(settings)
+        self.show_settings(store.settings)
         self._connect()
+        store.changed.connect(self._on_store_changed)
+        store.loaded_changed.connect(self._on_store_loaded_changed)
 
-    @staticmethod
-    def _spin(low: int, high: int, tip: str) -> QSpinBox:
+    # ---- construction -------------------------------------------------------------------------------
+
+    def _add(self, name: str, widget: QWidget) -> QWidget:
+        spec = SPECS[name]
+        widget.setToolTip(spec.tip)
+        widget.setAccessibleName(spec.label)
+        if isinstance(widget, QAbstractSpinBox | QComboBox):
+            widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # no focus (and so no wheel) by hovering
+            widget.installEventFilter(self._wheel_guard)
+        self.fields[name] = widget
+        return widget
+
+    def _spin(self, name: str) -> QSpinBox:
+        spec = SPECS[name]
         spin = QSpinBox()
-        spin.setRange(low, high)
-        spin.setToolTip(tip)
+        spin.setRange(int(spec.low or 0), int(spec.high or 0))
+        spin.setSingleStep(int(spec.step))
         spin.setKeyboardTracking(False)  # apply once typing is done, not per keystroke
+        self._add(name, spin)
         return spin
 
-    @staticmethod
-    def _dspin(low: float, high: float, step: float, tip: str) -> QDoubleSpinBox:
+    def _dspin(self, name: str) -> QDoubleSpinBox:
+        spec = SPECS[name]
         spin = QDoubleSpinBox()
-        spin.setRange(low, high)
-        spin.setSingleStep(step)
+        spin.setRange(float(spec.low or 0), float(spec.high or 0))
+        spin.setSingleStep(spec.step)
         spin.setDecimals(2)
-        spin.setToolTip(tip)
         spin.setKeyboardTracking(False)
+        self._add(name, spin)
         return spin
+
+    def _check(self, name: str, text: str) -> QCheckBox:
+        box = QCheckBox(text)
+        self._add(name, box)
+        return box
 
     def _connect(self) -> None:
         self.strategy.currentIndexChanged.connect(self._on_widget_changed)
-        self.adaptive.toggled.connect(self._on_widget_changed)
+        for box in (self.adaptive, self.exact):
+            box.toggled.connect(self._on_widget_changed)
         for spin in (
             self.n_draft, self.n_draft_min, self.top_k, self.seed, self.max_tokens, self.n_ctx,
             self.threads, self.n_gpu_layers, self.n_gpu_layers_draft,
@@ -212,17 +204,12 @@ class SettingsPanel(QWidget):
         self.ngram_map.editingFinished.connect(self._on_widget_changed)
         self.system_prompt.textChanged.connect(self._on_widget_changed)
 
-    @property
-    def settings(self) -> Settings:
-        """A copy of the current settings."""
-        return dataclasses.replace(self._settings)
+    # ---- showing and reading ------------------------------------------------------------------------
 
-    def set_settings(self, settings: Settings) -> None:
-        """Show these settings (without emitting ``settings_changed``)."""
+    def show_settings(self, s: Settings) -> None:
+        """Show these settings (without writing them back)."""
         self._updating = True
         try:
-            self._settings = dataclasses.replace(settings)
-            s = settings
             self.strategy.setCurrentIndex(max(0, self.strategy.findData(s.strategy)))
             self.n_draft.setValue(s.n_draft)
             self.adaptive.setChecked(s.adaptive)
@@ -238,12 +225,37 @@ class SettingsPanel(QWidget):
             self.threads.setValue(s.threads)
             self.n_gpu_layers.setValue(s.n_gpu_layers)
             self.n_gpu_layers_draft.setValue(s.n_gpu_layers_draft)
-            self.ngram_map.setText(s.ngram_map_path)
+            self.exact.setChecked(s.exact)
+            if self.ngram_map.text() != s.ngram_map_path:
+                self.ngram_map.setText(s.ngram_map_path)
             if self.system_prompt.toPlainText() != s.system_prompt:
                 self.system_prompt.setPlainText(s.system_prompt)
         finally:
             self._updating = False
         self._update_reload_note()
+
+    def _read(self) -> dict[str, object]:
+        n_draft = self.n_draft.value()
+        return {
+            "strategy": str(self.strategy.currentData()),
+            "n_draft": n_draft,
+            "adaptive": self.adaptive.isChecked(),
+            "n_draft_min": min(self.n_draft_min.value(), n_draft),
+            "p_min": self.p_min.value(),
+            "temperature": self.temperature.value(),
+            "top_k": self.top_k.value(),
+            "top_p": self.top_p.value(),
+            "min_p": self.min_p.value(),
+            "seed": self.seed.value(),
+            "max_tokens": self.max_tokens.value(),
+            "n_ctx": self.n_ctx.value(),
+            "threads": self.threads.value(),
+            "n_gpu_layers": self.n_gpu_layers.value(),
+            "n_gpu_layers_draft": self.n_gpu_layers_draft.value(),
+            "exact": self.exact.isChecked(),
+            "ngram_map_path": self.ngram_map.text().strip(),
+            "system_prompt": self.system_prompt.toPlainText(),
+        }
 
     def set_gpu_backend(self, name: str | None) -> None:
         """Enable the GPU-layer boxes when llama.cpp can offload, and say which backend it has."""
@@ -251,81 +263,33 @@ class SettingsPanel(QWidget):
         self.n_gpu_layers.setEnabled(offload)
         self.n_gpu_layers_draft.setEnabled(offload)
         if offload:
-            self.gpu_note.setText(
-                f"This llama.cpp build offloads to the GPU with {name}. -1 puts every layer there."
-            )
+            self.gpu_note.setText(f"This llama.cpp build offloads to the GPU with {name}. -1 puts every layer there.")
         else:
             self.gpu_note.setText(
                 "GPU layers are disabled: this llama.cpp build is CPU-only. Install a build with Metal "
                 "(Apple silicon) or CUDA (NVIDIA) to offload layers to the GPU."
             )
 
-    def set_loaded(self, settings: Settings | None) -> None:
-        """Remember what the models were loaded with, so that changes needing a reload can be flagged."""
-        self._loaded = dataclasses.replace(settings) if settings is not None else None
-        self._update_reload_note()
-
-    def _read(self) -> Settings:
-        s = dataclasses.replace(self._settings)
-        s.strategy = str(self.strategy.currentData())
-        s.n_draft = self.n_draft.value()
-        s.adaptive = self.adaptive.isChecked()
-        s.n_draft_min = min(self.n_draft_min.value(), s.n_draft)
-        s.p_min = self.p_min.value()
-        s.temperature = self.temperature.value()
-        s.top_k = self.top_k.value()
-        s.top_p = self.top_p.value()
-        s.min_p = self.min_p.value()
-        s.seed = self.seed.value()
-        s.max_tokens = self.max_tokens.value()
-        s.n_ctx = self.n_ctx.value()
-        s.threads = self.threads.value()
-        s.n_gpu_layers = self.n_gpu_layers.value()
-        s.n_gpu_layers_draft = self.n_gpu_layers_draft.value()
-        s.ngram_map_path = self.ngram_map.text().strip()
-        s.system_prompt = self.system_prompt.toPlainText()
-        return s
-
-    def update_settings(self, **changes: object) -> None:
-        """Change some fields from outside (the model manager picks a pair) and emit the change."""
-        self.set_settings(dataclasses.replace(self._settings, **changes))  # type: ignore[arg-type]
-        self.settings_changed.emit(self.settings)
-
     def _on_widget_changed(self, *_args: object) -> None:
-        if self._updating:
-            return
-        self._settings = self._read()
+        if not self._updating:
+            self.store.update(**self._read())
+
+    def _on_store_changed(self, settings: Settings) -> None:
+        self.show_settings(settings)
+
+    def _on_store_loaded_changed(self, _loaded: object) -> None:
         self._update_reload_note()
-        self.settings_changed.emit(self.settings)
 
     def _on_browse_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Choose an n-gram map", "", "N-gram maps (*.npz *.bin);;All files (*)"
-        )
+        path, _ = QFileDialog.getOpenFileName(self, "Choose an n-gram map", "", "N-gram maps (*.npz);;All files (*)")
         if path:
             self.ngram_map.setText(path)
             self._on_widget_changed()
 
-    def reload_fields(self) -> set[str]:
-        """The changed settings that need a reload (empty when nothing is loaded)."""
-        if self._loaded is None:
-            return set()
-        changed = self._settings.needs_reload(self._loaded)
-        # The draft matters only to the draft strategy; switching strategy to/from "draft" needs a reload
-        # because the draft model is loaded only for it.
-        if (self._settings.strategy == "draft") != (
-            self._loaded.strategy == "draft"
-        ) and self._settings.draft_path:
-            changed.add("strategy")
-        return changed
-
     def _update_reload_note(self) -> None:
-        fields = sorted(self.reload_fields())
-        visible = bool(fields)
-        if visible:
-            names = ", ".join(f.replace("_", " ") for f in fields)
-            self.reload_note.setText(
-                f"Changed since the models were loaded: {names}. Reload the models to apply."
-            )
-        self.reload_note.setVisible(visible)
-        self.reload_button.setVisible(visible)
+        fields = sorted(self.store.reload_needed())
+        if fields:
+            names = ", ".join(SPECS[f].label.lower() if f in SPECS else f for f in fields)
+            self.reload_note.setText(f"Changed since the models were loaded: {names}. Reload the models to apply.")
+        self.reload_note.setVisible(bool(fields))
+        self.reload_button.setVisible(bool(fields))

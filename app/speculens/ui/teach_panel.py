@@ -1,14 +1,18 @@
 """Teach mode: step-by-step explanations and the expected-speedup curve.
 
 With step mode on, the worker pauses after every speculation step; this panel explains the step in words
-(drafted ▸ verified ▸ accepted k of n ▸ correction or bonus) and the user presses *Next step*. The curve
-shows Leviathan et al.'s expected speedup over the draft length for the measured acceptance rate α and
-draft/target cost ratio c, with the current n_draft marked.
+(drafted ▸ verified ▸ accepted k of n ▸ correction or bonus, or why the step decoded plainly) and the user
+presses *Next step*. The curve is the expected speedup over the draft length as this machine measured it:
+the adaptive controller's own estimate each step (its measured verification and drafting costs and the
+acceptance it has learnt), or, with a fixed draft length, Leviathan et al.'s formula with the acceptance,
+draft time and verification time per batch size that this answer measured. A teacher's chart must agree
+with the stopwatch: a draft that costs more than it wins shows a curve below 1.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,31 +30,13 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.ui.charts import RunSeries
+from speculens.ui.token_view import SOURCE_NAMES
+from speculens.ui.worker import Record, RecordKind
 
 if TYPE_CHECKING:
     from speculens.engine.events import StepEvent
 
-MAX_GAMMA = 16
-
-
-def expected_speedup(alpha: float, gamma: np.ndarray | float, cost: float) -> np.ndarray:
-    """Expected walltime improvement of speculative decoding (Leviathan, Kalman & Matias 2023, Theorem 3.8).
-
-    ``(1 - α^(γ+1)) / ((1 - α)(γ c + 1))``: expected tokens per target pass, divided by the cost of a step
-    (γ draft runs at c each plus one target pass) relative to one plain target step.
-
-    Args:
-        alpha: the probability that the target accepts a drafted token, in [0, 1].
-        gamma: draft length(s).
-        cost: c, the time of one draft token over the time of one target pass.
-
-    Returns:
-        The speedup for each γ.
-    """
-    g = np.asarray(gamma, dtype=float)
-    # At α = 1 the series 1 + α + … + α^γ sums to γ + 1 (the formula's limit).
-    tokens = g + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (g + 1.0)) / (1.0 - alpha)
-    return tokens / (g * cost + 1.0)
+MAX_GAMMA = 32
 
 
 def _quote(piece: bytes) -> str:
@@ -67,18 +53,39 @@ def explain_step(event: StepEvent) -> str:
     parts = [f"<h3>Step {event.step}</h3>"]
     alone = f"{_quote(event.emitted[0].piece) if event.emitted else '—'}"
     offered = event.offered or 0
-    if n == 0 and offered:
+    best = max(event.expected_speedup[1:], default=None)
+    if n == 0 and event.n_draft_max == 0 and not event.expected_speedup and event.offered is None:
+        parts.append(
+            "<p><b>Plain decoding</b>: no draft source is in use (the strategy is <i>none</i>), so the target "
+            f"generated one token by itself: {alone}.</p>"
+        )
+    elif n == 0 and best is not None and best < 1.0:
+        source = SOURCE_NAMES.get(event.considered or "", "the drafter")
+        proposal = f" {source} proposed {offered} token{'s' if offered != 1 else ''}, but" if offered else ""
+        parts.append(
+            f"<p><b>Plain step: speculation would not pay.</b>{proposal} with the costs measured on this machine "
+            f"and the acceptance learnt so far, the best draft length is expected to run at ×{best:.2f} of "
+            "plain decoding, so the adaptive controller decoded plainly. The target generated one token by "
+            f"itself: {alone}. Proposals are still compared with the target's tokens afterwards, so the "
+            "controller keeps learning for free.</p>"
+        )
+    elif n == 0 and best is not None:
+        source = SOURCE_NAMES.get(event.considered or "", "the drafter")
+        parts.append(
+            f"<p><b>Plain step: held back.</b> Drafting with {source} was expected to run at ×{best:.2f}, "
+            "but the controller's loss guard keeps speculation from risking more time than it has won in this "
+            "answer; it waits until the proposals it declines prove right. The target generated one token by "
+            f"itself: {alone}.</p>"
+        )
+    elif n == 0 and offered:
         parts.append(
             f"<p><b>Plain step</b>: the drafter proposed {offered} token{'s' if offered != 1 else ''}, but the "
-            "adaptive controller verified none: from the costs and acceptance it has measured, checking them "
-            f"would cost more than it would likely win. The target generated one token by itself: {alone}. "
-            "The proposal is compared with it afterwards, so the controller keeps learning for free.</p>"
+            f"adaptive controller verified none. The target generated one token by itself: {alone}.</p>"
         )
-    elif n == 0 and event.n_draft_max == 0 and event.offered is None:
+    elif n == 0 and event.n_draft_max == 0:
         parts.append(
-            "<p><b>Plain step</b>: nothing was drafted (plain decoding, or the adaptive controller expects a "
-            "draft to cost more than it gains on this machine right now), so the target generated one token "
-            f"by itself: {alone}.</p>"
+            "<p><b>Plain step</b>: no source had a draft, or the costs are still being measured, so the target "
+            f"generated one token by itself: {alone}.</p>"
         )
     elif n == 0:
         parts.append(
@@ -90,8 +97,9 @@ def explain_step(event: StepEvent) -> str:
         chosen = ""
         if offered > n:
             chosen = f" (of {offered} proposed: the adaptive controller verifies as many as it expects to pay)"
+        by = f" by {SOURCE_NAMES.get(event.source, event.source)}" if event.source else ""
         parts.append(
-            f"<p><b>1. Drafted</b> {n} token{'s' if n != 1 else ''}{chosen} in {event.draft_ms:.1f} ms: "
+            f"<p><b>1. Drafted</b> {n} token{'s' if n != 1 else ''}{by}{chosen} in {event.draft_ms:.1f} ms: "
             f"{drafted}</p>"
         )
         if event.probe:
@@ -118,8 +126,7 @@ def explain_step(event: StepEvent) -> str:
     last = event.emitted[-1] if event.emitted else None
     if last is not None and last.origin is Origin.CORRECTION:
         parts.append(
-            f"<p><b>4. Correction</b>: the target's own choice {_quote(last.piece)} "
-            "replaces the rejected token.</p>"
+            f"<p><b>4. Correction</b>: the target's own choice {_quote(last.piece)} replaces the rejected token.</p>"
         )
     elif last is not None and last.origin is Origin.BONUS:
         parts.append(
@@ -134,10 +141,10 @@ def explain_step(event: StepEvent) -> str:
 
 
 class TeachPanel(QWidget):
-    """Step mode controls, the current step's explanation, and the speedup curve.
+    """Step mode controls, the current step's explanation, and the speedup curve (a record sink).
 
     Args:
-        series: the run's measurements (for α and c).
+        series: the answer's measurements (for the fixed-length curve).
         parent: the Qt parent.
 
     Signals:
@@ -152,6 +159,7 @@ class TeachPanel(QWidget):
         super().__init__(parent)
         self.series = series
         self.n_draft = 8
+        self.last_step: StepEvent | None = None
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
         self.step_mode.setAccessibleName("Step mode")
         self.step_mode.toggled.connect(self.step_mode_toggled)
@@ -168,17 +176,18 @@ class TeachPanel(QWidget):
         self.explanation = QTextBrowser(self)
         self.explanation.setAccessibleName("Step explanation")
         self.explanation.setHtml(
-            "<p>Turn on <b>step mode</b> and send a message: the answer will stop after each speculation "
-            "step and this panel will explain what the draft proposed, what the target verified, and what "
-            "was kept.</p>"
+            "<p>Turn on <b>step mode</b> and send a message (or press <b>Compare</b>): the answer stops after "
+            "each speculation step and this panel explains what was proposed, what the target verified, and "
+            "what was kept — or why the step decoded plainly.</p>"
         )
 
-        self.curve_plot = pg.PlotWidget(self, title="Expected speedup (Leviathan et al. 2023)")
+        self.curve_plot = pg.PlotWidget(self, title="Expected speedup over plain decoding, as measured here")
         self.curve_plot.setBackground(None)
-        self.curve_plot.setLabel("bottom", "draft length γ (n_draft)")
+        self.curve_plot.setLabel("bottom", "draft length k")
         self.curve_plot.setLabel("left", "speedup ×")
         self.curve_plot.showGrid(x=True, y=True, alpha=0.25)
         self.curve_plot.setMenuEnabled(False)
+        self.curve_plot.getViewBox().setLimits(xMin=0, yMin=0)
         self.curve = self.curve_plot.plot(pen=pg.mkPen("#3884ff", width=2))
         self.marker = self.curve_plot.plot(pen=None, symbol="o", symbolSize=11, symbolBrush="#eb8c00")
         self.curve_plot.addLine(y=1.0, pen=pg.mkPen("#888888", style=Qt.PenStyle.DashLine))
@@ -204,8 +213,25 @@ class TeachPanel(QWidget):
         self.n_draft = n_draft
         self.update_curve()
 
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Follow a generation: explain the step it pauses on, keep the curve current."""
+        from speculens.engine.events import StepEvent
+
+        for record in records:
+            event = record.event
+            if record.kind is RecordKind.QUEUED:
+                self.last_step = None
+            elif record.kind is RecordKind.STEP and isinstance(event, StepEvent):
+                self.last_step = event
+            elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
+                self.show_step(event)
+            elif record.final or record.kind is RecordKind.FINISHED:
+                self.set_running(False)
+        self.update_curve()
+
     def show_step(self, event: StepEvent) -> None:
         """Explain a step (called when the worker pauses on it)."""
+        self.last_step = event
         self.explanation.setHtml(explain_step(event))
         self.next_button.setEnabled(True)
         self.update_curve()
@@ -216,22 +242,41 @@ class TeachPanel(QWidget):
             self.next_button.setEnabled(False)
 
     def update_curve(self) -> None:
-        """Redraw the curve from the measured α and c (placeholders until something was measured)."""
-        alpha = self.series.alpha
-        cost = self.series.cost_ratio
-        measured = alpha is not None and cost is not None
-        a = alpha if alpha is not None else 0.7
-        c = cost if cost is not None else 0.1
-        gammas = np.arange(1, MAX_GAMMA + 1, dtype=float)
-        self.curve.setData(gammas, expected_speedup(a, gammas, c))
-        self.marker.setData([self.n_draft], expected_speedup(a, np.asarray([self.n_draft]), c))
-        best = int(gammas[int(np.argmax(expected_speedup(a, gammas, c)))])
-        source = "measured" if measured else "example values (no draft measured yet)"
+        """Redraw the curve: the controller's estimate of the last step, else this answer's measurements."""
+        step = self.last_step
+        if step is not None and len(step.expected_speedup) > 1:
+            speedup = np.asarray(step.expected_speedup, dtype=float)
+            source = SOURCE_NAMES.get(step.considered or "", "the drafter")
+            how = (
+                f"the adaptive controller's estimate for {source} at step {step.step}, from the verification "
+                "and drafting costs it measured on this machine and the acceptance it has learnt"
+            )
+            mark = step.n_draft_max
+        else:
+            curve = self.series.speedup_curve(max(MAX_GAMMA, self.n_draft))
+            if curve is None:
+                self.curve.setData([], [])
+                self.marker.setData([], [])
+                self.curve_label.setText(
+                    "The curve appears once this answer has timed a plain step and a speculative one: it is "
+                    "computed from the costs measured here, never from acceptance alone."
+                )
+                return
+            speedup = curve
+            alpha = self.series.alpha or 0.0
+            how = (
+                f"Leviathan et al.'s formula with this answer's measurements: acceptance α = {alpha:.2f}, the "
+                "draft time per token and the verification time of each batch size"
+            )
+            mark = self.n_draft
+        k = np.arange(len(speedup), dtype=float)
+        self.curve.setData(k, speedup)
+        mark = min(mark, len(speedup) - 1)
+        self.marker.setData([mark], [speedup[mark]])
+        best = int(np.argmax(speedup))
+        verdict = f"best: k = {best}, ×{speedup[best]:.2f}" if best > 0 else "plain decoding (k = 0) is fastest here"
         self.curve_label.setText(
-            f"α = {a:.2f} (acceptance per drafted token), c = {c:.3f} (draft token cost / target pass), "
-            f"{source}. Current n_draft = {self.n_draft}: "
-            f"×{float(expected_speedup(a, self.n_draft, c)):.2f}; "
-            f"best γ for these values: {best}."
+            f"Expected speedup by draft length: {how}. Marked: k = {mark}, ×{speedup[mark]:.2f}; {verdict}."
         )
 
     def _on_next_button_clicked(self) -> None:

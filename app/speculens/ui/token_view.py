@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import dataclasses
 import enum
 import html
 from collections.abc import Iterable
@@ -46,6 +47,15 @@ KIND_STYLE: dict[TokenKind, tuple[str, tuple[int, int, int, int], str | None, bo
 }
 
 
+# The drafters' names as people read them.
+SOURCE_NAMES = {
+    "draft": "the draft model",
+    "lookup": "prompt lookup",
+    "ngram-cache": "the n-gram cache",
+    "ngram-map": "the n-gram map",
+}
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     """What the tooltip says about one token.
@@ -56,6 +66,7 @@ class TokenInfo:
         step: the speculation step that produced it.
         draft_prob: the drafter's probability (``None`` for draft-free sources and target tokens).
         target_prob: the target's probability for a drafted token it judged.
+        source: the drafter that proposed it (drafted tokens: ``lookup``, ``ngram-cache``, ``draft``, ...).
     """
 
     kind: TokenKind
@@ -63,19 +74,20 @@ class TokenInfo:
     step: int
     draft_prob: float | None = None
     target_prob: float | None = None
+    source: str | None = None
 
     def tooltip(self) -> str:
         """A short, plain description for a tooltip."""
         shown = self.text.replace("\n", "⏎").replace("\t", "⇥") or "(part of a character)"
         lines = [f"<b>{html.escape(shown)}</b> — {KIND_STYLE[self.kind][0]}", f"step {self.step}"]
+        if self.source is not None:
+            lines.append(f"drafted by {SOURCE_NAMES.get(self.source, self.source)}")
         if self.draft_prob is not None:
             lines.append(f"draft probability {self.draft_prob:.3f}")
         if self.target_prob is not None:
             lines.append(f"target probability {self.target_prob:.3f}")
         if self.kind in (TokenKind.ACCEPTED, TokenKind.REJECTED):
-            lines.append(
-                "accepted by the target" if self.kind is TokenKind.ACCEPTED else "rejected by the target"
-            )
+            lines.append("accepted by the target" if self.kind is TokenKind.ACCEPTED else "rejected by the target")
         return "<br>".join(lines)
 
 
@@ -100,11 +112,18 @@ def step_tokens(event: StepEvent) -> list[TokenInfo]:
         d = event.drafted[i]
         out.append(
             TokenInfo(
-                origin_kind[token.origin], _decode(token.piece), event.step, d.draft_prob, d.target_prob
+                origin_kind[token.origin],
+                _decode(token.piece),
+                event.step,
+                d.draft_prob,
+                d.target_prob,
+                event.source,
             )
         )
     for d in event.drafted[n_accepted:]:
-        out.append(TokenInfo(TokenKind.REJECTED, _decode(d.piece), event.step, d.draft_prob, d.target_prob))
+        out.append(
+            TokenInfo(TokenKind.REJECTED, _decode(d.piece), event.step, d.draft_prob, d.target_prob, event.source)
+        )
     for token in emitted[n_accepted:]:
         out.append(TokenInfo(origin_kind[token.origin], _decode(token.piece), event.step))
     return out
@@ -127,9 +146,7 @@ class TokenView(QPlainTextEdit):
         self.setUndoRedoEnabled(False)  # the undo stack would keep a copy of every insertion
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.setAccessibleName("Answer tokens")
-        self.setAccessibleDescription(
-            "The answer's tokens coloured by where they came from; hover for details"
-        )
+        self.setAccessibleDescription("The answer's tokens coloured by where they came from; hover for details")
         font = QFont("monospace")
         font.setStyleHint(QFont.StyleHint.Monospace)
         self.setFont(font)
@@ -193,7 +210,7 @@ class TokenView(QPlainTextEdit):
                 # Emitted tokens go through the stream's decoder: a character split across two tokens
                 # shows once, whole, on the second.
                 text = self._decoder.decode(next(emitted).piece)
-                info = TokenInfo(info.kind, text, info.step, info.draft_prob, info.target_prob)
+                info = dataclasses.replace(info, text=text)
             self._insert(cursor, info, info.text)
 
     def _insert(self, cursor: QTextCursor, info: TokenInfo, text: str) -> None:
@@ -242,9 +259,7 @@ class TokenView(QPlainTextEdit):
                 style += f" color: {foreground};"
             if strike:
                 style += " text-decoration: line-through;"
-            tip = html.escape(
-                info.tooltip().replace("<br>", " · ").replace("<b>", "").replace("</b>", ""), quote=True
-            )
+            tip = html.escape(info.tooltip().replace("<br>", " · ").replace("<b>", "").replace("</b>", ""), quote=True)
             text = html.escape(info.text)
             spans.append(f'<span class="{info.kind.value}" style="{style}" title="{tip}">{text}</span>')
         legend = " ".join(

@@ -1,92 +1,76 @@
 """The one worker thread that owns the models (DESIGN.md §3).
 
-Every request that touches llama.cpp — load, unload, chat, compare — is queued to a single Python thread,
-so the two llama objects are only ever used from one thread and the GUI never waits for them. Step events
-are not sent as one signal each (thousands per second with a fast drafter would flood the event loop):
-the worker appends them to a buffer that the GUI drains on a ~30 Hz timer (Friture's pattern), and only
-the lifecycle of a request travels as queued Qt signals. Cancel sets a ``threading.Event`` directly from
-the GUI thread; the engine checks it every speculation step. The thread is never terminated, only asked
-to finish and joined.
+Every request that touches llama.cpp — load, unload, generate, compare — is a typed request queued to a
+single Python thread, so the llama objects are only ever used from one thread and the GUI never waits for
+them. A generation's whole life — started, every step, a pause in step mode, finished or failed, and a
+comparison's verdict — travels as :class:`Record` objects through one buffer that the
+:class:`~speculens.ui.generations.GenerationRouter` drains on a ~30 Hz timer (Friture's pattern), so there
+is exactly one path from the engine to the views. Everything else (loading, the demo models, the GPU
+probe) reports with queued Qt signals. Cancel sets a ``threading.Event`` directly from the GUI thread; the
+engine checks it every speculation step. The thread is never terminated, only asked to finish and joined.
 """
 
 from __future__ import annotations
 
 import collections
+import enum
 import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from speculens.settings import Settings, generation_config, model_config
-
-if TYPE_CHECKING:
-    from speculens.engine.events import Event, FinishEvent
-    from speculens.engine.session import SpeculativeEngine
+from speculens.engine.config import GenerationConfig
+from speculens.engine.events import Divergence, Event, FinishEvent, StepEvent
+from speculens.engine.protocol import Engine, EngineFactory, EngineInfo
+from speculens.errors import SpeculensError
+from speculens.models.gguf_info import read_gguf_info
+from speculens.settings import Settings, model_config
 
 log = logging.getLogger(__name__)
 
-LANE_CHAT = "chat"
-LANE_PLAIN = "plain"
-LANE_SPECULATIVE = "speculative"
+
+class Lane(enum.StrEnum):
+    """Which run of a request a record belongs to."""
+
+    CHAT = "chat"
+    PLAIN = "plain"  # Compare's plain-decoding half
+    SPECULATIVE = "speculative"  # Compare's speculative half
+
+
+class RecordKind(enum.StrEnum):
+    """What happened."""
+
+    QUEUED = "queued"  # the request was submitted (made by the router, so views can clear at once)
+    STARTED = "started"  # the prompt is processed (event: the StartEvent)
+    STEP = "step"  # one speculation step (event: the StepEvent)
+    PAUSED = "paused"  # step mode waits after this step (event: the StepEvent); call advance()
+    FINISHED = "finished"  # the run ended (event: the FinishEvent)
+    FAILED = "failed"  # the run could not go on (message, error)
+    COMPARED = "compared"  # both halves of a comparison finished (comparison)
 
 
 @dataclass(frozen=True)
-class TaggedEvent:
-    """An engine event with the request and lane it belongs to.
-
-    Attributes:
-        request_id: the id :meth:`EngineWorker.chat` or :meth:`EngineWorker.compare` returned.
-        lane: ``chat``, or ``plain`` / ``speculative`` for the two halves of a comparison.
-        event: the engine's event.
-    """
-
-    request_id: int
-    lane: str
-    event: Event
-
-
-@dataclass(frozen=True)
-class LoadedModels:
-    """What the worker has loaded.
-
-    Attributes:
-        target: the target's file name.
-        draft: the draft's file name (``None`` when no draft is loaded).
-        draft_error: why a chosen draft was refused (tokenizer mismatch), or ``None``.
-        description: llama.cpp's one-line description of the target.
-        n_ctx: the context size.
-        seconds: how long loading took.
-    """
-
-    target: str
-    draft: str | None
-    draft_error: str | None
-    description: str
-    n_ctx: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class CompareResult:
-    """Plain decoding and speculation on the same prompt.
+class Comparison:
+    """Plain decoding and speculation on the same conversation.
 
     Attributes:
         plain: the plain run's finish event.
         speculative: the speculative run's finish event.
-        strategy: the speculative strategy.
-        greedy: whether decoding was greedy (then the outputs must be identical).
+        greedy: decoding was greedy (then only batched kernels' rounding can make them differ).
+        exact: the target was loaded for bit-exact verification (then greedy outputs must be identical).
+        divergence: where they first differ, with the target's logits there (``None`` when identical).
     """
 
     plain: FinishEvent
     speculative: FinishEvent
-    strategy: str
     greedy: bool
+    exact: bool
+    divergence: Divergence | None
 
     @property
     def speedup(self) -> float:
@@ -100,38 +84,137 @@ class CompareResult:
         return self.plain.tokens == self.speculative.tokens
 
 
-@dataclass
-class _Request:
-    kind: str
+@dataclass(frozen=True)
+class Record:
+    """One thing that happened to a generation request.
+
+    Attributes:
+        request_id: the id :meth:`EngineWorker.submit` returned.
+        lane: chat, or the plain / speculative half of a comparison.
+        kind: what happened.
+        event: the engine's event (started, step, paused, finished).
+        message: why it failed, for the user (failed).
+        error: the error itself (failed), so a view can offer a remedy (a conversation too long for the
+            context can drop its oldest turns).
+        comparison: the verdict (compared).
+    """
+
     request_id: int
-    args: dict[str, Any] = field(default_factory=dict)
+    lane: Lane
+    kind: RecordKind
+    event: Event | None = None
+    message: str = ""
+    error: Exception | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether this record ends its request (a comparison ends with its verdict)."""
+        if self.kind is RecordKind.FAILED or self.kind is RecordKind.COMPARED:
+            return True
+        return self.kind is RecordKind.FINISHED and self.lane is Lane.CHAT
+
+
+# ---- requests -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """Load the models the settings name (replacing any loaded ones)."""
+
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class UnloadRequest:
+    """Free the models."""
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """Answer the last message of a conversation (role/content dicts, system message included)."""
+
+    messages: tuple[dict[str, str], ...]
+    config: GenerationConfig
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Answer the same conversation plainly, then with speculation, and compare."""
+
+    messages: tuple[dict[str, str], ...]
+    plain: GenerationConfig
+    speculative: GenerationConfig
+
+
+@dataclass(frozen=True)
+class DemoRequest:
+    """Assemble demo models (by key) from their installed chunk packages."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """Ask llama.cpp which GPU backend the build has (importing it takes a moment)."""
+
+
+Request = LoadRequest | UnloadRequest | ChatRequest | CompareRequest | DemoRequest | ProbeRequest
+GENERATIONS = (ChatRequest, CompareRequest)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a load achieved.
+
+    Attributes:
+        settings: the settings the models were loaded with (the reload note compares against them).
+        info: what is loaded.
+        draft_error: why the chosen draft was not loaded (the target alone still works), or ``None``.
+        seconds: how long loading took.
+    """
+
+    settings: Settings
+    info: EngineInfo
+    draft_error: str | None
+    seconds: float
+
+
+@dataclass
+class _Job:
+    request: Request
+    request_id: int
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-_STOP = _Request("stop", -1)
+_STOP = object()
+
+
+def default_engine_factory(config: object) -> Engine:
+    """The real engine (imported on the worker thread: llama.cpp takes a moment to load)."""
+    from speculens.engine.session import SpeculativeEngine
+
+    return SpeculativeEngine(config)  # type: ignore[arg-type]
 
 
 class EngineWorker(QObject):
-    """Owns the :class:`SpeculativeEngine` on its own thread and runs requests one at a time.
+    """Owns the engine on its own thread and runs requests one at a time.
 
     Args:
+        engine_factory: builds the engine from a model configuration (tests pass a fake).
         parent: the Qt parent.
 
     Signals:
         busy_changed(bool): a request started (True) or the queue ran empty (False).
         load_started(): loading began.
-        models_loaded(LoadedModels): the models are ready.
+        models_loaded(LoadResult): the models are ready.
         load_failed(str): loading failed; the message is for the user.
         models_unloaded(): the models were freed.
-        generation_started(int, str): request id and lane.
-        step_paused(int): Teach step mode is waiting after this step number; call :meth:`advance`.
-        generation_finished(int, str, FinishEvent): request id, lane, final event.
-        generation_failed(int, str): request id and a message for the user.
-        compare_finished(int, CompareResult): both halves of a comparison are done.
         backend_probed(object): the llama.cpp build's GPU backend name ("CUDA", "Metal", ...) or None.
         progress_changed(str, int, int): a long task's (what, done, total), e.g. assembling the demo models.
         demo_prepared(list): the demo model paths, in the order asked for.
         task_failed(str): a task other than loading or generating failed; the message is for the user.
+        records_ready(): generation records are waiting in the buffer (a hint; the router also polls).
     """
 
     busy_changed = Signal(bool)
@@ -139,26 +222,23 @@ class EngineWorker(QObject):
     models_loaded = Signal(object)
     load_failed = Signal(str)
     models_unloaded = Signal()
-    generation_started = Signal(int, str)
-    step_paused = Signal(int)
-    generation_finished = Signal(int, str, object)
-    generation_failed = Signal(int, str)
-    compare_finished = Signal(int, object)
     backend_probed = Signal(object)
     progress_changed = Signal(str, int, int)
     demo_prepared = Signal(list)
     task_failed = Signal(str)
+    records_ready = Signal()
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, engine_factory: EngineFactory | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._requests: queue.Queue[_Request] = queue.Queue()
-        self._events: collections.deque[TaggedEvent] = collections.deque()
+        self._factory: EngineFactory = engine_factory or default_engine_factory
+        self._jobs: queue.Queue[_Job | object] = queue.Queue()
+        self._records: collections.deque[Record] = collections.deque()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._pending: dict[int, _Request] = {}
+        self._pending: dict[int, _Job] = {}
         self._step_mode = threading.Event()
         self._gate = threading.Event()
-        self._engine: SpeculativeEngine | None = None
+        self._engine: Engine | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="speculens-engine", daemon=True)
         self._thread.start()
@@ -170,46 +250,27 @@ class EngineWorker(QObject):
         """Whether a target model is loaded (read without locking: a stale answer only delays a button)."""
         return self._engine is not None
 
-    def load(self, settings: Settings) -> int:
-        """Queue loading the models the settings name (replacing any loaded ones)."""
-        return self._submit("load", settings=settings)
+    def submit(self, request: Request) -> int:
+        """Queue a request; returns its id (generation records carry it).
 
-    def unload(self) -> int:
-        """Queue freeing the models."""
-        return self._submit("unload")
-
-    def chat(self, history: list[dict[str, str]], user_text: str, settings: Settings) -> int:
-        """Queue one chat turn.
-
-        Args:
-            history: the conversation before this turn (role/content dicts, system message included).
-            user_text: the new user message.
-            settings: the generation settings to use.
-
-        Returns:
-            The request id that tags this turn's events.
+        Raises:
+            RuntimeError: the worker is closed.
         """
-        return self._submit("chat", history=list(history), user_text=user_text, settings=settings)
-
-    def compare(self, history: list[dict[str, str]], user_text: str, settings: Settings) -> int:
-        """Queue the same turn twice: plain decoding, then the chosen strategy."""
-        return self._submit("compare", history=list(history), user_text=user_text, settings=settings)
-
-    def probe_backend(self) -> int:
-        """Queue asking llama.cpp whether it can offload to a GPU (importing it takes a moment)."""
-        return self._submit("probe")
-
-    def prepare_demo(self, keys: list[str]) -> int:
-        """Queue assembling demo models (by key) from their installed chunk packages."""
-        return self._submit("demo", keys=list(keys))
-
-    def cancel(self) -> None:
-        """Stop the running generation within one speculation step and drop queued ones."""
+        if self._closed:
+            raise RuntimeError("the engine worker is closed")
+        job = _Job(request, next(self._ids))
         with self._lock:
-            for request in self._pending.values():
-                if request.kind in ("chat", "compare"):
-                    request.cancel.set()
-        self._gate.set()  # a step paused in Teach mode must wake up to see the cancel
+            self._pending[job.request_id] = job
+        self._jobs.put(job)
+        return job.request_id
+
+    def cancel(self, request_id: int | None = None) -> None:
+        """Stop a generation (all of them by default) within one speculation step; a queued one never runs."""
+        with self._lock:
+            for job in self._pending.values():
+                if isinstance(job.request, GENERATIONS) and request_id in (None, job.request_id):
+                    job.cancel.set()
+        self._gate.set()  # a step paused in step mode must wake up to see the cancel
 
     def set_step_mode(self, enabled: bool) -> None:
         """Pause after every speculation step (Teach) until :meth:`advance` is called."""
@@ -223,10 +284,10 @@ class EngineWorker(QObject):
         """Let a generation paused in step mode run its next step."""
         self._gate.set()
 
-    def take_events(self) -> list[TaggedEvent]:
-        """Remove and return the buffered events, oldest first (the GUI timer calls this)."""
-        out: list[TaggedEvent] = []
-        pop = self._events.popleft
+    def take_records(self) -> list[Record]:
+        """Remove and return the buffered records, oldest first (the router's timer calls this)."""
+        out: list[Record] = []
+        pop = self._records.popleft
         try:
             while True:
                 out.append(pop())
@@ -242,113 +303,107 @@ class EngineWorker(QObject):
         if not self._closed:
             self._closed = True
             with self._lock:
-                for request in self._pending.values():
-                    request.cancel.set()
+                for job in self._pending.values():
+                    job.cancel.set()
             self._gate.set()
             self._step_mode.clear()
-            self._requests.put(_STOP)
+            self._jobs.put(_STOP)
         self._thread.join(timeout)
         return not self._thread.is_alive()
-
-    def _submit(self, kind: str, **args: Any) -> int:
-        if self._closed:
-            raise RuntimeError("the engine worker is closed")
-        request = _Request(kind, next(self._ids), args)
-        with self._lock:
-            self._pending[request.request_id] = request
-        self._requests.put(request)
-        return request.request_id
 
     # ---- the worker thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            request = self._requests.get()
-            if request is _STOP:
+            job = self._jobs.get()
+            if not isinstance(job, _Job):
                 break
             self.busy_changed.emit(True)
             try:
-                handler = getattr(self, f"_do_{request.kind}")
-                handler(request)
+                self._handle(job)
             except Exception as exc:  # a bug must not kill the only thread that can free the models
-                log.exception("worker request %s failed", request.kind)
-                if request.kind == "load":
-                    self.load_failed.emit(f"Unexpected error while loading: {exc}")
-                elif request.kind in ("probe", "demo", "unload"):
-                    self.task_failed.emit(f"Unexpected error: {exc}")
-                else:
-                    self.generation_failed.emit(request.request_id, f"Unexpected error: {exc}")
+                log.exception("worker request %s failed", type(job.request).__name__)
+                self._report_failure(job, f"Unexpected error ({type(exc).__name__}: {exc}); see the log.", exc)
             finally:
                 with self._lock:
-                    self._pending.pop(request.request_id, None)
+                    self._pending.pop(job.request_id, None)
                     idle = not self._pending
                 if idle:
                     self.busy_changed.emit(False)
         self._free()
+
+    def _handle(self, job: _Job) -> None:
+        match job.request:
+            case LoadRequest(settings=settings):
+                self._load(settings)
+            case UnloadRequest():
+                self._free()
+                self.models_unloaded.emit()
+            case ChatRequest(messages=messages, config=config):
+                self._generate(job, Lane.CHAT, messages, config)
+            case CompareRequest():
+                self._compare(job, job.request)
+            case DemoRequest(keys=keys):
+                self._demo(keys)
+            case ProbeRequest():
+                from speculens.engine.backend import gpu_backend_name
+
+                self.backend_probed.emit(gpu_backend_name())
+
+    def _report_failure(self, job: _Job, message: str, error: Exception) -> None:
+        match job.request:
+            case LoadRequest():
+                self.load_failed.emit(message)
+            case ChatRequest() | CompareRequest():
+                self._records.append(Record(job.request_id, Lane.CHAT, RecordKind.FAILED, message=message, error=error))
+                self.records_ready.emit()
+            case _:
+                self.task_failed.emit(message)
 
     def _free(self) -> None:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
 
-    def _do_load(self, request: _Request) -> None:
-        from speculens.engine.backend import BackendError
-        from speculens.engine.session import SpeculativeEngine
-        from speculens.engine.vocab import VocabMismatchError
-
-        settings: Settings = request.args["settings"]
+    def _load(self, settings: Settings) -> None:
         self.load_started.emit()
         t0 = time.perf_counter()
         self._free()
         try:
             config = model_config(settings)
-        except ValueError as exc:
-            self.load_failed.emit(str(exc))
+            if config.n_threads == 0:
+                config = replace(config, n_threads=gui_threads())
+            # The header first: a truncated or damaged file gets its real diagnosis, not llama.cpp's "could
+            # not load". The target, then the draft separately, so a refused draft leaves a usable target for
+            # the draft-free strategies instead of failing the whole load.
+            read_gguf_info(config.target, tokens=False)
+            engine = self._factory(replace(config, draft=None))
+        except SpeculensError as exc:
+            self.load_failed.emit(exc.message)
             return
-        if config.n_threads == 0:
-            config = replace(config, n_threads=gui_threads())
         draft_error: str | None = None
-        try:
-            # Load the target first and the draft separately, so a refused draft leaves a usable target
-            # for the draft-free strategies instead of failing the whole load.
-            engine = SpeculativeEngine(_without_draft(config))
-            if config.draft is not None:
-                try:
-                    engine.load_draft(config.draft)
-                except VocabMismatchError as exc:
-                    draft_error = str(exc)
-                except BackendError as exc:
-                    draft_error = f"The draft model could not be loaded: {exc}"
-        except BackendError as exc:
-            self.load_failed.emit(str(exc))
-            return
+        if config.draft is not None:
+            try:
+                read_gguf_info(config.draft, tokens=False)
+                engine.load_draft(config.draft)
+            except SpeculensError as exc:
+                draft_error = exc.message
+            except BaseException:
+                engine.close()  # never leak the target that did load
+                raise
         self._engine = engine
-        self.models_loaded.emit(
-            LoadedModels(
-                target=config.target.name,
-                draft=config.draft.name if engine.draft is not None and config.draft else None,
-                draft_error=draft_error,
-                description=engine.target.description(),
-                n_ctx=config.n_ctx,
-                seconds=time.perf_counter() - t0,
-            )
-        )
+        self.models_loaded.emit(LoadResult(settings, engine.info(), draft_error, time.perf_counter() - t0))
 
-    def _do_probe(self, request: _Request) -> None:
-        from speculens.engine.backend import gpu_backend_name
-
-        self.backend_probed.emit(gpu_backend_name())
-
-    def _do_demo(self, request: _Request) -> None:
-        from speculens.models.demo import DemoModelError, demo_model, ensure_demo_model
+    def _demo(self, keys: Sequence[str]) -> None:
+        from speculens.models.demo import demo_model, ensure_demo_model
 
         out: list[str] = []
-        for key in request.args["keys"]:
+        for key in keys:
             model = demo_model(key)
             try:
                 out.append(str(ensure_demo_model(model, progress=self._throttled_progress(model.title))))
-            except DemoModelError as exc:
-                self.task_failed.emit(str(exc))
+            except SpeculensError as exc:
+                self.task_failed.emit(exc.message)
                 return
         self.demo_prepared.emit(out)
 
@@ -364,65 +419,56 @@ class EngineWorker(QObject):
 
         return progress
 
-    def _do_unload(self, request: _Request) -> None:
-        self._free()
-        self.models_unloaded.emit()
+    def _record(self, job: _Job, lane: Lane, kind: RecordKind, **fields: object) -> None:
+        self._records.append(Record(job.request_id, lane, kind, **fields))  # type: ignore[arg-type]
+        if kind is not RecordKind.STEP:  # steps are polled; the rest wake the router at once
+            self.records_ready.emit()
 
-    def _do_chat(self, request: _Request) -> None:
-        settings: Settings = request.args["settings"]
-        finish = self._turn(request, LANE_CHAT, generation_config(settings))
-        if finish is not None:
-            self.generation_finished.emit(request.request_id, LANE_CHAT, finish)
-
-    def _do_compare(self, request: _Request) -> None:
-        settings: Settings = request.args["settings"]
-        plain = self._turn(request, LANE_PLAIN, generation_config(settings, strategy="none"))
-        if plain is None:
-            return
-        self.generation_finished.emit(request.request_id, LANE_PLAIN, plain)
-        speculative = self._turn(request, LANE_SPECULATIVE, generation_config(settings))
-        if speculative is None:
-            return
-        self.generation_finished.emit(request.request_id, LANE_SPECULATIVE, speculative)
-        self.compare_finished.emit(
-            request.request_id,
-            CompareResult(plain, speculative, settings.strategy, settings.temperature <= 0),
-        )
-
-    def _turn(self, request: _Request, lane: str, config: Any) -> FinishEvent | None:
-        """Run one chat turn into the event buffer; return its finish event, or ``None`` after a failure."""
-        from speculens.engine.config import PromptError
-        from speculens.engine.events import FinishEvent, StepEvent
-        from speculens.engine.session import ChatSession
-
+    def _generate(
+        self, job: _Job, lane: Lane, messages: Sequence[dict[str, str]], config: GenerationConfig
+    ) -> FinishEvent | None:
+        """Run one answer into the record buffer; return its finish event, or ``None`` after a failure."""
         if self._engine is None:
-            self.generation_failed.emit(request.request_id, "No model is loaded: load a model pair first.")
+            self._record(job, lane, RecordKind.FAILED, message="No model is loaded: load a model pair first.")
             return None
-        session = ChatSession(self._engine)
-        session.messages = list(request.args["history"])
         self._gate.clear()
+        finish: FinishEvent | None = None
         try:
-            events = session.send(request.args["user_text"], config, request.cancel)
-            self.generation_started.emit(request.request_id, lane)
-            finish: FinishEvent | None = None
-            for event in events:
-                self._events.append(TaggedEvent(request.request_id, lane, event))
-                if isinstance(event, FinishEvent):
+            for event in self._engine.chat(messages, config, job.cancel):
+                if isinstance(event, StepEvent):
+                    self._record(job, lane, RecordKind.STEP, event=event)
+                    if self._step_mode.is_set() and not job.cancel.is_set():
+                        self._record(job, lane, RecordKind.PAUSED, event=event)
+                        self._gate.wait()
+                        self._gate.clear()
+                elif isinstance(event, FinishEvent):
                     finish = event
-                elif (
-                    isinstance(event, StepEvent) and self._step_mode.is_set() and not request.cancel.is_set()
-                ):
-                    self.step_paused.emit(event.step)
-                    self._gate.wait()
-                    self._gate.clear()
-        except (PromptError, ValueError) as exc:
-            self.generation_failed.emit(request.request_id, str(exc))
+                    self._record(job, lane, RecordKind.FINISHED, event=event)
+                else:
+                    self._record(job, lane, RecordKind.STARTED, event=event)
+        except SpeculensError as exc:
+            self._record(job, lane, RecordKind.FAILED, message=exc.message, error=exc)
             return None
         return finish
 
-
-def _without_draft(config: Any) -> Any:
-    return replace(config, draft=None)
+    def _compare(self, job: _Job, request: CompareRequest) -> None:
+        runs: list[FinishEvent] = []
+        for lane, config in ((Lane.PLAIN, request.plain), (Lane.SPECULATIVE, request.speculative)):
+            finish = self._generate(job, lane, request.messages, config)
+            if finish is None:
+                return  # the failure is recorded
+            if job.cancel.is_set():
+                self._record(job, lane, RecordKind.FAILED, message="Comparison stopped.")
+                return
+            runs.append(finish)
+        assert self._engine is not None
+        plain, speculative = runs
+        divergence = None
+        if plain.tokens != speculative.tokens:
+            divergence = self._engine.chat_divergence(request.messages, plain.tokens, speculative.tokens)
+        greedy = request.speculative.sampling.greedy
+        comparison = Comparison(plain, speculative, greedy, self._engine.config.exact, divergence)
+        self._record(job, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)
 
 
 def gui_threads() -> int:

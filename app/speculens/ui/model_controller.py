@@ -1,0 +1,245 @@
+"""Loading, the demo pair, the chosen pair and its compatibility badge: one non-widget object owns them.
+
+The toolbar, the menus, the model manager and the first-start dialog all go through the
+:class:`ModelController`; it talks to the worker for loading (and the demo models, and the GPU probe), to
+the settings store for the chosen files, and keeps the state the views draw: what is loaded, whether a load
+is running, its progress, and the pair's badge. A failed load changes nothing the user chose: the message
+says why (the file, not the tokenizer, when a draft is damaged), and the settings stay as they were.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from speculens.models.compat import PairReport, check_pair
+from speculens.models.hub import HubClient
+from speculens.models.library import Library
+from speculens.settings import Settings
+from speculens.ui.settings_store import SettingsStore
+from speculens.ui.tasks import TaskRunner
+from speculens.ui.worker import DemoRequest, EngineWorker, LoadRequest, LoadResult, ProbeRequest, UnloadRequest
+
+LEVEL_STYLE = {"ok": ("✓", "#2ea043"), "warning": ("!", "#d29922"), "error": ("✗", "#d73a49")}
+
+
+@dataclass(frozen=True)
+class Badge:
+    """The pair's verdict next to its name.
+
+    Attributes:
+        ok: the draft can draft for the target (``False``: it cannot, or could not be checked or loaded).
+        text: the badge's short text.
+        report: the full report, as HTML.
+    """
+
+    ok: bool
+    text: str
+    report: str
+
+
+def report_html(report: PairReport) -> str:
+    """A compatibility report as HTML: the headline, then every named check with its level."""
+    rows = []
+    for check in report.checks:
+        symbol, colour = LEVEL_STYLE.get(check.level.value, ("?", "#888"))
+        rows.append(
+            f"<tr><td style='color:{colour}; font-weight:bold'>{symbol}</td>"
+            f"<td><b>{html.escape(check.title)}</b></td><td>{html.escape(check.message)}</td></tr>"
+        )
+    return f"<p>{html.escape(report.headline)}</p><table cellspacing='4'>{''.join(rows)}</table>"
+
+
+class ModelController(QObject):
+    """Owns loading, the demo pair, the chosen pair and the badge.
+
+    Args:
+        worker: the engine worker.
+        store: the settings store (the chosen files, the loaded settings).
+        library: the application's one model library.
+        parent: the Qt parent.
+
+    Attributes:
+        loaded: what the last successful load brought (``None`` when nothing is loaded).
+        loading: a load is running.
+        badge: the chosen pair's verdict (``None`` without a draft).
+        gpu_backend: the GPU backend of the llama.cpp build, once probed (``None``: CPU only or not yet known).
+        hub: the application's one hub client (it remembers that the hub answered).
+
+    Signals:
+        changed(): the state above changed; views redraw from it.
+        message(str): a line for the status bar.
+        load_failed(str): a load failed; the message says why and what to do.
+        demo_missing(): the demo pair was asked for but the ``demo`` extra is not installed.
+    """
+
+    changed = Signal()
+    message = Signal(str)
+    load_failed = Signal(str)
+    demo_missing = Signal()
+
+    def __init__(
+        self, worker: EngineWorker, store: SettingsStore, library: Library, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.worker = worker
+        self.store = store
+        self.library = library
+        self.hub = HubClient(library=library)
+        self.tasks = TaskRunner(self)
+        self.loaded: LoadResult | None = None
+        self.loading = False
+        self.badge: Badge | None = None
+        self.gpu_backend: str | None = None
+        self.progress: tuple[str, int, int] | None = None
+        self._load_after_demo = False
+        self._load_t0 = 0.0
+        worker.load_started.connect(self._on_worker_load_started)
+        worker.models_loaded.connect(self._on_worker_models_loaded)
+        worker.load_failed.connect(self._on_worker_load_failed)
+        worker.models_unloaded.connect(self._on_worker_models_unloaded)
+        worker.backend_probed.connect(self._on_worker_backend_probed)
+        worker.progress_changed.connect(self._on_worker_progress_changed)
+        worker.demo_prepared.connect(self._on_worker_demo_prepared)
+        worker.task_failed.connect(self._on_worker_task_failed)
+        store.changed.connect(self._on_store_changed)
+        self._pair = self._chosen_pair(store.settings)
+
+    # ---- actions ------------------------------------------------------------------------------------
+
+    def probe_backend(self) -> None:
+        """Ask which GPU backend the llama.cpp build has (answered in the background)."""
+        self.worker.submit(ProbeRequest())
+
+    def load(self) -> bool:
+        """Load the chosen models; returns ``False`` (and says so) when no target is chosen."""
+        settings = self.store.settings
+        if not settings.target_path:
+            self.message.emit("Choose a target model first (Models ▸ Model manager).")
+            return False
+        self.worker.submit(LoadRequest(settings))
+        return True
+
+    def unload(self) -> None:
+        """Free the models."""
+        self.worker.submit(UnloadRequest())
+
+    def set_pair(self, target: str, draft: str | None, load: bool = True) -> None:
+        """Choose a target and a draft (paths; ``None``: no draft) and, by default, load them."""
+        self.store.update(target_path=target, draft_path=draft or "")
+        if load:
+            self.load()
+
+    def use_demo_pair(self, load: bool = True) -> None:
+        """Assemble the demo pair (the first time only), choose it and, by default, load it."""
+        from speculens.models.demo import DEMO_MODELS, is_installed
+
+        keys = tuple(m.key for m in DEMO_MODELS if m.role in ("target", "draft"))
+        if not all(is_installed(m) for m in DEMO_MODELS if m.key in keys):
+            self.demo_missing.emit()
+            return
+        self._load_after_demo = load
+        self.worker.submit(DemoRequest(keys))
+
+    def check_pair(self) -> None:
+        """Check the chosen pair's compatibility in the background; the badge shows the verdict."""
+        settings = self.store.settings
+        target, draft = settings.target_path, settings.draft_path
+        if not target or not draft:
+            self._set_badge(None)
+            return
+        n_ctx = settings.n_ctx
+
+        def done(report: PairReport) -> None:
+            if self._chosen_pair(self.store.settings) != (target, draft):
+                return  # the pair changed meanwhile
+            ok = report.compatible
+            self._set_badge(Badge(ok, "✓ Compatible" if ok else "⚠ Tokenizer mismatch", report_html(report)))
+
+        def failed(message: str) -> None:
+            if self._chosen_pair(self.store.settings) == (target, draft):
+                self._set_badge(Badge(False, "⚠ Cannot use the draft", html.escape(message)))
+
+        self.tasks.run(lambda: check_pair(Path(target), Path(draft), n_ctx=n_ctx), done, failed)
+
+    def wait(self) -> None:
+        """Join the background tasks (the application is quitting)."""
+        self.tasks.wait()
+
+    # ---- state --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _chosen_pair(settings: Settings) -> tuple[str, str]:
+        return settings.target_path, settings.draft_path
+
+    def _set_badge(self, badge: Badge | None) -> None:
+        self.badge = badge
+        self.changed.emit()
+
+    def _on_store_changed(self, settings: Settings) -> None:
+        pair = self._chosen_pair(settings)
+        if pair != self._pair:
+            self._pair = pair
+            self.check_pair()
+
+    def _on_worker_load_started(self) -> None:
+        self.loading = True
+        self.progress = None
+        self._load_t0 = time.monotonic()
+        self.message.emit("Loading models…")
+        self.changed.emit()
+
+    def _on_worker_models_loaded(self, result: LoadResult) -> None:
+        self.loading = False
+        self.loaded = result
+        self.store.set_loaded(result.settings)
+        info = result.info
+        if result.draft_error:
+            self._set_badge(Badge(False, "⚠ Draft not loaded", html.escape(result.draft_error)))
+            self.message.emit(f"The target is loaded; the draft is not: {result.draft_error}")
+        else:
+            if info.draft and (self.badge is None or not self.badge.ok):
+                self._set_badge(Badge(True, "✓ Compatible", f"{info.draft} can draft for {info.target}."))
+            exact = f", bit-exact in calls of {max(info.invariant_sizes)}" if info.exact else ""
+            self.message.emit(f"Loaded in {result.seconds:.1f} s: {info.description}{exact}")
+        self.changed.emit()
+
+    def _on_worker_load_failed(self, message: str) -> None:
+        self.loading = False
+        self.loaded = None
+        self.store.set_loaded(None)
+        self.message.emit("Loading failed.")
+        self.changed.emit()
+        self.load_failed.emit(message)
+
+    def _on_worker_models_unloaded(self) -> None:
+        self.loaded = None
+        self.store.set_loaded(None)
+        self.message.emit("Models unloaded.")
+        self.changed.emit()
+
+    def _on_worker_backend_probed(self, name: str | None) -> None:
+        self.gpu_backend = name
+        self.changed.emit()
+
+    def _on_worker_progress_changed(self, what: str, done: int, total: int) -> None:
+        self.progress = (what, done, total)
+        self.message.emit(f"{what}: {done / 1e6:.0f} of {total / 1e6:.0f} MB")
+        self.changed.emit()
+
+    def _on_worker_demo_prepared(self, files: list[str]) -> None:
+        self.progress = None
+        self.changed.emit()
+        if len(files) >= 2:
+            self.set_pair(files[0], files[1], load=self._load_after_demo)
+        self._load_after_demo = False
+
+    def _on_worker_task_failed(self, message: str) -> None:
+        self.progress = None
+        self.message.emit(message)
+        self.changed.emit()
+        self.load_failed.emit(message)

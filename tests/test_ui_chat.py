@@ -1,0 +1,263 @@
+"""The chat pane over the scripted engine: rendering, errors where the user looks, new chat, the list."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QFont, QTextCursor
+from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
+
+from fake_engine import FakeFactory, Script
+from gui_support import fake_window, send, wait_idle
+from speculens.ui.chat_pane import close_fences, render_transcript
+from speculens.ui.conversations import ConversationStore
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
+
+CUT_IN_CODE = ["Here is the function:\n\n", "```python\n", "def f(x):\n", "    return x\n"]  # no closing fence
+
+
+def transcript_text(window) -> str:
+    return window.chat.transcript.toPlainText()
+
+
+def horizontal_bar(window) -> QScrollBar:
+    return window.chat.transcript.horizontalScrollBar()
+
+
+# ---- item 1: an answer cut off inside a code block ------------------------------------------------------
+
+
+def test_a_cut_off_code_block_does_not_leak_into_later_turns(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=CUT_IN_CODE))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "write f")
+    factory.last.script.answer = ["Plain prose, ", "no code at all."]
+    send(qtbot, window, "and explain it")
+    html = window.chat.transcript.toHtml()
+    text = transcript_text(window)
+    # Raw Markdown of the next turns would show "```" or headings as text; each message renders on its own.
+    assert "```" not in text and "####" not in text and "---" not in text
+    assert "Plain prose, no code at all." in text
+    # The later answer is proportional text, not inside the earlier code block.
+    doc = window.chat.transcript.document()
+    block = doc.find("Plain prose").block()
+    assert not QFont(block.charFormat().font()).fixedPitch() and block.blockFormat().nonBreakableLines() is False
+    assert "font-family:'monospace'" not in html.split("Plain prose")[0][-300:]
+    qtbot.wait(20)
+    assert horizontal_bar(window).maximum() == 0
+
+
+def test_reopening_a_conversation_with_a_cut_off_code_block_renders_cleanly(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=CUT_IN_CODE))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "write f")
+    factory.last.script.answer = ["Later answer."]
+    send(qtbot, window, "and then?")
+    conversation = window.chat.conversation
+    window.new_chat()
+    window.chat.open_conversation(conversation)
+    text = transcript_text(window)
+    assert "```" not in text and "Later answer." in text
+    assert text.index("and then?") > text.index("return x")
+
+
+def test_close_fences_closes_only_an_open_fence() -> None:
+    assert close_fences("```py\nx\n```") == "```py\nx\n```"
+    assert close_fences("a\n```py\nx") == "a\n```py\nx\n```"
+    assert close_fences("no code") == "no code"
+
+
+# ---- item 9: the user's line breaks, and a streaming answer's layout --------------------------------------
+
+
+def test_the_users_line_breaks_are_kept(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "first line\nsecond line\n    indented *not emphasis*")
+    text = transcript_text(window)
+    assert "first line\nsecond line\n    indented *not emphasis*" in text
+
+
+def test_a_streaming_answer_starts_on_its_own_line_and_is_not_bold(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["```python\n", "x = 1\n"] + ["y "] * 400, step_s=0.005))
+    window = fake_window(qtbot, tiny, factory)
+    window.chat.input.setPlainText("code please")
+    window.chat.send()
+    qtbot.waitUntil(lambda: "x = 1" in transcript_text(window), timeout=10_000)
+    text = transcript_text(window)
+    assert "Assistant\n```python" in text  # not "Assistant```python"
+    block = window.chat.transcript.document().find("x = 1").block()
+    assert block.blockFormat().headingLevel() == 0
+    cursor = QTextCursor(block)
+    cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock)
+    assert cursor.charFormat().fontWeight() <= QFont.Weight.Normal.value
+    window.stop()
+    wait_idle(qtbot, window)
+
+
+def test_render_transcript_keeps_each_message_separate() -> None:
+    html = render_transcript(
+        [
+            {"role": "user", "content": "a <b>tag</b> & *stars*"},
+            {"role": "assistant", "content": "```\nopen"},
+            {"role": "user", "content": "next"},
+        ]
+    )
+    assert "a &lt;b&gt;tag&lt;/b&gt; &amp; *stars*" in html
+    assert html.count("<h4>") == 3
+
+
+# ---- item 7: a conversation longer than the context -------------------------------------------------------
+
+
+def test_a_prompt_longer_than_the_context_is_shown_in_the_chat_with_a_remedy(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(n_ctx_tokens=10))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "one two three")  # 3 words in, 3 out ("Hello there, friend.")
+    window.chat.input.setPlainText("four five six seven eight")  # 3 + 3 + 5 = 11 words: too long
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
+    assert "context holds 10" in window.chat.error.text()
+    assert window.chat.trim_button.isVisible()
+    assert not window.chat.busy and window.chat.send_button.isEnabled()
+    assert "Waiting" not in window.live_panel.status.text()
+    # Nothing typed is lost, and the conversation is as it was.
+    assert window.chat.input.toPlainText() == "four five six seven eight"
+    assert len(window.chat.conversation.messages) == 2
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
+        window.chat.trim_button.click()
+    messages = window.chat.conversation.messages
+    assert [m["content"] for m in messages] == ["four five six seven eight", "Hello there, friend."]
+    assert not window.chat.error.isVisible()
+
+
+def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=3)))
+    window.chat.input.setPlainText("far too many words for this context")
+    window.chat.send()
+    qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
+    assert not window.chat.trim_button.isVisible()  # there is nothing older to drop
+    window.conversations.flush()
+    assert ConversationStore().conversations() == []
+    assert window.conversation_list.list.count() == 0
+
+
+# ---- item 11: new chat -------------------------------------------------------------------------------------
+
+
+def test_new_chat_clears_the_answer_its_figures_and_charts(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "hello")
+    assert window.live_panel.view.toPlainText() and window.chat.figures.text() and window.series.step
+    assert window.stats_strip.value_text("tokens") != "–"
+    window.new_chat()
+    assert window.live_panel.view.toPlainText() == ""
+    assert window.chat.figures.text() == "" and window.series.step == []
+    assert window.stats_strip.value_text("tokens") == "–"
+    assert window.live_panel.events == []
+
+
+def test_new_chat_while_generating_keeps_the_answer_in_its_own_conversation(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["word "] * 5_000, step_s=0.001))
+    window = fake_window(qtbot, tiny, factory, max_tokens=100_000)
+    window.chat.input.setPlainText("a long one")
+    window.chat.send()
+    first = window.chat.conversation
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    window.new_chat()
+    assert window.chat.conversation is not first and window.chat.conversation.messages == []
+    wait_idle(qtbot, window)
+    assert first.messages[-1]["role"] == "assistant" and first.messages[-1]["content"].startswith("word")
+    assert window.chat.conversation.messages == []  # the stopped answer did not land in the new chat
+    assert "word" not in transcript_text(window)
+    # And the new chat works at once.
+    factory.last.script.answer = ["fresh"]
+    send(qtbot, window, "new question")
+    assert [m["content"] for m in window.chat.conversation.messages] == ["new question", "fresh"]
+
+
+def test_a_killed_app_keeps_the_streamed_part(qtbot, tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    import speculens.ui.chat_pane as chat_pane
+
+    monkeypatch.setattr(chat_pane, "AUTOSAVE_INTERVAL_S", 0.05)
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 5_000, step_s=0.002)))
+    window.chat.input.setPlainText("stream")
+    window.chat.send()
+
+    def partial_on_disk() -> bool:
+        window.conversations.flush()
+        saved = ConversationStore().conversations()
+        return bool(saved and saved[0].partial and saved[0].partial.startswith("word word"))
+
+    qtbot.waitUntil(partial_on_disk, timeout=10_000)
+    window.stop()
+    wait_idle(qtbot, window)
+
+
+# ---- item 12: the conversations list -----------------------------------------------------------------------
+
+
+def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "What is speculative decoding and why does it help?")
+    window.new_chat()
+    send(qtbot, window, "second chat")
+    listing = window.conversation_list
+    listing.refresh()
+    assert listing.list.count() == 2
+    assert window.docks["Conversations"].width() >= 200
+    assert listing.width() >= 200
+    listing.list.setCurrentRow(1)
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Speculation, explained", True))
+    listing.rename_button.click()
+    titles = [listing.list.item(i).text().splitlines()[0] for i in range(listing.list.count())]
+    assert "Speculation, explained" in titles
+    window.conversations.flush()
+    assert {c.title for c in ConversationStore().conversations()} == {"Speculation, explained", "second chat"}
+    # Delete the open one: the chat starts afresh.
+    current = window.chat.conversation
+    row = next(
+        i for i in range(listing.list.count()) if current.id == listing.list.item(i).data(Qt.ItemDataRole.UserRole)
+    )
+    listing.list.setCurrentRow(row)
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    listing.delete_button.click()
+    assert listing.list.count() == 1 and window.chat.conversation is not current
+    window.conversations.flush()
+    assert [c.title for c in ConversationStore().conversations()] == ["Speculation, explained"]
+
+
+def test_a_renamed_conversation_keeps_its_title_as_it_goes_on(qtbot, tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "first")
+    window.conversations.rename(window.chat.conversation, "My title")
+    send(qtbot, window, "second")
+    assert window.chat.conversation.title == "My title"
+    # The list's context menu offers the same.
+    window.conversation_list.refresh()
+    assert window.conversation_list.list.itemAt(QPoint(5, 5)) is not None
+
+
+def test_the_conversations_are_read_once_and_saved_off_the_gui_thread(qtbot, tiny, monkeypatch) -> None:
+    import threading
+
+    import speculens.ui.conversations as conversations
+
+    writers: set[str] = set()
+    real = conversations.write_json_atomic
+
+    def spy(path, data):  # type: ignore[no-untyped-def]
+        writers.add(threading.current_thread().name)
+        return real(path, data)
+
+    monkeypatch.setattr(conversations, "write_json_atomic", spy)
+    reads: list[object] = []
+    monkeypatch.setattr(conversations.Conversation, "load", classmethod(lambda cls, p: reads.append(p)))
+    window = fake_window(qtbot, tiny)
+    for text in ("one", "two", "three"):
+        send(qtbot, window, text)
+    window.conversations.flush()
+    assert writers and threading.main_thread().name not in writers
+    assert reads == []  # the folder was read once, at start, and was empty then

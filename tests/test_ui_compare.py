@@ -1,0 +1,110 @@
+"""Compare over the scripted engine: what is compared, stopping it, and step mode during it."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from fake_engine import FakeFactory, Script
+from gui_support import fake_window, send, wait_idle
+from speculens.ui.worker import Lane
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
+
+
+def test_compare_answers_the_last_message_alone_by_default(qtbot, tiny) -> None:
+    factory = FakeFactory()
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "an earlier question")
+    send(qtbot, window, "the message to compare")
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: window.compare_view.comparison is not None, timeout=10_000)
+    plain, speculative = factory.last.requests[-2:]
+    assert plain[0] == speculative[0] == [{"role": "user", "content": "the message to compare"}]
+    assert str(plain[1].strategy) == "none" and str(speculative[1].strategy) != "none"
+    assert "the message to compare" in window.compare_view.prompt.text()
+    assert window.chat.input.toPlainText() == ""  # nothing to type again
+
+
+def test_compare_with_history_sends_the_conversation_up_to_the_last_message(qtbot, tiny) -> None:
+    factory = FakeFactory()
+    window = fake_window(qtbot, tiny, factory, system_prompt="Be brief.")
+    send(qtbot, window, "an earlier question")
+    window.compare_view.with_history.setChecked(True)
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: window.compare_view.comparison is not None, timeout=10_000)
+    messages = factory.last.requests[-1][0]
+    assert [m["role"] for m in messages] == ["system", "user"]  # the answer after it is not sent
+    assert messages[-1]["content"] == "an earlier question"
+
+
+def test_compare_shows_both_answers_and_the_verdict(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny)
+    window.chat.input.setPlainText("typed but not sent")
+    window.chat.compare_button.click()  # with no conversation yet, the box's text is the message
+    qtbot.waitUntil(lambda: window.compare_view.comparison is not None, timeout=10_000)
+    view = window.compare_view
+    assert view.views[Lane.PLAIN].toPlainText() == "Hello there, friend."
+    # The speculative side also shows its rejected drafts (struck through).
+    assert view.views[Lane.SPECULATIVE].toPlainText().replace("?", "") == "Hello there, friend."
+    assert "identical outputs" in view.verdict.text() and "Speedup" in view.verdict.text()
+    assert not view.stop_button.isEnabled()
+
+
+def test_a_running_compare_can_be_stopped_with_its_button_and_with_esc(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["word "] * 5_000, step_s=0.002))
+    window = fake_window(qtbot, tiny, factory, max_tokens=100_000)
+    for stop in ("button", "esc"):
+        window.chat.input.setPlainText("compare me")
+        window.chat.compare_button.click()
+        view = window.compare_view
+        qtbot.waitUntil(lambda: "tokens" in view.figures[Lane.PLAIN].text(), timeout=10_000)  # noqa: B023
+        assert view.stop_button.isEnabled()
+        # Nothing else can be queued behind it.
+        assert not window.chat.send_button.isEnabled() and not window.chat.compare_button.isEnabled()
+        if stop == "button":
+            view.stop_button.click()
+        else:
+            window.activateWindow()
+            qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+            qtbot.keyClick(window.chat.input, Qt.Key.Key_Escape)
+        wait_idle(qtbot, window, timeout=10_000)
+        assert "stopped" in view.verdict.text().lower()
+        assert not view.stop_button.isEnabled()
+        assert window.chat.send_button.isEnabled()
+
+
+def test_send_is_refused_while_a_compare_runs(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["word "] * 2_000, step_s=0.002))
+    window = fake_window(qtbot, tiny, factory, max_tokens=100_000)
+    window.chat.input.setPlainText("compare me")
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: window.router.running, timeout=5_000)
+    window.chat.input.setPlainText("queued?")
+    window.chat.send()
+    assert window.chat.input.toPlainText() == "queued?" and window.chat.turn is None
+    window.stop()
+    wait_idle(qtbot, window)
+    assert all(m[0][-1]["content"] != "queued?" for m in factory.last.requests)
+
+
+def test_step_mode_during_compare_explains_the_compare_steps(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["alpha", " beta", " gamma"]))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "an earlier chat turn")  # its steps must not be what Teach explains
+    factory.last.script.answer = ["compare", "-only", " text"]
+    window.teach_panel.step_mode.setChecked(True)
+    window.chat.input.setPlainText("compare me")
+    window.chat.compare_button.click()
+    teach = window.teach_panel
+    qtbot.waitUntil(teach.next_button.isEnabled, timeout=10_000)
+    assert "compare" in teach.explanation.toPlainText() and "alpha" not in teach.explanation.toPlainText()
+    clicks = 0
+    while window.router.running and clicks < 20:
+        qtbot.waitUntil(lambda: teach.next_button.isEnabled() or not window.router.running, timeout=10_000)
+        if teach.next_button.isEnabled():
+            teach.next_button.click()
+            clicks += 1
+    wait_idle(qtbot, window)
+    assert clicks == 6  # three steps each for the plain and the speculative run, every one shown
+    assert window.compare_view.comparison is not None and not teach.next_button.isEnabled()

@@ -1,0 +1,125 @@
+"""The settings store and the settings panel: one copy of the settings, the reload note, the mouse wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QWidget
+
+from fake_engine import FakeFactory
+from gui_support import fake_window
+from speculens.settings import Settings, load_settings
+from speculens.ui.settings_panel import SettingsPanel
+from speculens.ui.settings_store import SettingsStore
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
+
+
+def wheel(widget: QWidget, steps: int = 1) -> None:
+    """Turn the mouse wheel over a widget (without clicking it first)."""
+    centre = QPointF(widget.width() / 2, widget.height() / 2)
+    event = QWheelEvent(
+        centre,
+        QPointF(widget.mapToGlobal(centre.toPoint())),
+        QPoint(0, 0),
+        QPoint(0, -120 * steps),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
+    QApplication.sendEvent(widget, event)
+
+
+@pytest.fixture()
+def store(qtbot, tmp_path: Path) -> SettingsStore:
+    return SettingsStore(Settings(target_path="/t.gguf"), path=tmp_path / "settings.json")
+
+
+def test_panel_edits_go_to_the_store_and_only_loading_fields_flag_a_reload(qtbot, store: SettingsStore) -> None:
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    store.set_loaded(store.settings)
+    assert panel.reload_note.isHidden()
+    with qtbot.waitSignal(store.changed) as blocker:
+        panel.temperature.setValue(0.8)
+    assert blocker.args[0].temperature == pytest.approx(0.8) and store.settings.temperature == pytest.approx(0.8)
+    assert panel.reload_note.isHidden()  # sampling applies to the next answer without a reload
+    panel.n_ctx.setValue(8192)
+    assert not panel.reload_note.isHidden()
+    assert "context size" in panel.reload_note.text()
+    store.set_loaded(store.settings)  # a reload with the new settings
+    assert panel.reload_note.isHidden()
+
+
+def test_the_store_tells_every_view_and_saves_after_a_pause(qtbot, store: SettingsStore, tmp_path: Path) -> None:
+    first, second = SettingsPanel(store), SettingsPanel(store)
+    qtbot.addWidget(first)
+    qtbot.addWidget(second)
+    first.n_draft.setValue(9)
+    assert second.n_draft.value() == 9  # one store, every view follows it
+    assert not (tmp_path / "settings.json").exists()  # not on the GUI thread at every keystroke
+    qtbot.waitUntil(lambda: (tmp_path / "settings.json").exists(), timeout=5_000)
+    assert load_settings(tmp_path / "settings.json").n_draft == 9
+    store.update(n_draft=10)
+    store.flush()  # the window closes: the last change is written at once
+    assert load_settings(tmp_path / "settings.json").n_draft == 10
+
+
+def test_a_failed_save_is_reported(qtbot, tmp_path: Path) -> None:
+    blocker_file = tmp_path / "not-a-folder"
+    blocker_file.write_text("x")
+    store = SettingsStore(Settings(), path=blocker_file / "settings.json")
+    with qtbot.waitSignal(store.save_failed, timeout=5_000) as blocker:
+        store.update(n_draft=5)
+    assert "Could not save the settings" in blocker.args[0]
+
+
+def test_the_mouse_wheel_scrolls_past_a_field_instead_of_changing_it(qtbot, store: SettingsStore) -> None:
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.show()
+    seed_before = panel.seed.value()
+    for field in (panel.seed, panel.n_draft, panel.temperature, panel.strategy):
+        before = store.settings
+        wheel(field, 3)
+        assert store.settings == before, field.accessibleName()
+    assert panel.seed.value() == seed_before
+    # A field the user clicked into takes the wheel, as expected.
+    panel.n_draft.setFocus()
+    qtbot.waitUntil(panel.n_draft.hasFocus, timeout=2_000)
+    wheel(panel.n_draft, 1)
+    assert store.settings.n_draft != Settings().n_draft
+
+
+def test_seed_shows_random_at_its_default(qtbot, store: SettingsStore) -> None:
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    assert panel.seed.value() == -1 and panel.seed.text() == "random"
+
+
+def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot, store: SettingsStore) -> None:
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.set_gpu_backend(None)
+    assert not panel.n_gpu_layers.isEnabled() and not panel.n_gpu_layers_draft.isEnabled()
+    assert "CPU-only" in panel.gpu_note.text()
+    panel.set_gpu_backend("Metal")
+    assert panel.n_gpu_layers.isEnabled() and "Metal" in panel.gpu_note.text()
+
+
+def test_changing_the_context_size_says_reload_and_reload_applies_it(qtbot, tiny) -> None:
+    factory = FakeFactory()
+    window = fake_window(qtbot, tiny, factory)
+    panel = window.settings_panel
+    assert panel.reload_note.isHidden()
+    panel.n_ctx.setValue(8192)
+    assert panel.reload_note.isVisible() or not panel.isVisible()
+    assert not panel.reload_note.isHidden() and "context size" in panel.reload_note.text()
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=10_000):
+        panel.reload_button.click()
+    assert factory.last.config.n_ctx == 8192
+    assert panel.reload_note.isHidden()
