@@ -57,12 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("this build has no self-test module (speculens.selftest)", file=sys.stderr)
             return 2
         return run_self_test(log=print)
+    from speculens.errors import SpeculensError
     from speculens.ui.app import run
-    from speculens.ui.qt_compat import BrokenBindingError
 
     try:
         return run([sys.argv[0] if sys.argv else "speculens", *qt_args])
-    except BrokenBindingError as exc:
+    except SpeculensError as exc:  # Qt cannot start here (a broken binding, missing system libraries)
         logging.getLogger("speculens").error("%s", exc)
         print(f"speculens: {exc}", file=sys.stderr)
         return 3
