@@ -261,3 +261,14 @@ def test_the_conversations_are_read_once_and_saved_off_the_gui_thread(qtbot, tin
     window.conversations.flush()
     assert writers and threading.main_thread().name not in writers
     assert reads == []  # the folder was read once, at start, and was empty then
+
+
+def test_the_answers_figures_say_nothing_was_drafted_rather_than_acceptance_zero(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny, strategy="none")
+    finish = send(qtbot, window, "hello")
+    assert finish.stats.n_drafted == 0
+    assert "nothing drafted" in window.chat.figures.text() and "acceptance" not in window.chat.figures.text()
+    speculating = fake_window(qtbot, tiny)
+    finish = send(qtbot, speculating, "hello")
+    assert finish.stats.n_drafted > 0
+    assert f"acceptance {100 * finish.stats.acceptance:.0f}%" in speculating.chat.figures.text()

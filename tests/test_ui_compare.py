@@ -108,3 +108,18 @@ def test_step_mode_during_compare_explains_the_compare_steps(qtbot, tiny) -> Non
     wait_idle(qtbot, window)
     assert clicks == 6  # three steps each for the plain and the speculative run, every one shown
     assert window.compare_view.comparison is not None and not teach.next_button.isEnabled()
+
+
+def test_long_figures_and_strategy_names_never_widen_the_window_past_the_screen(qtbot, tiny) -> None:
+    # Found under Xvfb at 1600×1000: after a Compare, its non-wrapping labels made the window 1,857 px wide.
+    window = fake_window(qtbot, tiny)
+    window.resize(1600, 960)
+    send(qtbot, window, "a message long enough to matter")
+    window.chat.compare()
+    wait_idle(qtbot, window)
+    for dock in window.docks.values():
+        dock.raise_()
+        qtbot.wait(20)
+    assert "Automatic" in window.compare_view.headers[Lane.SPECULATIVE].text()
+    assert window.compare_view.figures[Lane.PLAIN].text()
+    assert window.minimumSizeHint().width() <= 1400 and window.width() <= 1600

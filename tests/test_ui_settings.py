@@ -119,7 +119,8 @@ def test_changing_the_context_size_says_reload_and_reload_applies_it(qtbot, tiny
     panel.n_ctx.setValue(8192)
     assert panel.reload_note.isVisible() or not panel.isVisible()
     assert not panel.reload_note.isHidden() and "context size" in panel.reload_note.text()
+    assert "reload needed" in window.pair_label.text()  # the toolbar says so too
     with qtbot.waitSignal(window.worker.models_loaded, timeout=10_000):
         panel.reload_button.click()
     assert factory.last.config.n_ctx == 8192
-    assert panel.reload_note.isHidden()
+    assert panel.reload_note.isHidden() and "reload needed" not in window.pair_label.text()

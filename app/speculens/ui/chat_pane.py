@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -228,6 +229,9 @@ class ChatPane(QWidget):
         self.clear_button = self._button("New chat", "Start a new conversation (Ctrl+N)", self.new_chat)
         self.figures = QLabel(self)
         self.figures.setAccessibleName("Answer figures")
+        # The figures share a row with the buttons: they may be cut short, never widen the window.
+        self.figures.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.figures.setMinimumWidth(0)
         self.figures.setEnabled(False)
 
         buttons = QHBoxLayout()
@@ -411,10 +415,9 @@ class ChatPane(QWidget):
             self._render()
             s = finish.stats
             seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
-            self.figures.setText(
-                f"{s.n_generated} tokens · {s.tokens_per_second:.1f} tokens/s · "
-                f"acceptance {100 * s.acceptance:.0f}%{seed}"
-            )
+            drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
+            self.figures.setText(f"{s.n_generated} tokens · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}")
+            self.figures.setToolTip(self.figures.text())
         self.turn_finished.emit(finish)
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")

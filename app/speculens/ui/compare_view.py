@@ -101,6 +101,8 @@ class CompareView(QWidget):
             Lane.SPECULATIVE: QLabel("<b>Speculative decoding</b>", self),
         }
         self.figures = {Lane.PLAIN: QLabel(self), Lane.SPECULATIVE: QLabel(self)}
+        for label in (*self.headers.values(), *self.figures.values()):
+            label.setWordWrap(True)  # a long strategy name or figure wraps; it must not widen the window
         self.views[Lane.PLAIN].setAccessibleName("Plain decoding answer")
         self.views[Lane.SPECULATIVE].setAccessibleName("Speculative decoding answer")
         self.verdict = QLabel(self)

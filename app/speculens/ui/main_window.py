@@ -332,6 +332,8 @@ class MainWindow(QMainWindow):
         state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded"
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
+        if models.loaded and not models.loading and self.store.reload_needed():
+            state += " — reload needed"
         self.pair_label.setText(f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>")
         self.pair_label.setToolTip(f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}")
         self.load_action.setText("Reload" if models.loaded else "Load")
