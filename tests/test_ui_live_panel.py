@@ -4,6 +4,7 @@ tooltips, stats, axes, and the expected-speedup curve."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -256,6 +257,7 @@ def test_teach_curve_is_the_controllers_estimate_and_agrees_with_its_choice(qtbo
     assert "plain decoding (k = 0) is fastest" in teach.curve_label.text()
     text = teach.explanation.toPlainText()
     assert "Plain step: speculation would not pay" in text and "×0.93" in text and "proposed 6 tokens" in text
+    assert re.search(r"would not pay\. [A-Z]", text)  # the next sentence starts as one
 
 
 def test_a_plain_step_says_which_kind_of_plain_step_it_is() -> None:
@@ -313,6 +315,9 @@ def test_chart_axes_count_in_whole_numbers_from_zero_without_legends(qtbot) -> N
         assert plot.legend is None
         limits = plot.getViewBox().state["limits"]
         assert limits["xLimits"][0] == 0 and limits["yLimits"][0] == 0
+    for plot in (charts.speed_plot, charts.accept_plot, charts.length_plot, charts.position_plot):
+        for side in ("left", "bottom"):  # "0.2 seconds", never "200 seconds (x0.001)"
+            assert not plot.getAxis(side).autoSIPrefix and "(x" not in plot.getAxis(side).labelString()
     x, _rolling, average = series.tokens_per_second()
     assert (x > 0).all() and (average[np.isfinite(average)] >= 0).all()
 

@@ -175,6 +175,8 @@ def _plot(layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left:
     plot = layout.addPlot(row=row, col=col, title=title)
     plot.setLabel("left", left)
     plot.setLabel("bottom", bottom)
+    for side in ("left", "bottom"):
+        plot.getAxis(side).enableAutoSIPrefix(False)  # "0.2 seconds", never "200 seconds (x0.001)"
     plot.showGrid(x=True, y=True, alpha=0.25)
     plot.setMenuEnabled(False)
     plot.setClipToView(True)

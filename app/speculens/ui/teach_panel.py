@@ -61,9 +61,13 @@ def explain_step(event: StepEvent) -> str:
         )
     elif n == 0 and best is not None and best < 1.0:
         source = SOURCE_NAMES.get(event.considered or "", "the drafter")
-        proposal = f" {source} proposed {offered} token{'s' if offered != 1 else ''}, but" if offered else ""
+        proposal = (
+            f"{source[0].upper()}{source[1:]} proposed {offered} token{'s' if offered != 1 else ''}, but with"
+            if offered
+            else "With"
+        )
         parts.append(
-            f"<p><b>Plain step: speculation would not pay.</b>{proposal} with the costs measured on this machine "
+            f"<p><b>Plain step: speculation would not pay.</b> {proposal} the costs measured on this machine "
             f"and the acceptance learnt so far, the best draft length is expected to run at ×{best:.2f} of "
             "plain decoding, so the adaptive controller decoded plainly. The target generated one token by "
             f"itself: {alone}. Proposals are still compared with the target's tokens afterwards, so the "
