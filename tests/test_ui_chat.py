@@ -137,6 +137,8 @@ def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtb
     window.chat.send()
     qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
     assert not window.chat.trim_button.isVisible()  # there is nothing older to drop
+    error = window.chat.error.text()
+    assert "message alone" in error and "context holds 3" in error and "drop older turns" not in error
     window.conversations.flush()
     assert ConversationStore().conversations() == []
     assert window.conversation_list.list.count() == 0

@@ -434,9 +434,15 @@ class ChatPane(QWidget):
         if conversation is self.conversation:
             self.input.setPlainText(turn.user_text)
             self._render()
-            self._show_error(
-                record.message, trim=isinstance(record.error, ContextFullError) and len(conversation.messages) >= 2
-            )
+            message, trim = record.message, False
+            if isinstance(record.error, ContextFullError):
+                trim = len(conversation.messages) >= 2
+                if not conversation.messages:  # no older turns to drop: only the message itself can change
+                    message = (
+                        f"your message alone makes a prompt of {record.error.n_prompt} tokens but the context holds "
+                        f"{record.error.n_ctx}: shorten it, or raise the context size in Settings and reload"
+                    )
+            self._show_error(message, trim=trim)
         self.status_changed.emit(record.message)
 
     def _show_error(self, message: str, trim: bool) -> None:
