@@ -73,15 +73,20 @@ def test_index_write_is_atomic(lib: Library, tiny, monkeypatch: pytest.MonkeyPat
 def test_missing_and_changed_files_are_shown_not_raised(lib: Library, tiny, tmp_path: Path) -> None:
     gone = tmp_path / "gone.gguf"
     changed = tmp_path / "changed.gguf"
+    cut = tmp_path / "cut.gguf"
     shutil.copy(tiny.target, gone)
     shutil.copy(tiny.identical, changed)
-    lib.add(gone)
-    lib.add(changed)
+    shutil.copy(tiny.identical, cut)
+    for path in (gone, changed, cut):
+        lib.add(path)
     gone.unlink()
     with changed.open("ab") as f:
         f.write(b"\0" * 10)
-    status = {e.id: e.status for e in lib.entries()}
-    assert status == {"gone": EntryStatus.MISSING, "changed": EntryStatus.CHANGED}
+    os.truncate(cut, cut.stat().st_size - 100)  # cut short after it was registered: damaged, not just changed
+    entries = {e.id: e for e in lib.entries()}
+    status = {k: e.status for k, e in entries.items()}
+    assert status == {"gone": EntryStatus.MISSING, "changed": EntryStatus.CHANGED, "cut": EntryStatus.DAMAGED}
+    assert "truncated" in entries["cut"].problem
     with pytest.raises(ModelNotFoundError, match="missing"):
         resolve_model("gone", lib)
     assert resolve_model("changed", lib) == changed.resolve()

@@ -253,16 +253,16 @@ def _checked(entry: LibraryEntry) -> LibraryEntry:
         st = entry.path.stat()
     except OSError:
         return replace(entry, status=EntryStatus.MISSING, problem=f"The file is gone: {entry.path}")
+    try:  # first: a file cut short after it was registered is damaged, not merely changed
+        read_gguf_info(entry.path, tokens=False)
+    except GGUFError as exc:
+        return replace(entry, status=EntryStatus.DAMAGED, problem=exc.message)
     if st.st_size != entry.size and entry.size:
         return replace(
             entry,
             status=EntryStatus.CHANGED,
             problem=f"The file changed on disk ({st.st_size:,} bytes, {entry.size:,} when registered).",
         )
-    try:
-        read_gguf_info(entry.path, tokens=False)
-    except GGUFError as exc:
-        return replace(entry, status=EntryStatus.DAMAGED, problem=exc.message)
     return replace(entry, status=EntryStatus.OK, problem="")
 
 

@@ -147,7 +147,7 @@ class ModelManagerWindow(QMainWindow):
     def __init__(self, models: ModelController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowFlag(Qt.WindowType.Window)
-        self.setWindowTitle("Speculens — Models")
+        self.setWindowTitle("Models")  # Qt adds " — Speculens", the application display name
         self.setObjectName("ModelManager")
         self.resize(1100, 680)
         self.models = models
