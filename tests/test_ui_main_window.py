@@ -91,6 +91,13 @@ def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> 
     second_seed = window.chat.last_seed
     assert first_seed is not None and second_seed is not None and first_seed != second_seed
     assert f"seed {first_seed}" in first_figures and f"seed {second_seed}" in window.chat.figures.text()
+    # Shown means readable: the whole line fits the label, even in a narrow window (under Xvfb it was cut off).
+    window.resize(1000, 800)
+    qtbot.wait(50)
+    label = window.chat.figures
+    room = label.contentsRect()
+    needed = label.fontMetrics().boundingRect(room, int(Qt.TextFlag.TextWordWrap), label.text())
+    assert label.isVisible() and needed.width() <= room.width() and needed.height() <= room.height() + 1
 
 
 def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Path) -> None:

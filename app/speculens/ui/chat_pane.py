@@ -36,7 +36,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
-    QSizePolicy,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -229,15 +228,15 @@ class ChatPane(QWidget):
         self.clear_button = self._button("New chat", "Start a new conversation (Ctrl+N)", self.new_chat)
         self.figures = QLabel(self)
         self.figures.setAccessibleName("Answer figures")
-        # The figures share a row with the buttons: they may be cut short, never widen the window.
-        self.figures.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.figures.setMinimumWidth(0)
+        # Under the transcript, on a line of their own: they wrap rather than widen the window or hide the seed.
+        self.figures.setWordWrap(True)
         self.figures.setEnabled(False)
+        self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # copy the seed
 
         buttons = QHBoxLayout()
         for button in (self.regenerate_button, self.edit_button, self.copy_button, self.clear_button):
             buttons.addWidget(button)
-        buttons.addWidget(self.figures, 1)
+        buttons.addStretch(1)
         buttons.addWidget(self.compare_button)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
@@ -245,6 +244,7 @@ class ChatPane(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.figures)
         layout.addLayout(error_row)
         layout.addWidget(self.input)
         layout.addLayout(buttons)
@@ -416,8 +416,8 @@ class ChatPane(QWidget):
             s = finish.stats
             seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
             drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
-            self.figures.setText(f"{s.n_generated} tokens · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}")
-            self.figures.setToolTip(self.figures.text())
+            tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
+            self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}")
         self.turn_finished.emit(finish)
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")
