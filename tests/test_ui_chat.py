@@ -274,3 +274,14 @@ def test_the_answers_figures_say_nothing_was_drafted_rather_than_acceptance_zero
     finish = send(qtbot, speculating, "hello")
     assert finish.stats.n_drafted > 0
     assert f"acceptance {100 * finish.stats.acceptance:.0f}%" in speculating.chat.figures.text()
+
+
+def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbot, tiny) -> None:
+    poem = "Leaves fall\nslowly down\n\n```python\nx = 1  \ny = 2\n```\nthe end"
+    factory = FakeFactory(Script(answer=[poem]))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "a poem")
+    text = transcript_text(window)
+    assert "Leaves fall\nslowly down" in text or "Leaves fall\u2028slowly down" in text  # not "Leaves fall slowly"
+    assert "Leaves fall slowly down" not in text
+    assert "x = 1" in text and "y = 2" in text and "```" not in text

@@ -78,10 +78,24 @@ def close_fences(text: str) -> str:
     return text + ("\n" + FENCE if open_fences % 2 else "")
 
 
+def hard_line_breaks(text: str) -> str:
+    """``text`` with every line break outside code blocks kept, as chat users expect (a poem, an address):
+    Markdown would otherwise join consecutive lines into one paragraph."""
+    lines = text.split("\n")
+    in_fence = False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(FENCE):
+            in_fence = not in_fence
+            continue
+        if not in_fence and line.strip() and i + 1 < len(lines) and lines[i + 1].strip():
+            lines[i] = line.rstrip() + "  "  # Markdown's hard line break
+    return "\n".join(lines)
+
+
 def markdown_html(text: str) -> str:
     """One message's Markdown as an HTML fragment (its own document, so nothing leaks out of it)."""
     doc = QTextDocument()
-    doc.setMarkdown(close_fences(text))
+    doc.setMarkdown(hard_line_breaks(close_fences(text)))
     full = doc.toHtml()
     start, end = full.find("<body"), full.rfind("</body>")
     body = full[full.find(">", start) + 1 : end] if start >= 0 and end > start else full
