@@ -363,6 +363,8 @@ class MainWindow(QMainWindow):
         self.chat.set_generation_running(running)
         if not running:
             self.teach_panel.set_running(False)
+            if self.statusBar().currentMessage() == "Stopping…":  # a comparison has no answer to report it
+                self.statusBar().showMessage("Stopped.")
 
     def _on_router_paused(self, _request_id: int) -> None:
         self.docks["Teach"].raise_()
