@@ -43,6 +43,9 @@ class Script:
         target_error: building the engine raises this message.
         expected_speedup: what each step reports as the controller's expected-speedup curve.
         n_draft_max: each step's draft length (0: plain steps).
+        fail_after: after this many pieces the engine raises an OperationError (a decode failure midway).
+        prompt_s: how long the prompt takes before the first step (cancel is looked at only afterwards, as
+            the real engine does).
     """
 
     answer: Sequence[str] = ("Hello", " there", ",", " friend", ".")
@@ -52,6 +55,8 @@ class Script:
     target_error: str | None = None
     expected_speedup: tuple[float, ...] = ()
     n_draft_max: int = 2
+    fail_after: int | None = None
+    prompt_s: float = 0.0
 
 
 @dataclass
@@ -91,6 +96,8 @@ class FakeEngine:
         if n_prompt > self.script.n_ctx_tokens:
             raise ContextFullError(n_prompt, self.script.n_ctx_tokens)
         seed = config.sampling.seed if config.sampling.seed is not None else 1000 + len(self.requests)
+        if self.script.prompt_s:
+            time.sleep(self.script.prompt_s)
         yield StartEvent(n_prompt, n_prompt, 0.001, str(config.strategy), seed=seed)
         stats = RunningStats()
         text = ""
@@ -100,6 +107,8 @@ class FakeEngine:
             if cancel is not None and cancel.is_set():
                 reason = FinishReason.CANCELLED
                 break
+            if self.script.fail_after is not None and i >= self.script.fail_after:
+                raise OperationError("llama_decode failed (scripted)")
             t0 = time.perf_counter()
             if self.script.step_s:
                 time.sleep(self.script.step_s)

@@ -218,3 +218,26 @@ def test_one_library_object_shared_by_threads_loses_nothing(lib: Library, tiny, 
     for t in threads:
         t.join()
     assert {p.name for p in copies} <= {e.path.name for e in lib.entries()}
+
+
+def test_listing_reads_a_header_once_until_the_file_changes(
+    lib: Library, tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import speculens.models.library as library
+
+    copy = tmp_path / "m.gguf"
+    shutil.copy(tiny.identical, copy)
+    lib.add(copy)
+    calls: list[Path] = []
+    real = library.read_gguf_info
+
+    def counting(path: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(library, "read_gguf_info", counting)
+    for _ in range(3):
+        assert {e.id: e.status for e in lib.entries()}["m"] is EntryStatus.OK
+    assert len(calls) <= 1  # not once per listing
+    os.truncate(copy, copy.stat().st_size - 10)
+    assert {e.id: e.status for e in lib.entries()}["m"] is EntryStatus.DAMAGED  # a new version is read again

@@ -270,6 +270,7 @@ def test_the_answers_figures_say_nothing_was_drafted_rather_than_acceptance_zero
     finish = send(qtbot, window, "hello")
     assert finish.stats.n_drafted == 0
     assert "nothing drafted" in window.chat.figures.text() and "acceptance" not in window.chat.figures.text()
+    assert "nothing drafted" in window.live_panel.status.text()
     speculating = fake_window(qtbot, tiny)
     finish = send(qtbot, speculating, "hello")
     assert finish.stats.n_drafted > 0
@@ -285,3 +286,84 @@ def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbo
     assert "Leaves fall\nslowly down" in text or "Leaves fall\u2028slowly down" in text  # not "Leaves fall slowly"
     assert "Leaves fall slowly down" not in text
     assert "x = 1" in text and "y = 2" in text and "```" not in text
+
+
+# ---- found in review: switching, deleting, stopping early, failing midway ---------------------------------
+
+
+def long_answer_window(qtbot, tiny):
+    """A window with one finished conversation, and a long answer streaming in a second one."""
+    factory = FakeFactory(Script(answer=["short"]))
+    window = fake_window(qtbot, tiny, factory, max_tokens=100_000)
+    send(qtbot, window, "first chat")
+    other = window.chat.conversation
+    window.new_chat()
+    factory.last.script.answer = ["word "] * 5_000
+    factory.last.script.step_s = 0.001
+    window.chat.input.setPlainText("long one")
+    window.chat.send()
+    running = window.chat.conversation
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    return window, other, running
+
+
+def test_switching_away_and_back_mid_answer_keeps_the_answer_once(qtbot, tiny) -> None:
+    window, other, running = long_answer_window(qtbot, tiny)
+    window.conversation_list.conversation_activated.emit(other)
+    window.conversation_list.conversation_activated.emit(running)  # straight back, while it is stopping
+    wait_idle(qtbot, window)
+    assert [m["role"] for m in running.messages] == ["user", "assistant"]  # not a partial copy and the answer
+    assert running.messages[1]["content"].startswith("word") and running.partial is None
+    window.conversations.flush()
+    saved = {c.id: c for c in ConversationStore().conversations()}
+    assert [m["role"] for m in saved[running.id].messages] == ["user", "assistant"]
+    assert [m["content"] for m in other.messages] == ["first chat", "short"]
+
+
+def test_a_deleted_conversation_does_not_come_back_when_its_answer_ends(qtbot, tiny) -> None:
+    window, other, running = long_answer_window(qtbot, tiny)
+    window.conversations.delete(running)  # what the list's Delete does, then it tells the window
+    window.conversation_list.conversation_deleted.emit(running)
+    wait_idle(qtbot, window)
+    window.conversations.flush()
+    assert [c.id for c in ConversationStore().conversations()] == [other.id]
+    assert window.chat.conversation is not running
+
+
+def test_the_live_panel_forgets_the_old_answer_whichever_way_a_chat_is_opened(qtbot, tiny) -> None:
+    window, _other, running = long_answer_window(qtbot, tiny)
+    window.chat.clear_button.click()  # the pane's own New chat button, not Ctrl+N
+    assert window.live_panel.view.toPlainText() == "" and window.series.step == []
+    wait_idle(qtbot, window)
+    qtbot.wait(100)  # the stopping answer's last records have been routed
+    assert running.messages[-1]["role"] == "assistant"
+    assert window.live_panel.view.toPlainText() == "" and window.series.step == []
+    assert window.stats_strip.value_text("tokens") == "–"
+
+
+def test_stop_before_the_first_word_leaves_no_empty_answer(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny, FakeFactory(Script(prompt_s=0.3)))
+    window.chat.input.setPlainText("never mind")
+    window.chat.send()
+    window.chat.stop()
+    wait_idle(qtbot, window)
+    assert window.chat.conversation.messages == []
+    assert window.chat.input.toPlainText() == "never mind"
+
+
+def test_a_failure_midway_keeps_what_was_said_and_a_failed_regenerate_keeps_the_old_answer(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["one ", "two ", "three "]))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "count")
+    factory.last.script.fail_after = 2
+    factory.last.script.step_s = 0.05  # the first pieces reach the pane before the failure
+    window.chat.input.setPlainText("again")
+    window.chat.send()
+    qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
+    messages = window.chat.conversation.messages
+    assert [m["content"] for m in messages] == ["count", "one two three ", "again", "one two "]
+    assert "stopped with an error" in window.chat.error.text() and "scripted" in window.chat.error.text()
+    factory.last.script.fail_after = 0
+    window.chat.regenerate()
+    qtbot.waitUntil(lambda: not window.chat.busy, timeout=10_000)
+    assert [m["content"] for m in window.chat.conversation.messages][-1] == "one two "  # not lost

@@ -177,3 +177,16 @@ def test_closing_during_generation_stops_cleanly_and_keeps_the_text(qtbot, tiny)
     assert saved and saved[0].partial is None  # the stopped answer was finished into the conversation
     assert saved[0].messages[-1]["role"] == "assistant"
     assert saved[0].messages[-1]["content"].startswith("word word")
+
+
+def test_reload_while_step_mode_waits_stops_the_answer_instead_of_queueing_behind_it(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["a", "b", "c"]))
+    window = make_window(qtbot, tiny, factory)
+    window.teach_panel.step_mode.setChecked(True)
+    window.chat.input.setPlainText("step me")
+    window.chat.send()
+    qtbot.waitUntil(window.teach_panel.next_button.isEnabled, timeout=10_000)  # paused, waiting for F10
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=10_000):  # not for ever
+        window.load_models()
+    assert not window.router.running and len(factory.engines) == 2
+    assert window.chat.conversation.messages[-1]["role"] == "assistant"  # the stopped answer is kept

@@ -14,6 +14,7 @@ Installed demo models (the ``demo`` extra) always appear: assembled ones as ordi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -246,6 +247,17 @@ def _slug(text: str) -> str:
     return slug or "model"
 
 
+@functools.lru_cache(maxsize=1024)
+def _header_damage(path: Path, size: int, mtime_ns: int) -> str:
+    """What is wrong with the file's GGUF header ("" when nothing), read once per version of the file (listing
+    the library must not parse every header again: a 150k-token vocabulary takes a while to skip)."""
+    try:
+        read_gguf_info(path, tokens=False)
+    except GGUFError as exc:
+        return exc.message
+    return ""
+
+
 def _checked(entry: LibraryEntry) -> LibraryEntry:
     """The entry with its status now: missing, changed on disk, damaged (its header says the file is cut short
     or unreadable), or ok."""
@@ -253,10 +265,9 @@ def _checked(entry: LibraryEntry) -> LibraryEntry:
         st = entry.path.stat()
     except OSError:
         return replace(entry, status=EntryStatus.MISSING, problem=f"The file is gone: {entry.path}")
-    try:  # first: a file cut short after it was registered is damaged, not merely changed
-        read_gguf_info(entry.path, tokens=False)
-    except GGUFError as exc:
-        return replace(entry, status=EntryStatus.DAMAGED, problem=exc.message)
+    damage = _header_damage(entry.path, st.st_size, st.st_mtime_ns)
+    if damage:  # first: a file cut short after it was registered is damaged, not merely changed
+        return replace(entry, status=EntryStatus.DAMAGED, problem=damage)
     if st.st_size != entry.size and entry.size:
         return replace(
             entry,

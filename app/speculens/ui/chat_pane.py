@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.engine.config import ContextFullError
-from speculens.engine.events import FinishEvent, StartEvent, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
 from speculens.settings import generation_config
 from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
@@ -137,6 +137,8 @@ class _Turn:
         self.text = ""
         self.seed: int | None = None
         self.request_id: int | None = None
+        self.discarded = False  # its conversation was deleted: nothing of it is saved
+        self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
         self._last_save = time.monotonic()
 
     def on_records(self, records: Sequence[Record]) -> None:
@@ -150,12 +152,13 @@ class _Turn:
                 self.pane._finish_turn(self, record.event)
                 return
             elif record.kind is RecordKind.FAILED:
+                self.text += chunk  # what it said in this batch before failing is kept too
                 self.pane._fail_turn(self, record)
                 return
         if chunk:
             self.text += chunk
             self.pane._stream(self, chunk)
-            if time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
+            if not self.discarded and time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
                 self._last_save = time.monotonic()
                 self.conversation.partial = self.text
                 self.pane.store.save(self.conversation)
@@ -173,13 +176,13 @@ class ChatPane(QWidget):
 
     Signals:
         turn_finished(object): a turn ended (its FinishEvent).
-        busy_changed(bool): a turn started or ended.
+        conversation_opened(Conversation): another conversation (or a new one) is shown.
         compare_requested(list): Compare was pressed with this conversation (the message to compare last).
         status_changed(str): a message for the status bar.
     """
 
     turn_finished = Signal(object)
-    busy_changed = Signal(bool)
+    conversation_opened = Signal(object)
     compare_requested = Signal(list)
     status_changed = Signal(str)
 
@@ -297,11 +300,12 @@ class ChatPane(QWidget):
         messages = self.conversation.messages
         if self.busy or self.router.running or not messages:
             return
-        if messages[-1]["role"] == "assistant":
-            messages.pop()
+        replaced = messages.pop()["content"] if messages[-1]["role"] == "assistant" else None
         if not messages or messages[-1]["role"] != "user":
             return
         self._start_turn(messages.pop()["content"])
+        if self.turn is not None:
+            self.turn.replaced = replaced
 
     def edit_last(self) -> None:
         """Take the last user message (and its answer) out of the chat and into the message box."""
@@ -343,12 +347,15 @@ class ChatPane(QWidget):
 
     def new_chat(self) -> None:
         """Start a new conversation at once (a running answer stops and is kept in its own conversation)."""
-        self.stop()
         self.open_conversation(Conversation())
 
     def open_conversation(self, conversation: Conversation) -> None:
-        """Show a conversation; a partial answer saved by a killed app is kept as the last answer."""
-        if conversation.partial:
+        """Show a conversation. A running answer of another one stops (what it streamed is kept there); a
+        partial answer saved by a killed app is kept as the last answer."""
+        running = self.turn.conversation if self.turn is not None else None
+        if running is not None and running is not conversation:
+            self.stop()
+        if conversation.partial and running is not conversation:
             conversation.messages.append({"role": "assistant", "content": conversation.partial})
             conversation.partial = None
             self.store.save(conversation)
@@ -356,8 +363,19 @@ class ChatPane(QWidget):
         self._stream_cursor = None
         self._hide_error()
         self.figures.clear()
-        self._render()
+        self._render(streaming=running is conversation)
+        if running is conversation and self.turn is not None and self._stream_cursor is not None:
+            self._stream_cursor.insertText(self.turn.text, QTextCharFormat())  # what streamed meanwhile
         self._update_buttons()
+        self.conversation_opened.emit(conversation)
+
+    def discard(self, conversation: Conversation) -> None:
+        """The conversation was deleted: its running answer stops and nothing of it is saved again."""
+        if self.turn is not None and self.turn.conversation is conversation:
+            self.turn.discarded = True
+            self.stop()
+        if conversation is self.conversation:
+            self.new_chat()
 
     def save_now(self) -> None:
         """Keep the streamed part of a running answer (the window is closing)."""
@@ -399,7 +417,6 @@ class ChatPane(QWidget):
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])
         self._update_buttons()
-        self.busy_changed.emit(True)
 
     def _stream(self, turn: _Turn, chunk: str) -> None:
         if turn.conversation is not self.conversation or self._stream_cursor is None:
@@ -415,14 +432,19 @@ class ChatPane(QWidget):
             self.turn = None
         self._stream_cursor = None
         self._update_buttons()
-        self.busy_changed.emit(False)
 
     def _finish_turn(self, turn: _Turn, finish: FinishEvent) -> None:
         conversation = turn.conversation
+        if finish.reason is FinishReason.CANCELLED and not finish.text:
+            self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
+            self.turn_finished.emit(finish)
+            self.status_changed.emit("Stopped before the answer began; your message is back in the box.")
+            return
         # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
         conversation.messages.append({"role": "assistant", "content": finish.text})
         conversation.partial = None
-        self.store.save(conversation)
+        if not turn.discarded:
+            self.store.save(conversation)
         self._end_turn(turn)
         self.last_seed = turn.seed
         if conversation is self.conversation:
@@ -436,18 +458,38 @@ class ChatPane(QWidget):
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")
 
-    def _fail_turn(self, turn: _Turn, record: Record) -> None:
+    def _withdraw_turn(self, turn: _Turn) -> None:
+        """Take a turn that produced nothing back out: the conversation is as it was, the message back in the
+        box (nothing the user typed is lost)."""
         conversation = turn.conversation
-        # Nothing the user typed is lost: the message goes back to the box, and the conversation is as it was.
-        if conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:
+        if turn.replaced is not None:  # a failed Regenerate keeps the answer it was to replace
+            conversation.messages.append({"role": "assistant", "content": turn.replaced})
+        elif conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:
             conversation.messages.pop()
         conversation.partial = None
-        if conversation.messages:
+        if conversation.messages and not turn.discarded:
             self.store.save(conversation)
         self._end_turn(turn)
         if conversation is self.conversation:
-            self.input.setPlainText(turn.user_text)
+            if turn.replaced is None and not self.input.toPlainText().strip():
+                self.input.setPlainText(turn.user_text)
             self._render()
+
+    def _fail_turn(self, turn: _Turn, record: Record) -> None:
+        conversation = turn.conversation
+        if turn.text and turn.replaced is None:  # it failed midway: what it said is kept, the error shown
+            conversation.messages.append({"role": "assistant", "content": turn.text})
+            conversation.partial = None
+            if not turn.discarded:
+                self.store.save(conversation)
+            self._end_turn(turn)
+            if conversation is self.conversation:
+                self._render()
+                self._show_error(record.message, trim=False, heading="The answer stopped with an error.")
+            self.status_changed.emit(record.message)
+            return
+        self._withdraw_turn(turn)
+        if conversation is self.conversation:
             message, trim = record.message, False
             if isinstance(record.error, ContextFullError):
                 trim = len(conversation.messages) >= 2
@@ -459,8 +501,8 @@ class ChatPane(QWidget):
             self._show_error(message, trim=trim)
         self.status_changed.emit(record.message)
 
-    def _show_error(self, message: str, trim: bool) -> None:
-        self.error.setText(f"<b>The answer could not start.</b> {html.escape(message[:1].upper() + message[1:])}")
+    def _show_error(self, message: str, trim: bool, heading: str = "The answer could not start.") -> None:
+        self.error.setText(f"<b>{heading}</b> {html.escape(message[:1].upper() + message[1:])}")
         self.error.show()
         self.trim_button.setVisible(trim)
 

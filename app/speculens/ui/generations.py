@@ -47,7 +47,6 @@ class GenerationRouter(QObject):
         super().__init__(parent)
         self.worker = worker
         self._sinks: dict[int, list[RecordSink]] = {}
-        self._paused: int | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(DRAIN_MS)
         self._timer.timeout.connect(self._on_timer_timeout)
@@ -57,11 +56,6 @@ class GenerationRouter(QObject):
     def running(self) -> bool:
         """Whether a generation is queued or running."""
         return bool(self._sinks)
-
-    @property
-    def paused_request(self) -> int | None:
-        """The request waiting in step mode, if any."""
-        return self._paused
 
     def chat(self, messages: Sequence[dict[str, str]], config: GenerationConfig, sinks: Sequence[RecordSink]) -> int:
         """Answer a conversation's last message; ``sinks`` receive the records. Returns the request id."""
@@ -95,12 +89,9 @@ class GenerationRouter(QObject):
     def set_step_mode(self, enabled: bool) -> None:
         """Pause after every speculation step until :meth:`advance`."""
         self.worker.set_step_mode(enabled)
-        if not enabled:
-            self._paused = None
 
     def advance(self) -> None:
         """Let the paused generation run its next step."""
-        self._paused = None
         self.worker.advance()
 
     def drain(self) -> None:
@@ -128,12 +119,9 @@ class GenerationRouter(QObject):
             sink.on_records(records)
         for record in records:
             if record.kind is RecordKind.PAUSED:
-                self._paused = request_id
                 self.paused.emit(request_id)
         if any(r.final for r in records):
             del self._sinks[request_id]
-            if self._paused == request_id:
-                self._paused = None
 
     def _on_timer_timeout(self) -> None:
         self.drain()

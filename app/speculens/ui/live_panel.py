@@ -108,9 +108,17 @@ class LivePanel(QWidget):
         layout.addWidget(self.status)
         self.steps: list[StepEvent] = []
         self.events: list[Event] = []  # the current answer's events, for the exports
+        self._request: int | None = None  # the request shown
+        self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
 
     def clear(self, description: str = "No answer yet.") -> None:
-        """Forget the shown answer: tokens, charts, figures (a new chat, or a new answer)."""
+        """Forget the shown answer: tokens, charts, figures (a new chat, another conversation). The rest of
+        an answer that is still stopping is not shown either."""
+        if self._request is not None:
+            self._dropped.add(self._request)
+        self._reset(description)
+
+    def _reset(self, description: str) -> None:
         self.view.clear_tokens()
         self.series.clear()
         self.steps.clear()
@@ -123,11 +131,13 @@ class LivePanel(QWidget):
         """Show a chat turn's records (one timer tick's worth)."""
         from speculens.engine.events import FinishEvent, StartEvent, StepEvent
 
+        records = [r for r in records if r.request_id not in self._dropped]
         steps = [r.event for r in records if r.kind is RecordKind.STEP and isinstance(r.event, StepEvent)]
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
-                self.clear("Waiting for the worker…")
+                self._request = record.request_id
+                self._reset("Waiting for the worker…")
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self.events.append(event)
                 seed = f", seed {event.seed}" if event.seed is not None else ""
@@ -161,7 +171,8 @@ class LivePanel(QWidget):
         s = event.stats
         sources = {st.source for st in self.steps if st.source}
         drafted_by = f", drafted by {', '.join(sorted(sources))}" if sources else ""
+        acceptance = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
         self.status.setText(
             f"Finished ({event.reason.value}): {s.n_generated} tokens in {s.n_steps} target passes, "
-            f"{s.tokens_per_second:.1f} tokens/s, acceptance {100 * s.acceptance:.0f}%{drafted_by}."
+            f"{s.tokens_per_second:.1f} tokens/s, {acceptance}{drafted_by}."
         )

@@ -248,6 +248,10 @@ class MainWindow(QMainWindow):
         self.router.running_changed.connect(self._on_router_running_changed)
         self.router.paused.connect(self._on_router_paused)
         self.chat.status_changed.connect(self._on_status_message)
+        self.models.replacing.connect(self.stop)
+        # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
+        # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
+        self.chat.conversation_opened.connect(lambda _conversation: self.live_panel.clear())
         self.chat.compare_requested.connect(self.compare)
         self.conversation_list.conversation_activated.connect(self._on_conversation_activated)
         self.conversation_list.conversation_deleted.connect(self._on_conversation_deleted)
@@ -273,7 +277,6 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         """A new conversation; the answers, figures and charts of the old one are cleared."""
         self.chat.new_chat()
-        self.live_panel.clear()
 
     def compare(self, messages: list[dict[str, str]]) -> None:
         """Answer the conversation's last message plainly and with speculation, side by side."""
@@ -398,14 +401,11 @@ class MainWindow(QMainWindow):
         self.conversation_list.schedule_refresh()
 
     def _on_conversation_activated(self, conversation: Conversation) -> None:
-        if conversation is self.chat.conversation:
-            return
-        self.chat.open_conversation(conversation)
-        self.live_panel.clear()
+        if conversation is not self.chat.conversation:
+            self.chat.open_conversation(conversation)
 
     def _on_conversation_deleted(self, conversation: Conversation) -> None:
-        if conversation is self.chat.conversation:
-            self.new_chat()
+        self.chat.discard(conversation)
 
     # ---- exports ------------------------------------------------------------------------------------
 

@@ -75,12 +75,15 @@ class ModelController(QObject):
         message(str): a line for the status bar.
         load_failed(str): a load failed; the message says why and what to do.
         demo_missing(): the demo pair was asked for but the ``demo`` extra is not installed.
+        replacing(): the models are about to be loaded, unloaded or replaced: a running generation should
+            stop, or the request would wait behind it (a step-mode answer waits for *Next step* for ever).
     """
 
     changed = Signal()
     message = Signal(str)
     load_failed = Signal(str)
     demo_missing = Signal()
+    replacing = Signal()
 
     def __init__(
         self, worker: EngineWorker, store: SettingsStore, library: Library, parent: QObject | None = None
@@ -121,11 +124,13 @@ class ModelController(QObject):
         if not settings.target_path:
             self.message.emit("Choose a target model first (Models ▸ Model manager).")
             return False
+        self.replacing.emit()
         self.worker.submit(LoadRequest(settings))
         return True
 
     def unload(self) -> None:
         """Free the models."""
+        self.replacing.emit()
         self.worker.submit(UnloadRequest())
 
     def set_pair(self, target: str, draft: str | None, load: bool = True) -> None:

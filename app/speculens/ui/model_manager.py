@@ -397,7 +397,7 @@ class ModelManagerWindow(QMainWindow):
             if not suggestions:
                 self.suggestions.addItem("No compatible smaller draft found in the library or the catalog.")
 
-        self.tasks.run(lambda: suggest_drafts(Path(target), n_ctx=n_ctx), done, self._show_error)
+        self.tasks.run(lambda: suggest_drafts(Path(target), self.library, n_ctx=n_ctx), done, self._show_error)
         self._check_pair()
 
     def _on_suggestions_item_activated(self, item: QListWidgetItem) -> None:

@@ -99,10 +99,10 @@ class SettingsStore(QObject):
     def flush(self) -> None:
         """Write any unsaved change now and wait for it (the window is closing)."""
         self._timer.stop()
+        if self._pending is not None:  # first the save under way, so an older one cannot land last
+            self._pending.result()
         if self._autosave and self._settings != self._saved:
             self._save(self.settings)
-        if self._pending is not None:
-            self._pending.result()
         self._executor.shutdown(wait=True)
 
     def _on_timer_timeout(self) -> None:

@@ -205,7 +205,6 @@ class EngineWorker(QObject):
         parent: the Qt parent.
 
     Signals:
-        busy_changed(bool): a request started (True) or the queue ran empty (False).
         load_started(): loading began.
         models_loaded(LoadResult): the models are ready.
         load_failed(str): loading failed; the message is for the user.
@@ -217,7 +216,6 @@ class EngineWorker(QObject):
         records_ready(): generation records are waiting in the buffer (a hint; the router also polls).
     """
 
-    busy_changed = Signal(bool)
     load_started = Signal()
     models_loaded = Signal(object)
     load_failed = Signal(str)
@@ -318,7 +316,6 @@ class EngineWorker(QObject):
             job = self._jobs.get()
             if not isinstance(job, _Job):
                 break
-            self.busy_changed.emit(True)
             try:
                 self._handle(job)
             except Exception as exc:  # a bug must not kill the only thread that can free the models
@@ -327,9 +324,6 @@ class EngineWorker(QObject):
             finally:
                 with self._lock:
                     self._pending.pop(job.request_id, None)
-                    idle = not self._pending
-                if idle:
-                    self.busy_changed.emit(False)
         self._free()
 
     def _handle(self, job: _Job) -> None:
@@ -449,6 +443,8 @@ class EngineWorker(QObject):
         except SpeculensError as exc:
             self._record(job, lane, RecordKind.FAILED, message=exc.message, error=exc)
             return None
+        if finish is None:  # the engine broke its contract; the views must still learn the request ended
+            self._record(job, lane, RecordKind.FAILED, message="The engine ended the answer without finishing it.")
         return finish
 
     def _compare(self, job: _Job, request: CompareRequest) -> None:
@@ -465,7 +461,10 @@ class EngineWorker(QObject):
         plain, speculative = runs
         divergence = None
         if plain.tokens != speculative.tokens:
-            divergence = self._engine.chat_divergence(request.messages, plain.tokens, speculative.tokens)
+            try:  # an explanation of where they differ is a bonus: the comparison stands without it
+                divergence = self._engine.chat_divergence(request.messages, plain.tokens, speculative.tokens)
+            except SpeculensError as exc:
+                log.warning("could not explain where the answers differ: %s", exc.message)
         greedy = request.speculative.sampling.greedy
         comparison = Comparison(plain, speculative, greedy, self._engine.config.exact, divergence)
         self._record(job, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)
