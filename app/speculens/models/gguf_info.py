@@ -31,15 +31,25 @@ import math
 import mmap
 import re
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gguf
-from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT
-
 from speculens.engine.vocab import VocabInfo
 from speculens.errors import InvalidInputError
+
+# gguf imports sentencepiece and mistral_common when they are installed, for tokenizer classes Speculens never
+# uses. They stay out: with sentencepiece loaded first, llama.cpp crashed in its model loader (seen on a CUDA
+# machine with Ubuntu's newer compiler, llama-cpp-python 0.3.36 built there; importing llama_cpp first avoided it).
+_TOKENIZER_PACKAGES = [name for name in ("sentencepiece", "mistral_common") if name not in sys.modules]
+sys.modules.update(dict.fromkeys(_TOKENIZER_PACKAGES))  # type: ignore[arg-type]  # None: "import x" fails
+try:
+    import gguf
+    from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT
+finally:
+    for _name in _TOKENIZER_PACKAGES:
+        del sys.modules[_name]
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
