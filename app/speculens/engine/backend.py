@@ -106,6 +106,29 @@ EXACT_KV_TYPES = (8, 30)
 PROBE_MAX_SIZE = 8
 
 
+# llama.cpp's file types (llama_ftype) that :func:`quantize_model` writes.
+FTYPE_Q4_K_M = 15
+
+
+def quantize_model(source: Path, destination: Path, file_type: int = FTYPE_Q4_K_M, n_threads: int = 0) -> Path:
+    """Quantize a GGUF model with llama.cpp's own quantizer (the gguf package cannot write K-quants): the tests
+    make tiny models that take the kernels real Q4_K_M models take.
+
+    Raises:
+        BackendError: llama.cpp refused (the message names the file).
+    """
+    _init_backend()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = file_type
+    params.nthread = n_threads or default_threads()
+    tmp = destination.with_name(destination.name + ".tmp")
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
+        tmp.unlink(missing_ok=True)
+        raise BackendError(f"llama.cpp could not quantize {source.name}")
+    tmp.replace(destination)
+    return destination
+
+
 def check_gguf_file(path: Path) -> None:
     """Raise :class:`BackendError` with a clear message unless ``path`` is a readable GGUF file."""
     if not path.exists():
@@ -136,6 +159,10 @@ class BackendParams:
         exact: load in the configuration where batches can be computed with the same kernels as one token: no
             repacked weights, flash attention on, a q8_0 (or bf16) KV cache (see :data:`EXACT_KV_TYPES`).
             :meth:`LlamaBackend.probe_invariance` then finds the decode-call sizes that are.
+        rollback: for a recurrent or hybrid model (Mamba, RWKV, Qwen3.5, Nemotron-H ...): how many of the last
+            decode call's tokens it should be able to take back (llama.cpp keeps a snapshot of the state after
+            each of them, for the architectures it supports this for; :attr:`LlamaBackend.rollback` says what
+            it granted). An attention cache can be cut back anywhere; a recurrent state only that far.
     """
 
     n_ctx: int = 4096
@@ -145,6 +172,7 @@ class BackendParams:
     vocab_only: bool = False
     extra_buffers: bool | None = None
     exact: bool = False
+    rollback: int = 0
 
 
 def default_threads() -> int:
@@ -193,6 +221,12 @@ class LlamaBackend:
         self._ctx: Any = None
         self._batch: Any = None
         self._vocab_ptr = llama_cpp.llama_model_get_vocab(self._model)
+        # A recurrent (or hybrid) model keeps a state, not a cache of every position: see BackendParams.rollback.
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
+        )
+        self.n_rebuilds = 0  # rollbacks that had to rebuild a recurrent state from the start
+        self.rollback = 0
         self.vocab = self._read_vocab()
         self._pieces: dict[int, bytes] = {}
         self.tokens: list[int] = []  # what the KV cache holds, position by position
@@ -210,6 +244,8 @@ class LlamaBackend:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        if self.recurrent:
+            cparams.n_rs_seq = self.params.rollback
         if exact:
             # Without flash attention, llamafile's kernels multiply the attention matrices of 2+ queries
             # (they never take one); llama.cpp's CPU flash attention handles each query alike, except one
@@ -230,6 +266,9 @@ class LlamaBackend:
                 "try a smaller context size or fewer GPU layers"
             )
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        # How many of the last decode call's tokens a recurrent state can take back (0: none, as for Mamba and
+        # RWKV in this llama.cpp); irrelevant for an attention cache, which can be cut anywhere.
+        self.rollback = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.params.n_batch, 0, 1)
 
@@ -500,7 +539,8 @@ class LlamaBackend:
         """Roll the KV cache back to its first ``n_past`` tokens."""
         if n_past < self.n_past:
             if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1):
-                # A partial removal is refused by some memory types (recurrent models): start over.
+                # A recurrent state goes back only within its snapshots (BackendParams.rollback): start over.
+                self.n_rebuilds += 1
                 llama_cpp.llama_memory_clear(self._memory, True)
                 kept = self.tokens[:n_past]
                 self.tokens = []

@@ -46,6 +46,16 @@ _LABELS = {
 }
 
 
+def recurrent_refusal(model: str) -> str:
+    """Why speculation is off for a recurrent target whose state llama.cpp cannot take back."""
+    return (
+        f"{model} is a recurrent model (Mamba, RWKV and the like), and this llama.cpp cannot take its state back "
+        "to an earlier token: every rejected draft would re-read the whole conversation and greedy output could "
+        "change, so Speculens does not speculate with it. Choose 'None (plain decoding)' (the automatic strategy "
+        "does so by itself)."
+    )
+
+
 class PromptError(InvalidInputError):
     """The prompt cannot be generated from (empty, or too long for the context)."""
 
@@ -75,10 +85,11 @@ class GenerationConfig:
         strategy: the draft source; ``auto`` lets the adaptive controller pick, each step, among prompt
             lookup, the n-gram cache and (when one is loaded) the draft model, or plain decoding.
         n_draft: the most tokens drafted per step (with ``adaptive``, the upper bound of its choice).
-        n_draft_min: a shorter draft is dropped (the step decodes plainly).
-        p_min: a draft model stops when its top probability falls below this. It is measured on the
-            distribution the draft samples from: the temperature-1 softmax when greedy, the output of the
-            whole sampler chain when sampling.
+        n_draft_min: a shorter draft is not verified (the step decodes plainly); the draft model drafts at least
+            this many tokens (``p_min`` stops it only after them), so a sampled draft is never dropped for
+            its content, which would bias the output.
+        p_min: a draft model stops when its top probability falls below this: the temperature-1 softmax of
+            its logits, before the sampler chain, so the setting means the same greedy or sampling.
         max_tokens: the most tokens generated.
         stop: strings that end the answer (not included in it).
         sampling: temperature, top-k, top-p, min-p, seed.

@@ -16,7 +16,7 @@ import numpy as np
 
 from speculens.engine.adaptive import MODEL, AdaptiveController, CostModel, Offer, StepPlan
 from speculens.engine.backend import LlamaBackend
-from speculens.engine.config import ContextFullError, GenerationConfig, PromptError
+from speculens.engine.config import ContextFullError, GenerationConfig, PromptError, recurrent_refusal
 from speculens.engine.drafters.base import Draft, Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.events import (
@@ -33,6 +33,7 @@ from speculens.engine.events import (
 from speculens.engine.sampling import SamplingParams, transform
 from speculens.engine.text import TextAssembler
 from speculens.engine.verify import Verdict, verify_greedy, verify_rejection, verify_sample_compare
+from speculens.errors import InvalidInputError
 
 
 class _Stats:
@@ -113,6 +114,11 @@ def generate(
     limit = target.n_ctx if model is None else min(target.n_ctx, model.backend.n_ctx)
     if len(prompt) >= limit:
         raise ContextFullError(len(prompt), limit)
+    if target.recurrent and drafters:  # its state goes back only as far as its snapshots
+        if not target.rollback:
+            raise InvalidInputError(recurrent_refusal(target.path.name))
+        config = replace(config, n_draft=min(config.n_draft, target.rollback))
+        config = replace(config, n_draft_min=min(config.n_draft_min, config.n_draft))
     controller = None
     if config.adaptive and drafters:
         names = [d.name for d in drafters]
@@ -148,7 +154,7 @@ class _Loop:
     def _draft(self, history: list[int], n_max: int) -> tuple[Draft, StepPlan | None, int | None]:
         """This step's draft, the controller's plan for it, and how long the chosen free draft was."""
         controller, model = self.controller, self.model
-        if n_max <= 0:
+        if n_max < max(1, self.config.n_draft_min):  # the end of the answer or the context is too near
             return Draft(), None, None
         if controller is None:  # fixed length: the first free source with a draft, else the draft model
             for drafter in self.free:
@@ -156,7 +162,7 @@ class _Loop:
                 if draft.tokens:
                     return replace(draft, source=drafter.name), None, None
             if model is not None:
-                return replace(model.draft(history, n_max), source=model.name), None, None
+                return replace(model.draft(history, n_max, self.config.n_draft_min), source=model.name), None, None
             return Draft(), None, None
         controller.shadow_check(history)
         # Free sources draft first (it costs only Python time); the controller then picks what to verify.
@@ -169,7 +175,7 @@ class _Loop:
         if plan.n_draft == 0:
             return Draft(), plan, None
         if plan.source == MODEL and model is not None:
-            return replace(model.draft(history, plan.n_draft), source=MODEL), plan, None
+            return replace(model.draft(history, plan.n_draft, self.config.n_draft_min), source=MODEL), plan, None
         offer = offers[plan.source or ""]
         draft = Draft(offer.tokens[: plan.n_draft], confidence=offer.confidence, source=plan.source)
         return draft, plan, len(offer.tokens)

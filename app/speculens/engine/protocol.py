@@ -32,6 +32,8 @@ class EngineInfo:
         exact: bit-exact verification is on.
         invariant_sizes: the decode-call sizes measured bit-identical to one-token decoding (exact mode).
         gpu_backend: the GPU backend of the llama.cpp build (``None``: CPU only).
+        speculation_off: why this target is only decoded plainly (a recurrent model whose state llama.cpp cannot
+            take back), or ``None``.
     """
 
     target: str
@@ -41,6 +43,7 @@ class EngineInfo:
     exact: bool
     invariant_sizes: tuple[int, ...]
     gpu_backend: str | None
+    speculation_off: str | None = None
 
 
 class Engine(Protocol):

@@ -72,6 +72,11 @@ def top_probability(logits: np.ndarray) -> float:
 def transform(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Turn one row of logits into the sampling distribution.
 
+    Top-k keeps the k likeliest tokens; top-p then keeps the shortest run of them (likeliest first) whose
+    temperature-1 probability reaches top_p, and min-p those at least min_p times as likely as the likeliest;
+    temperature reshapes what is left. Only the candidates a cut can keep are sorted: sorting a 152k-token
+    vocabulary for every verified row (top-k off) costs ~10 ms a row.
+
     Args:
         logits: shape ``(n_vocab,)``.
         params: the chain's settings; must not be greedy.
@@ -81,26 +86,43 @@ def transform(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """
     logits = np.asarray(logits, dtype=np.float32)
     n = logits.shape[-1]
-    keep = np.arange(n)
-    if 0 < params.top_k < n:
-        keep = np.argpartition(logits, -params.top_k)[-params.top_k :]
-    order = keep[np.argsort(-logits[keep], kind="stable")]
-    sorted_logits = logits[order].astype(np.float64)
-    base = np.exp(sorted_logits - sorted_logits[0])
-    base /= base.sum()
-    cut = len(order)
-    if params.top_p < 1.0:
-        # Keep tokens up to and including the one that crosses top_p.
-        cut = min(cut, int(np.searchsorted(np.cumsum(base), params.top_p, side="left")) + 1)
+    pool = np.sort(np.argpartition(logits, -params.top_k)[-params.top_k :]) if 0 < params.top_k < n else None
+    values = (logits if pool is None else logits[pool]).astype(np.float64)
+    top = float(values.max())
+    weights = np.exp(values - top)  # the temperature-1 probabilities within the pool, times its normaliser
+    total = float(weights.sum())
     if params.min_p > 0.0:
-        cut = min(cut, max(1, int(np.count_nonzero(base >= params.min_p * base[0]))))
-    order = order[:cut]
-    scaled = (sorted_logits[:cut] - sorted_logits[0]) / params.temperature
-    probs = np.exp(scaled)
+        candidates = np.flatnonzero(weights >= params.min_p)  # min-p's cut, in the pool's order
+    elif params.top_p < 1.0:
+        candidates = _top_p_candidates(values, weights, total, params.top_p)
+    else:  # nothing is cut: no sorting at all
+        candidates = None
+    if candidates is None:
+        kept = np.arange(len(values))
+    else:
+        order = candidates[np.argsort(-values[candidates], kind="stable")]
+        if params.top_p < 1.0:
+            # Keep tokens up to and including the one that crosses top_p.
+            cut = int(np.searchsorted(np.cumsum(weights[order]) / total, params.top_p, side="left")) + 1
+            order = order[:cut]
+        kept = order
+    probs = np.exp((values[kept] - top) / params.temperature)
     probs /= probs.sum()
     out = np.zeros(n, dtype=np.float64)
-    out[order] = probs
+    out[kept if pool is None else pool[kept]] = probs
     return out
+
+
+def _top_p_candidates(values: np.ndarray, weights: np.ndarray, total: float, top_p: float) -> np.ndarray:
+    """Indices (ascending) of the fewest likeliest tokens whose mass reaches ``top_p``, grown four times at a
+    time from 64: the run top-p keeps lies within them."""
+    m = 64
+    while m < len(values):
+        part = np.argpartition(values, -m)[-m:]
+        if float(weights[part].sum()) >= top_p * total:
+            return np.sort(part)
+        m *= 4
+    return np.arange(len(values))
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -19,8 +19,8 @@ import numpy as np
 
 from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import CostModel
-from speculens.engine.backend import BackendParams, LlamaBackend, gpu_backend_name, system_info
-from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
+from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, gpu_backend_name, system_info
+from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy, recurrent_refusal
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 # (llama.cpp's repacked Q4_K weights take rows four at a time: 16 tokens cost less than 15 on a 2-core x86),
 # so the controller only uses sizes it has measured, and these are a spread of efficient ones.
 CALIBRATION_SIZES = (2, 3, 4, 8, 12, 16, 24, 32, 48, 64)
+# A recurrent or hybrid target (Mamba, RWKV, Jamba ...) keeps this many state snapshots, so a verification can take
+# back up to this many rejected drafts; its drafts are capped at that length (memory grows with it).
+RECURRENT_ROLLBACK = 16
 
 
 class SpeculativeEngine:
@@ -56,7 +59,10 @@ class SpeculativeEngine:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
         self.target = LlamaBackend(
-            config.target, BackendParams(config.n_ctx, config.n_threads, config.n_gpu_layers, exact=config.exact)
+            config.target,
+            BackendParams(
+                config.n_ctx, config.n_threads, config.n_gpu_layers, exact=config.exact, rollback=RECURRENT_ROLLBACK
+            ),
         )
         if config.exact:
             try:
@@ -91,6 +97,13 @@ class SpeculativeEngine:
         c = self.config
         draft = LlamaBackend(path, BackendParams(c.n_ctx, c.n_threads, c.n_gpu_layers_draft, exact=c.exact))
         problem = vocab_mismatch(self.target.vocab, draft.vocab)
+        if not problem and draft.recurrent:
+            draft.close()
+            raise BackendError(
+                f"{path.name} cannot be a draft model: it is a recurrent model (Mamba, RWKV and the like), whose "
+                "state llama.cpp cannot take back token by token, so every rejected draft would re-read the whole "
+                "conversation. Choose an attention model as the draft, or a draft-free strategy."
+            )
         if problem:
             draft.close()
             raise VocabMismatchError(
@@ -187,6 +200,8 @@ class SpeculativeEngine:
         if strategy is Strategy.NONE:
             return []
         if strategy is Strategy.AUTO:
+            if self.speculation_off:
+                return []  # plain decoding (an explicit strategy is refused by generate(), with the reason)
             sources: list[Drafter] = [self.lookup(), self.ngram_cache()]
             if self.draft is not None:
                 sources.append(self.draft_drafter(config, rng))
@@ -279,7 +294,15 @@ class SpeculativeEngine:
             exact=self.config.exact,
             invariant_sizes=self.target.invariant_sizes,
             gpu_backend=gpu_backend_name(),
+            speculation_off=self.speculation_off,
         )
+
+    @property
+    def speculation_off(self) -> str | None:
+        """Why this target is only decoded plainly, or ``None`` when it can speculate."""
+        if self.target.recurrent and not self.target.rollback:
+            return recurrent_refusal(self.config.target.name)
+        return None
 
     def divergence(self, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         """Where answers ``a`` and ``b`` to ``prompt`` first differ, with the target's logits for both candidates

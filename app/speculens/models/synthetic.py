@@ -56,6 +56,16 @@ class TinyModelSpec:
         name: ``general.name`` in the metadata.
         quantized: store the matrices as Q8_0 (llama.cpp's quantized kernels, as real models use) instead
             of F32.
+        deep_from: blocks from this one on write into the residual stream with ``deep_scale`` times the usual
+            weights (their attention and feed-forward output projections). The weights are drawn block by
+            block, so a model with ``n_layer = deep_from`` and the same seed is exactly the first blocks of
+            this one: an early-exit draft, cheaper than the target and close to it when ``deep_scale`` is small.
+        deep_scale: see ``deep_from``.
+        attention: scale of every block's attention output projection; 0 makes a bigram model (the next token
+            depends on the current one alone), whose answers soon repeat themselves, so prompt lookup and the
+            n-gram cache find drafts that are right.
+        arch: ``llama`` (attention) or ``mamba`` (a recurrent state-space model: its state cannot simply be cut
+            back to an earlier position as an attention cache can, which speculation relies on).
     """
 
     seed: int = 0
@@ -72,6 +82,10 @@ class TinyModelSpec:
     eos_token_id: int = 2
     name: str = "tiny-llama"
     quantized: bool = False
+    deep_from: int = 0
+    deep_scale: float = 1.0
+    attention: float = 1.0
+    arch: str = "llama"
 
 
 def tiny_vocab(spec: TinyModelSpec) -> tuple[list[str], list[float], list[int]]:
@@ -111,7 +125,7 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     Returns:
         ``path``.
     """
-    import gguf
+    from speculens.models.gguf_info import gguf  # imported there without the tokenizer packages
 
     spec = spec or TinyModelSpec()
     tokens, scores, types = tiny_vocab(spec)
@@ -125,16 +139,27 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
             w += noise_rng.normal(0.0, spec.noise * float(np.std(w)) + 1e-12, size=shape).astype(np.float32)
         return w
 
-    writer = gguf.GGUFWriter(None, "llama")
+    writer = gguf.GGUFWriter(None, spec.arch)
     writer.add_name(spec.name)
     writer.add_context_length(spec.n_ctx_train)
     writer.add_embedding_length(spec.n_embd)
     writer.add_block_count(spec.n_layer)
-    writer.add_feed_forward_length(spec.n_ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head)
-    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
     writer.add_layer_norm_rms_eps(1e-5)
+    if spec.arch == "mamba":
+        d_inner, d_state, d_conv, dt_rank = 2 * spec.n_embd, 16, 4, max(1, spec.n_embd // 16)
+        writer.add_feed_forward_length(0)
+        writer.add_head_count(0)
+        writer.add_ssm_conv_kernel(d_conv)
+        writer.add_ssm_inner_size(d_inner)
+        writer.add_ssm_state_size(d_state)
+        writer.add_ssm_time_step_rank(dt_rank)
+    elif spec.arch == "llama":
+        writer.add_feed_forward_length(spec.n_ff)
+        writer.add_head_count(spec.n_head)
+        writer.add_head_count_kv(spec.n_head)
+        writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    else:
+        raise ValueError(f"arch must be llama or mamba, not {spec.arch!r}")
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if spec.quantized else gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
@@ -162,15 +187,28 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     writer.add_tensor("output_norm.weight", ones)
     matrix("output.weight", weight(n_vocab, spec.n_embd))
     for i in range(spec.n_layer):
+        out = spec.deep_scale if spec.deep_from and i >= spec.deep_from else 1.0
         writer.add_tensor(f"blk.{i}.attn_norm.weight", ones)
+        if spec.arch == "mamba":
+            # Shapes as numpy sees them (GGUF lists dimensions the other way round); A = -exp(A_log) < 0.
+            matrix(f"blk.{i}.ssm_in.weight", weight(2 * d_inner, spec.n_embd))
+            writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", weight(d_inner, d_conv))
+            writer.add_tensor(f"blk.{i}.ssm_conv1d.bias", weight(d_inner))
+            writer.add_tensor(f"blk.{i}.ssm_x.weight", weight(dt_rank + 2 * d_state, d_inner))
+            writer.add_tensor(f"blk.{i}.ssm_dt.weight", weight(d_inner, dt_rank))
+            writer.add_tensor(f"blk.{i}.ssm_dt.bias", weight(d_inner))
+            writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(weight(d_inner, d_state, scale=0.5)))
+            writer.add_tensor(f"blk.{i}.ssm_d", np.ones(d_inner, dtype=np.float32))
+            matrix(f"blk.{i}.ssm_out.weight", out * weight(spec.n_embd, d_inner))
+            continue
         matrix(f"blk.{i}.attn_q.weight", weight(spec.n_embd, spec.n_embd))
         matrix(f"blk.{i}.attn_k.weight", weight(spec.n_embd, spec.n_embd))
         matrix(f"blk.{i}.attn_v.weight", weight(spec.n_embd, spec.n_embd))
-        matrix(f"blk.{i}.attn_output.weight", weight(spec.n_embd, spec.n_embd))
+        matrix(f"blk.{i}.attn_output.weight", spec.attention * out * weight(spec.n_embd, spec.n_embd))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
         matrix(f"blk.{i}.ffn_gate.weight", weight(spec.n_ff, spec.n_embd))
         matrix(f"blk.{i}.ffn_up.weight", weight(spec.n_ff, spec.n_embd))
-        matrix(f"blk.{i}.ffn_down.weight", weight(spec.n_embd, spec.n_ff))
+        matrix(f"blk.{i}.ffn_down.weight", out * weight(spec.n_embd, spec.n_ff))
     tmp = path.with_name(path.name + ".tmp")
     # Write under a temporary name, then rename: never a half-written model.
     writer.write_header_to_file(path=tmp)

@@ -22,7 +22,8 @@ class DraftModelDrafter:
         sampling: the sampling settings; when not greedy, drafts are sampled from ``q`` (the draft's
             distribution after the same transforms as the target's) and ``q`` is returned for rejection
             sampling.
-        p_min: stop drafting when the draft's most likely token is less likely than this.
+        p_min: stop drafting when the draft's most likely token has a temperature-1 probability below this
+            (before the sampler chain, so it means the same greedy or sampling).
         n_vocab_target: the target's vocabulary size: ``q`` rows are given this width and ids the target
             does not have are never proposed.
         rng: the random generator shared with verification (one stream keeps a seed reproducible).
@@ -60,8 +61,14 @@ class DraftModelDrafter:
         """Tokens of ``history`` the draft model has not evaluated (its next draft catches up on them)."""
         return len(history) - self._synced
 
-    def draft(self, history: Sequence[int], n_max: int) -> Draft:
-        """Run the draft model for up to ``n_max`` tokens."""
+    def draft(self, history: Sequence[int], n_max: int, n_min: int = 0) -> Draft:
+        """Run the draft model for up to ``n_max`` tokens; ``p_min`` stops it only once it has ``n_min``.
+
+        A sampled draft must be verified whatever it turned out to be: dropping one because it stopped short
+        (after its first tokens led to an unsure one) would keep the drafts of some tokens and not of others,
+        and rejection sampling would no longer give the target's distribution. So the length floor is kept
+        here, before sampling, rather than by dropping short drafts afterwards.
+        """
         if n_max <= 0:
             return EMPTY_DRAFT
         _, logits = self.backend.sync(history, logits_last=True)
@@ -73,15 +80,16 @@ class DraftModelDrafter:
         width = min(self.n_vocab_target, self.backend.n_vocab)
         for i in range(n_max):
             row = logits[:width]
+            # p_min is one thing whatever the sampler: the draft's temperature-1 belief in its likeliest token.
+            if i >= n_min and top_probability(row) < self.p_min:
+                break
             if self.sampling.greedy:
                 token = int(np.argmax(row))
-                top = prob = top_probability(row)
+                prob = top_probability(row)
             else:
                 q = transform(row, self.sampling)
                 token = sample(q, self.rng)
-                top, prob = float(q.max()), float(q[token])
-            if top < self.p_min:
-                break
+                prob = float(q[token])
             tokens.append(token)
             probs.append(prob)
             if not self.sampling.greedy:
