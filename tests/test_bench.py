@@ -344,3 +344,5 @@ def test_the_suite_is_written_chat_formatted_for_llama_cpps_tools(tiny: TinyMode
         m["content"] for m in next(p for p in load_suite() if p.id == "chat").messages if m["role"] == "user"
     )
     assert first_user in chat and "<|im_start|>assistant" in chat  # the tiny models' ChatML template, ready to answer
+    # llama.cpp's -f drops one trailing newline; the file keeps the template's "assistant\n" whole after that.
+    assert chat.endswith("<|im_start|>assistant\n\n")

@@ -100,3 +100,24 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
     assert other.returncode == 0
     refused = cli("generate", "-m", tiny.target, "-s", "ngram-map", "--ngram-map", tmp_path / "other.npz", "hi")
     assert refused.returncode == 1 and "another tokenizer" in refused.stderr
+
+
+def test_a_prompt_file_loses_one_trailing_newline_as_in_llama_cpp(tiny: TinyModels, tmp_path: Path) -> None:
+    """llama.cpp's -f drops one trailing newline; so does speculens-cli, so one file gives both one prompt."""
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("one two three\n", encoding="utf-8")
+    common = ["-m", str(tiny.target), "-s", "none", "--max-tokens", "6", "--events"]
+
+    def n_prompt(*args: str) -> int:
+        events = tmp_path / "e.jsonl"
+        proc = subprocess.run(
+            [sys.executable, "-m", "speculens.cli", "generate", *common, str(events), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return int(json.loads(events.read_text(encoding="utf-8").splitlines()[0])["n_prompt"])
+
+    assert n_prompt("-f", str(prompt)) == n_prompt("one two three") == n_prompt("one two three\n")
+    assert n_prompt("one two three\n\n") > n_prompt("one two three")

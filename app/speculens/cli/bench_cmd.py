@@ -104,7 +104,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--write-prompts",
         type=Path,
         metavar="DIR",
-        help="write each prompt of the suite, formatted with the target's chat template, to DIR/<id>.txt and exit "
+        help="write each prompt of the suite, formatted with the target's chat template, to DIR/<id>.txt (with one "
+        "extra newline, which llama.cpp's -f and speculens-cli generate drop) and exit "
         "(to run llama.cpp's own tools on the same prompts)",
     )
     p.set_defaults(func=run)
@@ -216,7 +217,9 @@ def write_prompts(args: argparse.Namespace, prompts: list[BenchPrompt]) -> int:
             texts = {p.id: vocab.chat_text(list(p.messages)) for p in prompts}
         args.write_prompts.mkdir(parents=True, exist_ok=True)
         for pid, text in texts.items():
-            write_bytes_atomic(args.write_prompts / f"{pid}.txt", text.encode("utf-8"))
+            # llama.cpp's -f drops one trailing newline (so does speculens-cli generate): one more keeps the chat
+            # template's own "<|im_start|>assistant\n" whole for both.
+            write_bytes_atomic(args.write_prompts / f"{pid}.txt", (text + "\n").encode("utf-8"))
     except (SpeculensError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -90,7 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text with speculative decoding")
     add_model_arguments(p)
     add_generation_arguments(p)
-    p.add_argument("prompt", nargs="?", help="the prompt (omit with --chat)")
+    p.add_argument(
+        "prompt",
+        nargs="?",
+        help="the prompt (omit with --chat or -f); one trailing newline is dropped, as llama.cpp's tools drop it "
+        "from a prompt file, so a file given to both gives both the same prompt",
+    )
+    p.add_argument("-f", "--file", type=Path, help="read the prompt from this file (one trailing newline dropped)")
     p.add_argument("--chat", action="store_true", help="interactive multi-turn chat on stdin/stdout")
     p.add_argument("--color", action="store_true", help="colour accepted/rejected drafts (terminal)")
     p.add_argument("--events", type=Path, help="write every step as a JSON line to this file")
@@ -182,9 +188,16 @@ def _render_colored(event: StepEvent) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``."""
-    if not args.chat and args.prompt is None:
-        print("error: give a PROMPT, or --chat for an interactive conversation", file=sys.stderr)
+    if not args.chat and (args.prompt is None) == (args.file is None):
+        print("error: give a PROMPT or -f FILE, or --chat for an interactive conversation", file=sys.stderr)
         return 2
+    try:
+        prompt = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: cannot read the prompt file: {exc}", file=sys.stderr)
+        return 1
+    if prompt is not None and prompt.endswith("\n"):
+        prompt = prompt[:-1]  # as llama.cpp's -f does (common/arg.cpp), for like-for-like comparisons
     try:
         config = generation_config(args)
         config.validate()
@@ -198,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         try:
             if not args.chat:
-                finish, start = consume(engine.generate(args.prompt, config, cancel), sys.stdout, args.color, log)
+                finish, start = consume(engine.generate(prompt, config, cancel), sys.stdout, args.color, log)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
                 print(summary(finish.stats, start, finish.reason.value), file=sys.stderr)
