@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -29,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import LlamaBackend
 from speculens.engine.config import GenerationConfig, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
-from speculens.engine.events import FinishEvent, RunningStats, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, RunningStats, StepEvent
 from speculens.engine.generate import generate
 from speculens.engine.session import SpeculativeEngine
 from speculens.errors import InvalidInputError
@@ -217,29 +219,45 @@ def _drafters(engine: SpeculativeEngine, config: GenerationConfig, rng: np.rando
     ]
 
 
-def run_once(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> RunResult:
+def run_once(
+    engine: SpeculativeEngine,
+    prompt: Sequence[int],
+    config: GenerationConfig,
+    drafters: Sequence[Drafter] | None = None,
+    costs: CostModel | None = None,
+    cancel: threading.Event | None = None,
+) -> RunResult | None:
     """Generate once and collect the figures.
 
     Args:
         engine: the loaded engine (its KV caches keep the prompt between runs).
         prompt: the prompt's tokens.
         config: the generation settings.
+        drafters: the draft sources (default: the engine's for the strategy, with a fresh n-gram cache).
+        costs: the adaptive controller's cost model (default: the engine's).
+        cancel: stops the run within a step; a stopped run returns ``None``.
 
     Returns:
-        The run's result.
+        The run's result, or ``None`` when it was cancelled.
     """
     rng = np.random.default_rng(config.sampling.seed)
-    drafters = _drafters(engine, config, rng)
+    if drafters is None:
+        drafters = _drafters(engine, config, rng)
     chosen: list[int] = []
     probes = 0
     finish: FinishEvent | None = None
-    for event in generate(engine.target, drafters, prompt, config, rng, None, engine.costs, engine.config.exact):
+    events = generate(
+        engine.target, drafters, prompt, config, rng, cancel, costs or engine.costs, engine.config.exact
+    )
+    for event in events:
         if isinstance(event, StepEvent):
             chosen.append(event.n_draft_max)
             probes += event.probe
         elif isinstance(event, FinishEvent):
             finish = event
     assert finish is not None
+    if finish.reason is FinishReason.CANCELLED:
+        return None
     return RunResult.from_stats(finish.tokens, finish.stats, chosen, probes)
 
 
@@ -486,6 +504,7 @@ def run_suite(
                     adaptive=setting.adaptive,
                 )
                 result = run_once(engine, tokens, config)
+                assert result is not None  # nothing cancels a suite run
                 if rep >= warmup:
                     by_label[setting.label].append(result)
         results.runs[prompt.id] = by_label

@@ -156,30 +156,12 @@ class SpeculativeEngine:
         target, costs = self.target, self.costs
         top = max(target.invariant_sizes) if self.config.exact else CALIBRATION_SIZES[-1]
         sizes = [n for n in CALIBRATION_SIZES if n <= top and n <= target.params.n_batch]
-        backends = [(target, [n for n in sizes if not costs.verify.has(n)])]
+        todo = [n for n in sizes if not costs.verify.has(n)]
+        if todo:
+            for _, (n_call, seconds) in _time_calls(target, todo, repeats):
+                costs.verify.observe(n_call, seconds)
         if self.draft is not None and not costs.draft_call.count:
-            backends.append((self.draft, [1, 16]))
-        if all(not todo for _, todo in backends):
-            return
-        text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
-        for backend, todo in backends:
-            if not todo:
-                continue
-            tokens = backend.tokenize(text * (2 + max(todo) // 8))
-            prefix, filler = tokens[:24], tokens[24 : 24 + max(todo)]
-            backend.sync(prefix)
-            backend.decode(filler[:2], range(2))  # warm the kernels up
-            for n in [1, *todo] * repeats:
-                backend.truncate(len(prefix))
-                backend.decode(filler[:n], range(n))
-                (n_call, seconds) = backend.last_calls[0]
-                if backend is target:
-                    costs.verify.observe(n_call, seconds)
-                elif n == 1:
-                    costs.draft_call.add(seconds)
-                else:  # a catch-up of n tokens beyond an ordinary call
-                    costs.draft_catchup.add(max(0.0, seconds - costs.draft_call.value) / (n - 1))
-            backend.truncate(0)
+            calibrate_draft(self.draft, costs, repeats)
 
     def new_costs(self) -> CostModel:
         """An empty cost model for this target (verification split as the engine verifies)."""
@@ -330,6 +312,32 @@ class SpeculativeEngine:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _time_calls(backend: LlamaBackend, sizes: Sequence[int], repeats: int) -> list[tuple[int, tuple[int, float]]]:
+    """Decode ``1`` and each of ``sizes`` tokens after a short context, ``repeats`` times each; returns
+    ``(n, first decode call's (tokens, seconds))`` for every call (the cache is left empty)."""
+    text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
+    tokens = backend.tokenize(text * (2 + max(sizes) // 8))
+    prefix, filler = tokens[:24], tokens[24 : 24 + max(sizes)]
+    backend.sync(prefix)
+    backend.decode(filler[:2], range(2))  # warm the kernels up
+    out = []
+    for n in [1, *sizes] * repeats:
+        backend.truncate(len(prefix))
+        backend.decode(filler[:n], range(n))
+        out.append((n, backend.last_calls[0]))
+    backend.truncate(0)
+    return out
+
+
+def calibrate_draft(draft: LlamaBackend, costs: CostModel, repeats: int = 1) -> None:
+    """Time a draft model's one-token call and its catch-up cost per missed token into ``costs``."""
+    for n, (_, seconds) in _time_calls(draft, [16], repeats):
+        if n == 1:
+            costs.draft_call.add(seconds)
+        else:  # a catch-up of n tokens beyond an ordinary call
+            costs.draft_catchup.add(max(0.0, seconds - costs.draft_call.value) / (n - 1))
 
 
 class ChatSession:

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
@@ -49,6 +50,9 @@ from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.teach_panel import TeachPanel
 from speculens.ui.worker import EngineWorker
+
+if TYPE_CHECKING:
+    from speculens.ui.model_manager import ModelManagerWindow
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +216,7 @@ class MainWindow(QMainWindow):
         models_menu.addAction(self.load_action)
         models_menu.addAction(self.unload_action)
         self.demo_action = self._add(models_menu, "Use the &demo pair", self.models.use_demo_pair)
+        self._add(models_menu, "&Pair lab…", self.open_pair_lab, "Ctrl+Shift+L")
         self._add(models_menu, "Open a &target file…", self._on_open_target_triggered)
         self._add(models_menu, "Open a &draft file…", self._on_open_draft_triggered)
 
@@ -295,17 +300,37 @@ class MainWindow(QMainWindow):
         self.docks["Compare"].show()
         self.docks["Compare"].raise_()
 
-    def open_model_manager(self) -> None:
+    def open_model_manager(self) -> ModelManagerWindow:
         """Show the model manager window (library, hub, downloads, pair picker)."""
         from speculens.ui.model_manager import ModelManagerWindow
 
         manager = getattr(self, "_manager", None)
         if manager is None:
             manager = ModelManagerWindow(self.models, self)
+            manager.pair_lab_requested.connect(self.open_pair_lab)
             self._manager = manager
         manager.show()
         manager.raise_()
         manager.activateWindow()
+        return manager
+
+    def open_pair_lab(self) -> None:
+        """Show the pair lab: which draft and settings make the target fastest on this machine."""
+        from speculens.ui.pair_lab import PairLabWindow
+
+        lab = getattr(self, "_pair_lab", None)
+        if lab is None:
+            lab = PairLabWindow(self.worker, self.store, self.models, self._download_in_manager, self)
+            lab.setWindowFlag(Qt.WindowType.Window)
+            self._pair_lab = lab
+        else:
+            lab.refresh_targets()
+        lab.show()
+        lab.raise_()
+        lab.activateWindow()
+
+    def _download_in_manager(self, repo: str, filename: str) -> None:
+        self.open_model_manager().start_download(repo, filename)
 
     def _on_open_target_triggered(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a target model", "", "GGUF models (*.gguf)")

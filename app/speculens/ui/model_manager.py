@@ -140,9 +140,11 @@ class ModelManagerWindow(QMainWindow):
     Signals:
         pair_chosen(str, str): the user chose a target and a draft path ("" = no draft); it is also set in
             the model controller, which loads it.
+        pair_lab_requested(): the user wants the pair lab (the main window opens it).
     """
 
     pair_chosen = Signal(str, str)
+    pair_lab_requested = Signal()
 
     def __init__(self, models: ModelController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -331,11 +333,15 @@ class ModelManagerWindow(QMainWindow):
         self.use_pair_button.clicked.connect(self._on_use_pair_clicked)
         self.use_target_only_button = QPushButton("Use the target alone (draft-free strategies)", page)
         self.use_target_only_button.clicked.connect(self._on_use_target_only_clicked)
+        self.pair_lab_button = QPushButton("Pair lab…", page)
+        self.pair_lab_button.setToolTip("Measure which draft and strategy make this target fastest on this machine")
+        self.pair_lab_button.clicked.connect(self.pair_lab_requested.emit)
         form = QFormLayout()
         form.addRow("Target", self.target_combo)
         form.addRow("Suggested drafts", self.suggestions)
         form.addRow("Draft", self.draft_combo)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.pair_lab_button)
         buttons.addStretch(1)
         buttons.addWidget(self.use_target_only_button)
         buttons.addWidget(self.use_pair_button)

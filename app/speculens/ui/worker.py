@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
@@ -30,6 +31,9 @@ from speculens.engine.protocol import Engine, EngineFactory, EngineInfo
 from speculens.errors import SpeculensError
 from speculens.models.gguf_info import read_gguf_info
 from speculens.settings import Settings, model_config
+
+if TYPE_CHECKING:
+    from speculens.lab import LabProgress, PairLab
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +163,18 @@ class ProbeRequest:
     """Ask llama.cpp which GPU backend the build has (importing it takes a moment)."""
 
 
-Request = LoadRequest | UnloadRequest | ChatRequest | CompareRequest | DemoRequest | ProbeRequest
+@dataclass(frozen=True)
+class LabRequest:
+    """Run the pair lab (:class:`speculens.lab.PairLab`) on its own engine; ``estimate_only`` stops after the
+    cost profile (the estimates shown before a run)."""
+
+    lab: PairLab
+    estimate_only: bool = False
+
+
+Request = LoadRequest | UnloadRequest | ChatRequest | CompareRequest | DemoRequest | ProbeRequest | LabRequest
 GENERATIONS = (ChatRequest, CompareRequest)
+CANCELLABLE = (ChatRequest, CompareRequest, LabRequest)
 
 
 @dataclass(frozen=True)
@@ -214,6 +228,9 @@ class EngineWorker(QObject):
         demo_prepared(list): the demo model paths, in the order asked for.
         task_failed(str): a task other than loading or generating failed; the message is for the user.
         records_ready(): generation records are waiting in the buffer (a hint; the router also polls).
+        lab_progressed(object): a pair-lab run's :class:`~speculens.lab.LabProgress`.
+        lab_finished(object): a pair-lab run's (or estimate's) :class:`~speculens.lab.LabResult`.
+        lab_failed(str): the pair lab could not run; the message is for the user.
     """
 
     load_started = Signal()
@@ -225,6 +242,9 @@ class EngineWorker(QObject):
     demo_prepared = Signal(list)
     task_failed = Signal(str)
     records_ready = Signal()
+    lab_progressed = Signal(object)
+    lab_finished = Signal(object)
+    lab_failed = Signal(str)
 
     def __init__(self, engine_factory: EngineFactory | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -263,10 +283,11 @@ class EngineWorker(QObject):
         return job.request_id
 
     def cancel(self, request_id: int | None = None) -> None:
-        """Stop a generation (all of them by default) within one speculation step; a queued one never runs."""
+        """Stop a generation or a lab run (all of them by default) within one speculation step; a queued one
+        never runs."""
         with self._lock:
             for job in self._pending.values():
-                if isinstance(job.request, GENERATIONS) and request_id in (None, job.request_id):
+                if isinstance(job.request, CANCELLABLE) and request_id in (None, job.request_id):
                     job.cancel.set()
         self._gate.set()  # a step paused in step mode must wake up to see the cancel
 
@@ -343,11 +364,15 @@ class EngineWorker(QObject):
                 from speculens.engine.backend import gpu_backend_name
 
                 self.backend_probed.emit(gpu_backend_name())
+            case LabRequest(lab=lab, estimate_only=estimate_only):
+                self._lab(job, lab, estimate_only)
 
     def _report_failure(self, job: _Job, message: str, error: Exception) -> None:
         match job.request:
             case LoadRequest():
                 self.load_failed.emit(message)
+            case LabRequest():
+                self.lab_failed.emit(message)
             case ChatRequest() | CompareRequest():
                 self._records.append(Record(job.request_id, Lane.CHAT, RecordKind.FAILED, message=message, error=error))
                 self.records_ready.emit()
@@ -412,6 +437,24 @@ class EngineWorker(QObject):
                 self.progress_changed.emit(f"Assembling {title}", done, total)
 
         return progress
+
+    def _lab(self, job: _Job, lab: PairLab, estimate_only: bool) -> None:
+        """Run the pair lab on this thread (its own engine: the loaded models stay for the chat)."""
+        lab.cancel = job.cancel
+        last = [0.0]
+
+        def progress(p: LabProgress) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.2:  # a progress bar needs no more
+                last[0] = now
+                self.lab_progressed.emit(p)
+
+        try:
+            result = lab.estimate() if estimate_only else lab.run(progress)
+        except SpeculensError as exc:
+            self.lab_failed.emit(exc.message)
+            return
+        self.lab_finished.emit(result)
 
     def _record(self, job: _Job, lane: Lane, kind: RecordKind, **fields: object) -> None:
         self._records.append(Record(job.request_id, lane, kind, **fields))  # type: ignore[arg-type]

@@ -1,0 +1,143 @@
+"""``speculens-cli lab``: which draft and settings make a target fastest on this machine (the app's Pair lab).
+
+The ranking goes to stdout, progress to stderr; results are saved per machine and target (as the app saves
+them) unless ``--no-save``, and ``--json`` / ``--csv`` write them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+from speculens.atomic import write_bytes_atomic, write_json_atomic
+from speculens.cli import resolve
+from speculens.engine.backend import supports_gpu_offload
+from speculens.engine.config import DEFAULT_N_CTX
+from speculens.errors import SpeculensError
+from speculens.lab import KINDS, LabProgress, LabResult, LabSettings, PairLab, lab_prompts, list_candidates, save
+from speculens.models.library import Library
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``lab`` sub-command."""
+    p = sub.add_parser(
+        "lab",
+        help="find the fastest draft and strategy for a target on this machine",
+        description="Run plain decoding, the draft-free strategies and every compatible draft in the library on "
+        "the benchmark suite's prompts of the chosen kinds, interleaved and repeated within a time budget, and "
+        "rank them per kind of text.",
+    )
+    p.add_argument("-m", "--target", required=True, help="target model: a .gguf path, demo name or library id")
+    p.add_argument(
+        "--kinds",
+        default="chat,code-generation,code-rewrite",
+        help=f"kinds of text, comma-separated (default: chat,code-generation,code-rewrite; any of "
+        f"{', '.join(k for k in KINDS if k != 'custom')})",
+    )
+    p.add_argument("--text", type=Path, help="your own text as one more prompt (kind 'custom')")
+    p.add_argument("--budget", type=float, default=300.0, help="time budget in seconds (default 300)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds at most (default 5; at least 1 runs)")
+    p.add_argument("--only", help="candidate keys to run, comma-separated (see --list)")
+    p.add_argument("--list", action="store_true", help="list the candidates and exit")
+    p.add_argument("--sweep", help="also measure each draft model at these fixed draft lengths, e.g. 1,2,4,8")
+    p.add_argument("--max-tokens", type=int, default=192, help="tokens per answer (default 192)")
+    p.add_argument("--ctx", type=int, default=DEFAULT_N_CTX, help=f"context size (default {DEFAULT_N_CTX})")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: automatic)")
+    p.add_argument("--ngl", type=int, default=0, help="target layers offloaded to the GPU (-1 = all)")
+    p.add_argument("--exact", action="store_true", help="bit-exact verification")
+    p.add_argument("--json", type=Path, help="write the results as JSON here")
+    p.add_argument("--csv", type=Path, help="write the results as CSV here")
+    p.add_argument("--no-save", action="store_true", help="do not keep the results for the app's Pair lab")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``lab``."""
+    try:
+        target = resolve(args.target)
+        sweep = tuple(int(k) for k in args.sweep.split(",")) if args.sweep else ()
+        candidates = list_candidates(target, Library(), args.ctx, gpu=args.ngl != 0 and supports_gpu_offload())
+        if args.list:
+            for c in candidates:
+                state = "" if c.runnable else f"  [cannot run: {c.problem or 'not downloaded'}]"
+                print(f"{c.key:48} {c.label}{state}")
+            return 0
+        if args.only:
+            keys = set(args.only.split(","))
+            unknown = keys - {c.key for c in candidates}
+            if unknown:
+                print(f"error: no such candidates: {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
+                return 2
+            candidates = [c for c in candidates if c.key in keys]
+        text = args.text.read_text(encoding="utf-8") if args.text else None
+        prompts = lab_prompts([k for k in args.kinds.split(",") if k], text)
+    except ValueError as exc:  # SpeculensError's input errors are ValueErrors too
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (SpeculensError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    settings = LabSettings(
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.ngl,
+        max_tokens=args.max_tokens,
+        budget_s=args.budget,
+        max_rounds=max(1, args.rounds),
+        exact=args.exact,
+        sweep=sweep,
+    )
+    lab = PairLab(target, candidates, prompts, settings, threading.Event())
+    for key, why in lab.skipped.items():
+        print(f"skipped {key}: {why}", file=sys.stderr)
+
+    def progress(p: LabProgress) -> None:
+        eta = f", about {p.eta_s / 60:.0f} min left" if p.eta_s else ""
+        print(f"[{p.done + 1}/{p.total}] {p.what}{eta}", file=sys.stderr, flush=True)
+
+    try:
+        result = lab.run(progress)
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        lab.cancel.set()
+        return 130
+    except SpeculensError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(report(result))
+    if not args.no_save:
+        print(f"saved to {save(result, target)}", file=sys.stderr)
+    if args.json:
+        write_json_atomic(args.json, result.to_document())
+    if args.csv:
+        write_bytes_atomic(args.csv, result.to_csv().encode("utf-8"))
+    return 0
+
+
+def report(result: LabResult) -> str:
+    """The ranking per kind of text, the estimates and the recommendation, as text."""
+    lines = []
+    if result.noisy:
+        lines.append(f"NOISY: {result.noisy}")
+    if result.cancelled:
+        lines.append("CANCELLED: these are the runs measured before the stop.")
+    for kind in result.rows:
+        lines.append(f"\n{KINDS.get(kind, kind)}")
+        lines.append(f"  {'candidate':46} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'tok/pass':>8} {'k':>4} same")
+        for r in result.ranking(kind):
+            acc = "-" if r.acceptance is None else f"{r.acceptance:.0%}"
+            speedup = "-" if r.speedup is None else f"×{r.speedup:.2f}"
+            same = "-" if r.identical is None else ("yes" if r.identical else "no")
+            lines.append(
+                f"  {r.label[:46]:46} {r.tokens_per_second:7.2f} {speedup:>8} {acc:>7} "
+                f"{r.mean_accepted_length:8.2f} {r.settled_n_draft:4g} {same}"
+            )
+    if result.estimates:
+        lines.append("\nEstimates from the cost profile")
+        for key, est in result.estimates.items():
+            if est.cost_ratio is not None:
+                lines.append(f"  {result.candidates[key].label[:46]:46} {est.text}")
+    lines.append("")
+    lines.extend(result.recommendation())
+    return "\n".join(lines)

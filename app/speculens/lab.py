@@ -1,0 +1,926 @@
+"""The pair lab: which draft, strategy and settings make *this* target fastest on *this* machine, for the kinds of
+text the user generates.
+
+Qt-free; the app's Pair lab window and ``speculens-cli lab`` share it. Four parts:
+
+* **candidates** (:func:`list_candidates`): plain decoding (the baseline), the draft-free strategies, every draft
+  in the library (compatible ones runnable, the others listed with the compatibility report's reason) and the
+  catalog's suggested drafts for the target's family that are not downloaded yet;
+* **estimates** (:func:`estimate`): from a short cost profile (the target's decode time by batch size and each
+  draft's time per call) and Leviathan, Kalman & Matias's formula, the speedup a candidate could reach at a
+  given acceptance, the acceptance it needs to pay at all, and whether it is hopeless (it loses even when
+  every draft is accepted);
+* the **run** (:class:`PairLab`): one target, every candidate on every prompt, interleaved and repeated as the
+  benchmark does, within a time budget, cancellable (what was measured is kept); the load average before and
+  plain decoding's run-to-run spread mark a busy machine's figures as noisy;
+* the **result** (:class:`LabResult`): a ranked table per kind of text, the draft length the adaptive
+  controller settled on, greedy identity, a recommendation in words, and the settings to apply; saved per
+  machine and target, exported as JSON and CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speculens import paths
+from speculens.atomic import write_json_atomic
+from speculens.engine.adaptive import CostModel
+from speculens.engine.backend import BackendParams, LlamaBackend, system_info
+from speculens.engine.bench import BenchPrompt, RunResult, load_suite, run_once
+from speculens.engine.config import DEFAULT_N_DRAFT, GenerationConfig, ModelConfig, Strategy
+from speculens.engine.drafters.base import Drafter
+from speculens.engine.drafters.draft_model import DraftModelDrafter
+from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
+from speculens.engine.sampling import SamplingParams
+from speculens.engine.session import SpeculativeEngine, calibrate_draft
+from speculens.engine.vocab import vocab_mismatch
+from speculens.errors import InvalidInputError, OperationError
+from speculens.models.catalog import pairs_for_target
+from speculens.models.compat import check_pair
+from speculens.models.gguf_info import GGUFError, read_gguf_info
+from speculens.models.library import Library
+
+SCHEMA = "speculens-lab/1"
+
+# The kinds of text, as the benchmark suite's categories name them, and how people call them.
+KINDS = {
+    "chat": "Chat",
+    "code-generation": "Code generation",
+    "code-rewrite": "Code rewrite",
+    "summarisation": "Summary",
+    "long-context": "Long context",
+    "custom": "Your text",
+}
+# A candidate must beat plain decoding by this much to be recommended over it (run-to-run noise is ~3%).
+RECOMMEND_MARGIN = 0.03
+# Plain decoding whose runs spread more than this (max - min over the median) was measured on a busy machine.
+NOISY_SPREAD = 0.15
+
+
+# ---- candidates ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to decode the target.
+
+    Attributes:
+        key: a stable identifier (saved results are matched by it).
+        label: what people read.
+        strategy: the draft source.
+        draft: the draft model file (draft and auto strategies).
+        n_gpu_layers_draft: the draft's GPU layers (-1 = all).
+        problem: why it cannot run (an incompatible draft: the compatibility report's reason), or ``None``.
+        download: ``(repo, file)`` of a catalog draft that is not downloaded yet.
+        size: the draft's size in bytes.
+        n_draft: a fixed draft length (the n_draft sweep); ``None``: the adaptive controller chooses.
+    """
+
+    key: str
+    label: str
+    strategy: Strategy
+    draft: Path | None = None
+    n_gpu_layers_draft: int = 0
+    problem: str | None = None
+    download: tuple[str, str] | None = None
+    size: int | None = None
+    n_draft: int | None = None
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the lab can run it now."""
+        return self.problem is None and self.download is None
+
+    @property
+    def is_plain(self) -> bool:
+        """Whether this is plain decoding, the baseline."""
+        return self.strategy is Strategy.NONE
+
+
+PLAIN = Candidate("none", "Plain decoding", Strategy.NONE)
+DRAFT_FREE = (
+    Candidate("lookup", "Prompt lookup", Strategy.LOOKUP),
+    Candidate("ngram-cache", "N-gram cache", Strategy.NGRAM_CACHE),
+    Candidate("auto", "Automatic (lookup + n-gram cache)", Strategy.AUTO),
+)
+
+
+def _draft_candidates(path: Path, name: str, gpu: bool, size: int | None) -> list[Candidate]:
+    """The draft model alone and with the draft-free sources (auto), on the GPU and the CPU when there is one."""
+    out = []
+    for ngl, where in ((0, ""),) if not gpu else ((-1, ", on the GPU"), (0, ", on the CPU")):
+        suffix = f"@ngl={ngl}" if gpu else ""
+        out.append(
+            Candidate(f"draft:{path.name}{suffix}", f"Draft {name}{where}", Strategy.DRAFT, path, ngl, size=size)
+        )
+        out.append(
+            Candidate(f"auto:{path.name}{suffix}", f"Automatic with {name}{where}", Strategy.AUTO, path, ngl, size=size)
+        )
+    return out
+
+
+def list_candidates(target: Path, library: Library, n_ctx: int = 4096, gpu: bool = False) -> list[Candidate]:
+    """Every candidate for ``target``: plain decoding, the draft-free strategies, the library's drafts (those
+    that cannot draft for it with the reason) and the catalog's suggested drafts not yet downloaded.
+
+    Args:
+        target: the target file.
+        library: the model library.
+        n_ctx: the context size (the compatibility report checks the draft's).
+        gpu: the llama.cpp build can offload: each draft is tried on the GPU and on the CPU.
+
+    Raises:
+        GGUFError: the target's metadata cannot be read.
+    """
+    info = read_gguf_info(target)
+    out = [PLAIN, *DRAFT_FREE]
+    target_resolved = target.resolve()
+    seen: set[str] = set()
+    for entry in library.entries():
+        if not entry.available or entry.path.resolve() == target_resolved or entry.path.name in seen:
+            continue
+        seen.add(entry.path.name)
+        name = entry.path.name
+        try:
+            report = check_pair(info, entry.path, n_ctx=n_ctx)
+        except GGUFError as exc:
+            out.append(Candidate(f"draft:{name}", f"Draft {name}", Strategy.DRAFT, entry.path, problem=exc.message))
+            continue
+        if not report.compatible:
+            out.append(Candidate(f"draft:{name}", f"Draft {name}", Strategy.DRAFT, entry.path, problem=report.headline))
+        else:  # one as large as the target can only lose; kept, for teaching, and its estimate says so
+            label = name if (report.size_ratio or 0.0) > 1.0 else f"{name} (not smaller than the target)"
+            out.extend(_draft_candidates(entry.path, label, gpu, entry.size))
+    for pair in pairs_for_target(info):
+        file = pair.draft.file
+        if file in seen:
+            continue
+        seen.add(file)
+        out.append(
+            Candidate(
+                f"draft:{file}",
+                f"Draft {file} (catalog: {pair.why})",
+                Strategy.DRAFT,
+                download=(pair.draft.repo, file),
+                size=pair.draft.size,
+            )
+        )
+    return out
+
+
+# ---- estimates ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """What speculation costs on this machine, relative to one target step.
+
+    Attributes:
+        target_step_s: one target decode step (one token).
+        verify: ``verify[n]`` = the time of a verification batch of ``n`` tokens over one step (``verify[1] = 1``).
+        draft_call: per draft candidate key: one draft decode call over one target step.
+    """
+
+    target_step_s: float
+    verify: dict[int, float]
+    draft_call: dict[str, float] = field(default_factory=dict)
+
+    def verify_cost(self, n: int) -> float:
+        """The relative cost of verifying ``n`` tokens (interpolated between measured sizes, extrapolated
+        linearly from the last two beyond them)."""
+        sizes = sorted(self.verify)
+        if n in self.verify:
+            return self.verify[n]
+        if n > sizes[-1] and len(sizes) >= 2:
+            a, b = sizes[-2], sizes[-1]
+            return self.verify[b] + (n - b) * (self.verify[b] - self.verify[a]) / (b - a)
+        return float(np.interp(n, sizes, [self.verify[s] for s in sizes]))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a candidate could do, before it runs.
+
+    Attributes:
+        key: the candidate.
+        cost_ratio: a draft token's cost over a target step (``0`` for draft-free sources, ``None`` for plain).
+        best: ``(k, speedup)`` at the best draft length for each acceptance in :data:`ESTIMATE_ALPHAS`.
+        breakeven: the acceptance it needs to beat plain decoding at its best draft length (``None``: never).
+        hopeless: it loses even when every draft is accepted.
+        text: the estimate in words.
+    """
+
+    key: str
+    cost_ratio: float | None
+    best: dict[float, tuple[int, float]]
+    breakeven: float | None
+    hopeless: bool
+    text: str
+
+
+ESTIMATE_ALPHAS = (0.5, 0.7, 0.9)
+
+
+def theoretical_speedup(alpha: float, k: int, cost_ratio: float, profile: CostProfile) -> float:
+    """Leviathan et al. (2023), eq. 1 and §3.4: a step that drafts ``k`` tokens, each accepted with probability
+    ``alpha``, emits ``(1 - alpha^(k+1)) / (1 - alpha)`` tokens and costs ``k`` draft calls and a verification of
+    ``k + 1`` tokens; the speedup is its tokens per unit of time over plain decoding's one token per step."""
+    tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    return tokens / (k * cost_ratio + profile.verify_cost(k + 1))
+
+
+def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> Estimate:
+    """The estimate of one candidate from the cost profile (see :class:`Estimate`)."""
+    if candidate.is_plain:
+        return Estimate(candidate.key, None, {}, None, False, "the baseline")
+    ratio = profile.draft_call.get(candidate.key, 0.0) if candidate.strategy is Strategy.DRAFT else 0.0
+    if candidate.strategy is Strategy.AUTO and candidate.draft is not None:
+        ratio = profile.draft_call.get(candidate.key, 0.0)
+
+    def best_at(alpha: float) -> tuple[int, float]:
+        return max(
+            ((k, theoretical_speedup(alpha, k, ratio, profile)) for k in range(1, n_draft + 1)), key=lambda x: x[1]
+        )
+
+    best = {a: best_at(a) for a in ESTIMATE_ALPHAS}
+    hopeless = best_at(1.0)[1] < 1.0
+    breakeven = None
+    if not hopeless:
+        lo, hi = 0.0, 1.0
+        for _ in range(30):  # the acceptance where the best speedup crosses 1, by bisection
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if best_at(mid)[1] >= 1.0 else (mid, hi)
+        breakeven = hi
+    if hopeless:
+        text = (
+            f"a draft token costs {ratio:.2f} of a target step: even if every draft were accepted it would be "
+            f"×{best_at(1.0)[1]:.2f}, so it cannot win here"
+        )
+    elif candidate.strategy is Strategy.DRAFT:
+        k, s = best[0.7]
+        text = (
+            f"a draft token costs {ratio:.2f} of a target step; pays from {breakeven:.0%} acceptance "
+            f"(×{s:.2f} at 70%, k={k})"
+        )
+    else:
+        k, s = best[0.7]
+        text = (
+            f"drafts cost nothing; pays from {breakeven:.0%} acceptance, i.e. when the text repeats (×{s:.2f} at 70%)"
+        )
+    return Estimate(candidate.key, ratio, best, breakeven, hopeless, text)
+
+
+# ---- prompts -----------------------------------------------------------------------------------------------
+
+
+def lab_prompts(kinds: Sequence[str], own_text: str | None = None) -> list[BenchPrompt]:
+    """The benchmark suite's prompts of these kinds, plus the user's own text as a "custom" prompt.
+
+    Raises:
+        InvalidInputError: no prompt at all, or an unknown kind.
+    """
+    unknown = [k for k in kinds if k not in KINDS or k == "custom"]
+    if unknown:
+        raise InvalidInputError(f"unknown kinds of text: {', '.join(unknown)} (known: {', '.join(KINDS)})")
+    prompts = [p for p in load_suite() if p.category in kinds]
+    if own_text and own_text.strip():
+        prompts.append(BenchPrompt("your-text", "custom", ({"role": "user", "content": own_text.strip()},)))
+    if not prompts:
+        raise InvalidInputError("choose at least one kind of text, or paste your own")
+    return prompts
+
+
+# ---- the result --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One candidate on one kind of text.
+
+    Attributes:
+        key: the candidate.
+        label: its label.
+        tokens_per_second: mean over the kind's prompts of the median tokens per second.
+        speedup: geometric mean over the prompts of its median tokens per second over plain decoding's,
+            measured in the same run.
+        acceptance: accepted drafts over drafted ones (``None`` when nothing was drafted).
+        mean_accepted_length: tokens per target pass.
+        settled_n_draft: the draft length the adaptive controller asked for in the second half of the answers
+            (median), i.e. where it settled.
+        identical: every greedy answer equals plain decoding's (``None`` when sampling).
+        runs: timed runs behind the figures.
+        date: when it was measured (ISO 8601).
+    """
+
+    key: str
+    label: str
+    tokens_per_second: float
+    speedup: float | None
+    acceptance: float | None
+    mean_accepted_length: float
+    settled_n_draft: float
+    identical: bool | None
+    runs: int
+    date: str
+
+
+@dataclass
+class LabResult:
+    """What a lab run measured (and what earlier runs on this machine measured for this target).
+
+    Attributes:
+        target: the target's file name.
+        rows: ``rows[kind][candidate key]``.
+        estimates: the candidates' estimates.
+        candidates: the candidates, by key (what Apply needs).
+        profile: the cost profile.
+        noisy: why the figures may not be trusted (a busy machine), or ``None``.
+        cancelled: the run was stopped before its end (its figures are what it measured).
+        llama_build: llama.cpp's build summary.
+        machine: the machine's description.
+        date: when it ran.
+    """
+
+    target: str
+    rows: dict[str, dict[str, Row]] = field(default_factory=dict)
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    profile: CostProfile | None = None
+    noisy: str | None = None
+    cancelled: bool = False
+    llama_build: str = ""
+    machine: str = ""
+    date: str = ""
+
+    def ranking(self, kind: str) -> list[Row]:
+        """The kind's rows, fastest first."""
+        return sorted(self.rows.get(kind, {}).values(), key=lambda r: -(r.speedup or 0.0))
+
+    def best(self, kind: str) -> Row | None:
+        """The kind's fastest candidate, plain decoding unless one beats it by :data:`RECOMMEND_MARGIN`."""
+        ranked = self.ranking(kind)
+        plain = self.rows.get(kind, {}).get(PLAIN.key)
+        if not ranked:
+            return None
+        top = ranked[0]
+        if plain is not None and (top.speedup or 0.0) < 1.0 + RECOMMEND_MARGIN:
+            return plain
+        return top
+
+    def overall_best(self) -> Row | None:
+        """The candidate to apply: the best geometric-mean speedup over the kinds measured (each kind counts
+        once), plain decoding unless one beats it by the margin."""
+        kinds = [k for k in self.rows if self.rows[k]]
+        keys = set.intersection(*(set(self.rows[k]) for k in kinds)) if kinds else set()
+        scored = []
+        for key in keys:
+            speedups = [self.rows[k][key].speedup or 0.0 for k in kinds]
+            if all(s > 0 for s in speedups):
+                scored.append((math.exp(statistics.fmean(math.log(s) for s in speedups)), key))
+        if not scored:
+            return None
+        score, key = max(scored)
+        chosen = key if score >= 1.0 + RECOMMEND_MARGIN or PLAIN.key not in keys else PLAIN.key
+        return self.rows[kinds[0]][chosen]
+
+    def recommendation(self) -> list[str]:
+        """The verdict in words, one sentence per kind of text."""
+        out = []
+        for kind in self.rows:
+            row = self.best(kind)
+            if row is None:
+                continue
+            name = KINDS.get(kind, kind).lower()
+            if row.key != PLAIN.key:
+                acc = f", acceptance {row.acceptance:.0%}" if row.acceptance is not None else ""
+                out.append(f"For {name}, use {row.label}: ×{row.speedup:.2f} over plain decoding{acc}.")
+                continue
+            runner = next((r for r in self.ranking(kind) if r.key != PLAIN.key), None)
+            out.append(f"For {name}, plain decoding is fastest on this machine{self._why_not(runner)}.")
+        return out
+
+    def _why_not(self, row: Row | None) -> str:
+        if row is None:
+            return ""
+        est = self.estimates.get(row.key)
+        acc = "nothing was drafted" if row.acceptance is None else f"acceptance is {row.acceptance:.0%}"
+        if est is not None and est.cost_ratio:
+            return (
+                f": the best other choice, {row.label}, reached ×{row.speedup or 0:.2f} because a draft token costs "
+                f"{est.cost_ratio:.2f} of a target token and {acc}"
+            )
+        return (
+            f": the best other choice, {row.label}, reached ×{row.speedup or 0:.2f} ({acc}: the text repeats too "
+            "little)"
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        """The JSON document (schema ``speculens-lab/1``)."""
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "date": self.date,
+            "machine": self.machine,
+            "llama_build": self.llama_build,
+            "noisy": self.noisy,
+            "cancelled": self.cancelled,
+            "profile": None if self.profile is None else asdict(self.profile),
+            "candidates": {k: _candidate_dict(c) for k, c in self.candidates.items()},
+            "estimates": {k: asdict(e) for k, e in self.estimates.items()},
+            "kinds": {kind: {key: asdict(r) for key, r in rows.items()} for kind, rows in self.rows.items()},
+            "recommendation": self.recommendation(),
+        }
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> LabResult:
+        """Read a document written by :meth:`to_document`.
+
+        Raises:
+            ValueError: it is not a lab document.
+        """
+        if doc.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} document")
+        try:
+            profile = doc.get("profile")
+            return cls(
+                target=str(doc["target"]),
+                rows={kind: {key: Row(**r) for key, r in rows.items()} for kind, rows in doc.get("kinds", {}).items()},
+                estimates={
+                    k: Estimate(
+                        e["key"],
+                        e["cost_ratio"],
+                        {float(a): (int(b[0]), float(b[1])) for a, b in e["best"].items()},
+                        e["breakeven"],
+                        bool(e["hopeless"]),
+                        str(e["text"]),
+                    )
+                    for k, e in doc.get("estimates", {}).items()
+                },
+                candidates={k: _candidate_from(c) for k, c in doc.get("candidates", {}).items()},
+                profile=None
+                if profile is None
+                else CostProfile(
+                    float(profile["target_step_s"]),
+                    {int(n): float(v) for n, v in profile["verify"].items()},
+                    {str(k): float(v) for k, v in profile["draft_call"].items()},
+                ),
+                noisy=doc.get("noisy"),
+                cancelled=bool(doc.get("cancelled", False)),
+                llama_build=str(doc.get("llama_build", "")),
+                machine=str(doc.get("machine", "")),
+                date=str(doc.get("date", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a damaged lab document: {exc}") from exc
+
+    def to_csv(self) -> str:
+        """One line per kind and candidate."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(
+            [
+                "kind",
+                "candidate",
+                "tokens_per_second",
+                "speedup",
+                "acceptance",
+                "mean_accepted_length",
+                "settled_n_draft",
+                "identical",
+                "runs",
+                "date",
+            ]
+        )
+        for kind in self.rows:
+            for r in self.ranking(kind):
+                writer.writerow(
+                    [
+                        kind,
+                        r.label,
+                        f"{r.tokens_per_second:.3f}",
+                        "" if r.speedup is None else f"{r.speedup:.4f}",
+                        "" if r.acceptance is None else f"{r.acceptance:.4f}",
+                        f"{r.mean_accepted_length:.3f}",
+                        f"{r.settled_n_draft:g}",
+                        "" if r.identical is None else r.identical,
+                        r.runs,
+                        r.date,
+                    ]
+                )
+        return out.getvalue()
+
+    def merged_into(self, older: LabResult) -> LabResult:
+        """This result over an older one of the same target: this run's rows win, the others stay (with their
+        dates), so results accumulate per candidate."""
+        rows = {kind: dict(r) for kind, r in older.rows.items()}
+        for kind, new in self.rows.items():
+            rows.setdefault(kind, {}).update(new)
+        return replace(
+            self,
+            rows=rows,
+            estimates={**older.estimates, **self.estimates},
+            candidates={**older.candidates, **self.candidates},
+        )
+
+
+def _candidate_dict(c: Candidate) -> dict[str, Any]:
+    d = asdict(c)
+    d["strategy"] = c.strategy.value
+    d["draft"] = None if c.draft is None else str(c.draft)
+    return d
+
+
+def _candidate_from(d: dict[str, Any]) -> Candidate:
+    return Candidate(
+        str(d["key"]),
+        str(d["label"]),
+        Strategy(d["strategy"]),
+        None if d.get("draft") is None else Path(d["draft"]),
+        int(d.get("n_gpu_layers_draft", 0)),
+        d.get("problem"),
+        (str(d["download"][0]), str(d["download"][1])) if d.get("download") else None,
+        d.get("size"),
+        d.get("n_draft"),
+    )
+
+
+# ---- saving --------------------------------------------------------------------------------------------------
+
+
+def machine_description() -> str:
+    """The machine and llama.cpp build the figures belong to."""
+    return f"{platform.node()} · {platform.machine()} · {os.cpu_count()} CPUs · {platform.system()}"
+
+
+def results_path(target: Path) -> Path:
+    """Where this machine's lab results for a target are kept."""
+    stat = target.stat()
+    machine = hashlib.sha256(machine_description().encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{target.resolve()}|{stat.st_size}".encode()).hexdigest()[:12]
+    return paths.data_dir() / "lab" / machine / f"{target.stem[:60]}-{key}.json"
+
+
+def load_saved(target: Path) -> LabResult | None:
+    """The saved results for ``target`` on this machine, or ``None`` (a damaged file counts as none)."""
+    try:
+        return LabResult.from_document(json.loads(results_path(target).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def save(result: LabResult, target: Path) -> Path:
+    """Merge ``result`` into the saved results for ``target`` and write them (atomically)."""
+    older = load_saved(target)
+    merged = result.merged_into(older) if older is not None else result
+    path = results_path(target)
+    write_json_atomic(path, merged.to_document())
+    return path
+
+
+# ---- the run -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabProgress:
+    """Where a run stands.
+
+    Attributes:
+        done: runs finished.
+        total: runs planned (it grows when the budget allows another round).
+        elapsed_s: time since the start.
+        eta_s: estimated time left.
+        what: the run under way, in words.
+    """
+
+    done: int
+    total: int
+    elapsed_s: float
+    eta_s: float
+    what: str
+
+
+@dataclass(frozen=True)
+class LabSettings:
+    """How the lab loads and runs.
+
+    Attributes:
+        n_ctx: context size.
+        n_threads: CPU threads (0 = automatic).
+        n_gpu_layers: the target's GPU layers.
+        max_tokens: tokens per answer.
+        budget_s: the time budget; rounds (every candidate on every prompt) repeat until it is spent.
+        min_rounds: rounds run whatever the budget (a median needs a few).
+        max_rounds: rounds at most.
+        exact: bit-exact verification.
+        sweep: fixed draft lengths to measure each draft model at too (for the chart of measured against
+            theoretical speedup over the draft length); empty: the adaptive controller alone.
+    """
+
+    n_ctx: int = 4096
+    n_threads: int = 0
+    n_gpu_layers: int = 0
+    max_tokens: int = 192
+    budget_s: float = 300.0
+    min_rounds: int = 1
+    max_rounds: int = 5
+    exact: bool = False
+    sweep: tuple[int, ...] = ()
+
+
+class PairLab:
+    """Measure candidates for one target (see the module docstring).
+
+    Args:
+        target: the target file.
+        candidates: what to measure (plain decoding is added if missing; those that cannot run are skipped).
+        prompts: the prompts (their categories are the kinds of text).
+        settings: how to load and run.
+        cancel: set from any thread to stop within one speculation step; the result keeps what was measured.
+    """
+
+    def __init__(
+        self,
+        target: Path,
+        candidates: Sequence[Candidate],
+        prompts: Sequence[BenchPrompt],
+        settings: LabSettings | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.target = target
+        self.settings = settings or LabSettings()
+        runnable = [c for c in candidates if c.runnable and not c.is_plain]
+        swept = [
+            replace(c, key=f"{c.key}/k={k}", label=f"{c.label}, n_draft={k}", n_draft=k)
+            for c in runnable
+            if c.strategy is Strategy.DRAFT and c.n_draft is None
+            for k in self.settings.sweep
+        ]
+        self.candidates = [PLAIN, *runnable, *swept]
+        self.prompts = list(prompts)
+        self.cancel = cancel or threading.Event()
+        self.skipped: dict[str, str] = {c.key: c.problem or "not downloaded" for c in candidates if not c.runnable}
+        self._backends: list[LlamaBackend] = []
+
+    def _model_config(self) -> ModelConfig:
+        s = self.settings
+        return ModelConfig(
+            self.target, None, s.n_ctx, s.n_threads, s.n_gpu_layers, exact=s.exact, costs_dir=paths.costs_dir()
+        )
+
+    def _new_result(self) -> LabResult:
+        return LabResult(
+            self.target.name,
+            llama_build=system_info(),
+            machine=machine_description(),
+            date=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+
+    def estimate(self) -> LabResult:
+        """Load the target and the drafts, measure the cost profile and estimate every candidate (no runs).
+
+        Raises:
+            OperationError: the target cannot be loaded.
+        """
+        result = self._new_result()
+        with SpeculativeEngine(self._model_config()) as engine:
+            try:
+                _, costs = self._load_drafts(engine)
+                self._profile_into(result, engine, costs)
+            finally:
+                self.close()
+        return result
+
+    def _profile_into(self, result: LabResult, engine: SpeculativeEngine, costs: dict[str, CostModel]) -> None:
+        result.candidates = {c.key: c for c in self.candidates}
+        result.profile = _profile(engine, costs)
+        result.estimates = {c.key: estimate(c, result.profile) for c in self.candidates}
+
+    def run(self, progress: Callable[[LabProgress], None] | None = None) -> LabResult:
+        """Load, profile, and measure round after round until the budget, ``max_rounds`` or a cancel.
+
+        Args:
+            progress: called before each run (on the calling thread).
+
+        Raises:
+            OperationError: the target cannot be loaded.
+        """
+        s = self.settings
+        t0 = time.monotonic()
+        load_before = _load_per_cpu()
+        result = self._new_result()
+        runs: dict[str, dict[str, list[RunResult]]] = {}
+        with SpeculativeEngine(self._model_config()) as engine:
+            try:
+                drafts, costs = self._load_drafts(engine)
+                self._profile_into(result, engine, costs)
+                runs = {p.id: {c.key: [] for c in self.candidates} for p in self.prompts}
+                tokens = {p.id: engine.target.format_chat(list(p.messages)) for p in self.prompts}
+                base = GenerationConfig(
+                    strategy=Strategy.NONE, max_tokens=s.max_tokens, sampling=SamplingParams(temperature=0.0)
+                )
+                self._run_one(engine, PLAIN, drafts, costs, tokens[self.prompts[0].id], base)  # warm-up, untimed
+                per_round = len(self.prompts) * len(self.candidates)
+                planned = s.min_rounds
+                done = 0
+                for rnd in range(s.max_rounds):
+                    if rnd >= planned or self.cancel.is_set():
+                        break
+                    for prompt in self.prompts:
+                        # The order rotates, so a slow moment of the machine is shared out among candidates.
+                        shift = (rnd + self.prompts.index(prompt)) % len(self.candidates)
+                        for cand in [*self.candidates[shift:], *self.candidates[:shift]]:
+                            if self.cancel.is_set():
+                                break
+                            if progress is not None:
+                                elapsed = time.monotonic() - t0
+                                total = per_round * planned
+                                eta = elapsed / done * (total - done) if done else 0.0
+                                what = f"{KINDS.get(prompt.category, prompt.category)}: {cand.label} (round {rnd + 1})"
+                                progress(LabProgress(done, total, elapsed, eta, what))
+                            run = self._run_one(engine, cand, drafts, costs, tokens[prompt.id], base)
+                            if run is not None:
+                                runs[prompt.id][cand.key].append(run)
+                            done += 1
+                    # As many rounds as the budget holds, at the pace measured so far.
+                    pace = (time.monotonic() - t0) / (rnd + 1)
+                    fits = int(s.budget_s // pace) if pace > 0 else s.max_rounds
+                    planned = min(s.max_rounds, max(s.min_rounds, fits))
+            finally:
+                self.close()
+        result.cancelled = self.cancel.is_set()
+        result.rows = _summarise(self.prompts, self.candidates, runs, result.date)
+        result.noisy = _noise(load_before, self.prompts, runs)
+        return result
+
+    def _load_drafts(self, engine: SpeculativeEngine) -> tuple[dict[str, LlamaBackend], dict[str, CostModel]]:
+        """Load each candidate's draft (once per file and GPU setting) and measure its cost; a draft that turns
+        out unable to draft is dropped with its reason (it never runs)."""
+        s = self.settings
+        drafts: dict[str, LlamaBackend] = {}
+        costs: dict[str, CostModel] = {}
+        by_file: dict[tuple[Path, int], LlamaBackend] = {}
+        costs_by_file: dict[tuple[Path, int], CostModel] = {}
+        keep = []
+        for cand in self.candidates:
+            if cand.draft is None:
+                keep.append(cand)
+                continue
+            where = (cand.draft, cand.n_gpu_layers_draft)
+            backend = by_file.get(where)
+            if backend is None:
+                try:
+                    backend = LlamaBackend(
+                        cand.draft, BackendParams(s.n_ctx, s.n_threads, cand.n_gpu_layers_draft, exact=s.exact)
+                    )
+                except OperationError as exc:
+                    self.skipped[cand.key] = exc.message
+                    continue
+                problem = vocab_mismatch(engine.target.vocab, backend.vocab)
+                if problem or backend.recurrent:
+                    backend.close()
+                    self.skipped[cand.key] = problem or "a recurrent model cannot draft"
+                    continue
+                by_file[where] = backend
+                # Its own cost model (the target's costs as measured, this draft's timed now), shared by the
+                # candidates that use this draft: the machine charges them alike.
+                cost = engine.new_costs()
+                cost.restore(engine.costs.state())
+                cost.forget_draft()
+                calibrate_draft(backend, cost, repeats=3)
+                costs_by_file[where] = cost
+            drafts[cand.key], costs[cand.key] = backend, costs_by_file[where]
+            keep.append(cand)
+        self.candidates = keep
+        self._backends = list(by_file.values())
+        return drafts, costs
+
+    def _run_one(
+        self,
+        engine: SpeculativeEngine,
+        cand: Candidate,
+        drafts: dict[str, LlamaBackend],
+        costs: dict[str, CostModel],
+        prompt: list[int],
+        base: GenerationConfig,
+    ) -> RunResult | None:
+        config = replace(
+            base, strategy=cand.strategy, n_draft=cand.n_draft or DEFAULT_N_DRAFT, adaptive=cand.n_draft is None
+        )
+        rng = np.random.default_rng(config.sampling.seed)
+        sources: list[Drafter] = []
+        if cand.strategy in (Strategy.LOOKUP, Strategy.AUTO):
+            sources.append(engine.lookup())
+        if cand.strategy in (Strategy.NGRAM_CACHE, Strategy.AUTO):
+            # A fresh cache each run: the repeated prompts would otherwise teach it their answers.
+            sources.append(NgramCacheDrafter(engine.fingerprint, None))
+        draft = drafts.get(cand.key)
+        if draft is not None:
+            sources.append(DraftModelDrafter(draft, config.sampling, config.p_min, engine.target.n_vocab, rng))
+        return run_once(engine, prompt, config, sources, costs.get(cand.key, engine.costs), self.cancel)
+
+    def close(self) -> None:
+        """Free the draft models (:meth:`run` does at its end)."""
+        for backend in self._backends:
+            backend.close()
+        self._backends = []
+
+
+def _profile(engine: SpeculativeEngine, costs: dict[str, CostModel]) -> CostProfile:
+    verify = engine.costs.verify
+    step = verify.estimate(1) or 0.0
+    sizes = sorted(verify.measured())
+    rel = {n: (verify.estimate(n) or 0.0) / step for n in sizes} if step else {1: 1.0}
+    rel[1] = 1.0
+    draft_call = {key: cost.draft_call_seconds() / step for key, cost in costs.items()} if step else {}
+    return CostProfile(step, rel, draft_call)
+
+
+def _load_per_cpu() -> float | None:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        return None
+
+
+def _noise(
+    load_before: float | None, prompts: Sequence[BenchPrompt], runs: dict[str, dict[str, list[RunResult]]]
+) -> str | None:
+    if load_before is not None and load_before > 0.5:
+        return f"the machine was busy before the run (load {load_before:.1f} per CPU): other programs share the CPUs"
+    spreads = []
+    for p in prompts:
+        tps = [r.tokens_per_second for r in runs[p.id].get(PLAIN.key, [])]
+        if len(tps) >= 2 and statistics.median(tps) > 0:
+            spreads.append((max(tps) - min(tps)) / statistics.median(tps))
+    if spreads and max(spreads) > NOISY_SPREAD:
+        return (
+            f"plain decoding's speed varied by {max(spreads):.0%} between rounds: something else used the CPUs, so "
+            "differences of that size mean nothing"
+        )
+    return None
+
+
+def _summarise(
+    prompts: Sequence[BenchPrompt],
+    candidates: Sequence[Candidate],
+    runs: dict[str, dict[str, list[RunResult]]],
+    date: str,
+) -> dict[str, dict[str, Row]]:
+    out: dict[str, dict[str, Row]] = {}
+    for kind in dict.fromkeys(p.category for p in prompts):
+        ids = [p.id for p in prompts if p.category == kind]
+        rows: dict[str, Row] = {}
+        for cand in candidates:
+            have = [i for i in ids if runs[i][cand.key] and runs[i][PLAIN.key]]
+            if not have:
+                continue
+            medians = [statistics.median(r.tokens_per_second for r in runs[i][cand.key]) for i in have]
+            plain = [statistics.median(r.tokens_per_second for r in runs[i][PLAIN.key]) for i in have]
+            ratios = [m / p for m, p in zip(medians, plain, strict=True) if p > 0 and m > 0]
+            all_runs = [r for i in have for r in runs[i][cand.key]]
+            drafted = sum(r.n_drafted for r in all_runs)
+            steps = sum(r.n_steps for r in all_runs)
+            late = [k for r in all_runs for k in r.n_draft_chosen[len(r.n_draft_chosen) // 2 :]]
+            identical = all(r.tokens == runs[i][PLAIN.key][0].tokens for i in have for r in runs[i][cand.key])
+            rows[cand.key] = Row(
+                key=cand.key,
+                label=cand.label,
+                tokens_per_second=statistics.fmean(medians),
+                speedup=math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
+                acceptance=sum(r.n_accepted for r in all_runs) / drafted if drafted else None,
+                mean_accepted_length=sum(r.n_generated for r in all_runs) / steps if steps else 1.0,
+                settled_n_draft=float(statistics.median(late)) if late else 0.0,
+                identical=identical,
+                runs=len(all_runs),
+                date=date,
+            )
+        out[kind] = rows
+    return out
+
+
+def settings_to_apply(row: Row, result: LabResult) -> dict[str, Any]:
+    """The settings fields a recommendation changes (the strategy, and the draft model and its GPU layers)."""
+    cand = result.candidates.get(row.key)
+    if cand is None:
+        return {}
+    out: dict[str, Any] = {"strategy": cand.strategy.value, "adaptive": True}
+    if cand.draft is not None:
+        out["draft_path"] = str(cand.draft)
+        out["n_gpu_layers_draft"] = cand.n_gpu_layers_draft
+    return out

@@ -1,0 +1,626 @@
+"""The Pair lab window: from "I have this target" to the fastest draft and settings for the user's text.
+
+A Qt face on :mod:`speculens.lab`. The user picks a target; the candidates appear (plain decoding, the draft-free
+strategies, every draft in the library — those that cannot draft for the target greyed with the reason — and the
+catalog's suggested drafts with a Download button). *Estimate* measures a short cost profile on the engine worker
+and shows what each candidate could reach (hopeless ones are unticked); *Run* measures the ticked candidates on
+the chosen kinds of text within a time budget, with a progress bar, an ETA and Cancel (what was measured is
+kept). The results — a ranked table per kind, a chart of speedup per kind, a chart of measured against
+theoretical speedup over the draft length, and a recommendation in words — are saved per machine and target and
+shown again next time; *Apply* puts the recommended strategy and draft in the settings; File exports JSON, CSV
+and PNG.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMainWindow,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from speculens.atomic import write_bytes_atomic, write_json_atomic
+from speculens.engine.config import Strategy
+from speculens.errors import SpeculensError
+from speculens.lab import (
+    KINDS,
+    PLAIN,
+    Candidate,
+    LabProgress,
+    LabResult,
+    LabSettings,
+    PairLab,
+    lab_prompts,
+    list_candidates,
+    load_saved,
+    save,
+    settings_to_apply,
+    theoretical_speedup,
+)
+from speculens.ui.model_controller import ModelController
+from speculens.ui.settings_store import SettingsStore
+from speculens.ui.tasks import TaskRunner
+from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
+
+SUITE_KINDS = [k for k in KINDS if k != "custom"]
+DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
+NOISY_STYLE = "QLabel { background: #fff3cd; color: #664d03; padding: 8px; border-radius: 4px }"
+SWEEP = (1, 2, 4, 8)
+PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2")
+_COLUMNS = ("Candidate", "tok/s", "Speedup", "Acceptance", "Tokens/pass", "Draft length", "Same output", "Measured")
+
+
+def _item(text: str, tip: str = "", align_right: bool = False) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+    if tip:
+        item.setToolTip(tip)
+    if align_right:
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+class PairLabWindow(QMainWindow):
+    """The pair lab.
+
+    Args:
+        worker: the engine worker (the lab runs there, serialised with the chat).
+        store: the settings store (context, threads, GPU layers; Apply writes to it).
+        models: the model controller (library, GPU backend).
+        download: starts a hub download in the model manager (repo, file).
+        parent: the Qt parent.
+    """
+
+    def __init__(
+        self,
+        worker: EngineWorker,
+        store: SettingsStore,
+        models: ModelController,
+        download: Callable[[str, str], None] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Pair lab")
+        self.worker = worker
+        self.store = store
+        self.models = models
+        self.download = download
+        self.tasks = TaskRunner(self)
+        self.candidates: list[Candidate] = []
+        self.result: LabResult | None = None
+        self._request: int | None = None
+        self._estimating = False
+        self._build()
+        worker.lab_progressed.connect(self._on_worker_lab_progressed)
+        worker.lab_finished.connect(self._on_worker_lab_finished)
+        worker.lab_failed.connect(self._on_worker_lab_failed)
+        self.refresh_targets()
+        self.resize(1400, 900)
+
+    # ---- layout -------------------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        splitter = QSplitter(self)
+        setup = QWidget(splitter)
+        left = QVBoxLayout(setup)
+        form = QFormLayout()
+        self.target_box = QComboBox(setup)
+        self.target_box.currentIndexChanged.connect(self._on_target_box_current_index_changed)
+        form.addRow("Target", self.target_box)
+        left.addLayout(form)
+
+        self.candidate_table = QTableWidget(0, 3, setup)
+        self.candidate_table.setHorizontalHeaderLabels(["Candidate", "Estimate", "Status"])
+        header = self.candidate_table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        self.candidate_table.verticalHeader().setVisible(False)
+        self.candidate_table.setWordWrap(True)
+        left.addWidget(QLabel("<b>Candidates</b> (tick what to measure; plain decoding always runs)", setup))
+        left.addWidget(self.candidate_table, 3)
+
+        kinds = QGroupBox("Kinds of text", setup)
+        kinds_layout = QVBoxLayout(kinds)
+        self.kind_boxes: dict[str, QCheckBox] = {}
+        for kind in SUITE_KINDS:
+            box = QCheckBox(KINDS[kind], kinds)
+            box.setChecked(kind in DEFAULT_KINDS)
+            kinds_layout.addWidget(box)
+            self.kind_boxes[kind] = box
+        self.own_text = QPlainTextEdit(kinds)
+        self.own_text.setPlaceholderText("…or paste a request like the ones you make (it becomes one more prompt)")
+        self.own_text.setMaximumHeight(90)
+        kinds_layout.addWidget(self.own_text)
+        left.addWidget(kinds)
+
+        options = QFormLayout()
+        self.budget = QSpinBox(setup)
+        self.budget.setRange(1, 120)
+        self.budget.setValue(5)
+        self.budget.setSuffix(" min")
+        self.budget.setToolTip("Rounds repeat until the budget is spent (at least one round runs)")
+        options.addRow("Time budget", self.budget)
+        self.sweep_box = QCheckBox("Also measure draft models at fixed lengths 1, 2, 4, 8", setup)
+        self.sweep_box.setToolTip("For the chart of measured against theoretical speedup (takes longer)")
+        options.addRow(self.sweep_box)
+        left.addLayout(options)
+
+        buttons = QHBoxLayout()
+        self.estimate_button = QPushButton("Estimate", setup)
+        self.estimate_button.setToolTip("Measure a short cost profile and estimate each candidate (seconds)")
+        self.estimate_button.clicked.connect(self.estimate)
+        self.run_button = QPushButton("Run (Ctrl+Enter)", setup)
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button = QPushButton("Cancel (Esc)", setup)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        for b in (self.estimate_button, self.run_button, self.cancel_button):
+            buttons.addWidget(b)
+        left.addLayout(buttons)
+        self.progress = QProgressBar(setup)
+        self.progress.setFormat("%v of %m runs")
+        self.progress.hide()
+        left.addWidget(self.progress)
+        self.status = QLabel("", setup)
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        left.addWidget(self.status)
+
+        results = QWidget(splitter)
+        right = QVBoxLayout(results)
+        self.header = QLabel("No results for this target on this machine yet.", results)
+        self.header.setWordWrap(True)
+        right.addWidget(self.header)
+        self.noisy = QLabel("", results)
+        self.noisy.setStyleSheet(NOISY_STYLE)
+        self.noisy.setWordWrap(True)
+        self.noisy.hide()
+        right.addWidget(self.noisy)
+        self.recommendation = QLabel("", results)
+        self.recommendation.setWordWrap(True)
+        self.recommendation.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        right.addWidget(self.recommendation)
+        apply_row = QHBoxLayout()
+        self.apply_button = QPushButton("Apply the recommendation", results)
+        self.apply_button.setEnabled(False)
+        self.apply_button.clicked.connect(self.apply)
+        apply_row.addWidget(self.apply_button)
+        apply_row.addStretch(1)
+        right.addLayout(apply_row)
+        self.tabs = QTabWidget(results)
+        right.addWidget(self.tabs, 3)
+        charts = QWidget(results)
+        charts_layout = QHBoxLayout(charts)
+        self.speedup_plot = pg.PlotWidget(charts, title="Speedup over plain decoding, per kind of text")
+        self.speedup_plot.setBackground("w")
+        self.speedup_plot.showGrid(y=True, alpha=0.3)
+        self.speedup_plot.setLabel("left", "×")
+        self.speedup_plot.addLegend(offset=(10, 5))
+        self.sweep_plot = pg.PlotWidget(charts, title="Draft length: theory vs measured")
+        self.sweep_plot.setBackground("w")
+        self.sweep_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.sweep_plot.setLabel("bottom", "draft length (n_draft)")
+        self.sweep_plot.setLabel("left", "×")
+        self.sweep_plot.addLegend(offset=(-10, -10))
+        for plot in (self.speedup_plot, self.sweep_plot):
+            plot.setMinimumHeight(240)
+            charts_layout.addWidget(plot)
+        self.charts = charts
+        right.addWidget(charts, 2)
+        splitter.addWidget(setup)
+        splitter.addWidget(results)
+        splitter.setStretchFactor(1, 2)
+        splitter.setSizes([520, 880])
+        self.setCentralWidget(splitter)
+
+        file_menu = self.menuBar().addMenu("&File")
+        self.export_json_action = file_menu.addAction("Export results as &JSON…", self.export_json)
+        self.export_csv_action = file_menu.addAction("Export results as &CSV…", self.export_csv)
+        self.export_png_action = file_menu.addAction("Export charts as &PNG…", self.export_png)
+        for action in (self.export_json_action, self.export_csv_action, self.export_png_action):
+            action.setEnabled(False)
+        file_menu.addSeparator()
+        file_menu.addAction("&Close", QKeySequence.StandardKey.Close, self.close)
+        QShortcut(QKeySequence("Ctrl+Return"), self, self.run)
+        QShortcut(QKeySequence("Esc"), self, self.cancel)
+
+    # ---- target and candidates ----------------------------------------------------------------------------
+
+    def refresh_targets(self) -> None:
+        """List the library's models as targets (the settings' target first)."""
+        current = self.target_path or (
+            Path(self.store.settings.target_path) if self.store.settings.target_path else None
+        )
+        entries = [e for e in self.models.library.entries() if e.available]
+        self.target_box.blockSignals(True)
+        self.target_box.clear()
+        for entry in entries:
+            self.target_box.addItem(f"{entry.path.name} — {entry.name}", str(entry.path))
+        index = next((i for i, e in enumerate(entries) if current is not None and e.path == current), 0)
+        self.target_box.setCurrentIndex(index)
+        self.target_box.blockSignals(False)
+        if entries:
+            self._on_target_box_current_index_changed(index)
+        else:
+            self.status.setText("The library is empty: add or download a model in the model manager first.")
+
+    @property
+    def target_path(self) -> Path | None:
+        """The chosen target."""
+        data = self.target_box.currentData() if hasattr(self, "target_box") else None
+        return Path(data) if data else None
+
+    def _on_target_box_current_index_changed(self, _index: int) -> None:
+        target = self.target_path
+        if target is None:
+            return
+        s = self.store.settings
+        gpu = bool(self.models.gpu_backend)
+        self.status.setText("Checking which drafts can draft for this target…")
+        self.tasks.run(
+            lambda: (list_candidates(target, self.models.library, s.n_ctx, gpu), load_saved(target)),
+            self._on_candidates_listed,
+            self._show_error,
+        )
+
+    def _on_candidates_listed(self, found: tuple[list[Candidate], LabResult | None]) -> None:
+        self.candidates, saved = found
+        self.status.setText("")
+        self._fill_candidates()
+        self.show_result(saved)
+
+    def _fill_candidates(self) -> None:
+        table = self.candidate_table
+        table.setRowCount(len(self.candidates))
+        estimates = self.result.estimates if self.result is not None else {}
+        for row, cand in enumerate(self.candidates):
+            item = _item(cand.label, cand.problem or "")
+            if cand.runnable:
+                item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+                est = estimates.get(cand.key)
+                hopeless = est is not None and est.hopeless
+                item.setCheckState(Qt.CheckState.Unchecked if hopeless else Qt.CheckState.Checked)
+                if cand.is_plain:
+                    item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
+            else:
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+            table.setItem(row, 0, item)
+            est = estimates.get(cand.key)
+            table.setItem(row, 1, _item(est.text if est is not None else "", est.text if est is not None else ""))
+            table.removeCellWidget(row, 2)
+            if cand.download is not None:
+                button = QPushButton("Download", table)
+                repo, file = cand.download
+                button.setToolTip(f"Download {file} from {repo} in the model manager")
+                button.clicked.connect(lambda _=False, r=repo, f=file: self._download(r, f))
+                table.setCellWidget(row, 2, button)
+            elif cand.problem:
+                status = _item("cannot draft", cand.problem)
+                status.setFlags(status.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+                table.setItem(row, 2, status)
+            else:
+                table.setItem(row, 2, _item("ready"))
+        table.resizeRowsToContents()
+
+    def checked(self) -> list[Candidate]:
+        """The ticked candidates."""
+        out = []
+        for row, cand in enumerate(self.candidates):
+            item = self.candidate_table.item(row, 0)
+            if cand.runnable and item is not None and item.checkState() == Qt.CheckState.Checked:
+                out.append(cand)
+        return out
+
+    def _download(self, repo: str, file: str) -> None:
+        if self.download is not None:
+            self.download(repo, file)
+            self.status.setText(f"Downloading {file} in the model manager; it appears here once it is in the library.")
+
+    # ---- running ------------------------------------------------------------------------------------------
+
+    def _lab(self) -> PairLab | None:
+        target = self.target_path
+        if target is None:
+            self.status.setText("Choose a target first.")
+            return None
+        kinds = [k for k, box in self.kind_boxes.items() if box.isChecked()]
+        try:
+            prompts = lab_prompts(kinds, self.own_text.toPlainText())
+        except SpeculensError as exc:
+            self._show_error(exc.message)
+            return None
+        s = self.store.settings
+        settings = LabSettings(
+            n_ctx=s.n_ctx,
+            n_threads=s.threads or gui_threads(),
+            n_gpu_layers=s.n_gpu_layers,
+            budget_s=60.0 * self.budget.value(),
+            exact=s.exact,
+            sweep=SWEEP if self.sweep_box.isChecked() else (),
+        )
+        return PairLab(target, self.checked(), prompts, settings)
+
+    def estimate(self) -> None:
+        """Measure the cost profile and estimate every runnable candidate."""
+        lab = self._lab()
+        if lab is None or self._request is not None:
+            return
+        lab.candidates = [PLAIN, *(c for c in self.candidates if c.runnable and not c.is_plain)]
+        self._estimating = True
+        self._start(lab, estimate_only=True)
+        self.status.setText("Measuring the cost profile (the target and each draft, a few decode calls)…")
+
+    def run(self) -> None:
+        """Measure the ticked candidates on the chosen kinds of text."""
+        lab = self._lab()
+        if lab is None or self._request is not None:
+            return
+        for key, why in lab.skipped.items():
+            self.status.setText(f"Skipping {key}: {why}")
+        self._estimating = False
+        self._start(lab, estimate_only=False)
+        self.progress.setRange(0, 0)  # busy until the first run reports
+        self.progress.show()
+        self.status.setText("Loading the target and the drafts…")
+
+    def _start(self, lab: PairLab, estimate_only: bool) -> None:
+        self._request = self.worker.submit(LabRequest(lab, estimate_only))
+        self._set_running(True)
+
+    def cancel(self) -> None:
+        """Stop the run; what it measured is kept."""
+        if self._request is not None:
+            self.worker.cancel(self._request)
+            self.status.setText("Stopping after the current answer…")
+
+    def _set_running(self, running: bool) -> None:
+        for w in (self.estimate_button, self.run_button, self.target_box, self.candidate_table):
+            w.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+
+    def _on_worker_lab_progressed(self, p: LabProgress) -> None:
+        if self._request is None:
+            return
+        self.progress.setRange(0, max(p.total, 1))
+        self.progress.setValue(p.done)
+        eta = f" — about {_duration(p.eta_s)} left" if p.eta_s else ""
+        self.status.setText(f"{p.what}{eta}")
+
+    def _on_worker_lab_finished(self, result: LabResult) -> None:
+        if self._request is None:
+            return
+        self._request = None
+        self._set_running(False)
+        self.progress.hide()
+        target = self.target_path
+        if self._estimating:
+            saved = load_saved(target) if target is not None else None
+            merged = replace(saved, estimates=result.estimates, profile=result.profile) if saved else result
+            self.show_result(merged)
+            self._fill_candidates()
+            hopeless = [result.candidates[k].label for k, e in result.estimates.items() if e.hopeless]
+            self.status.setText(
+                "Estimated." + (f" Unticked, since they cannot win here: {', '.join(hopeless)}." if hopeless else "")
+            )
+            return
+        if target is not None and result.rows:
+            try:
+                save(result, target)
+            except OSError as exc:
+                self.status.setText(f"The results could not be saved: {exc}")
+        self.show_result((load_saved(target) if target is not None else None) or result, latest=result)
+        self.status.setText("Stopped: these are the runs measured before the stop." if result.cancelled else "Done.")
+
+    def _on_worker_lab_failed(self, message: str) -> None:
+        if self._request is None:
+            return
+        self._request = None
+        self._set_running(False)
+        self.progress.hide()
+        self._show_error(message)
+
+    def _show_error(self, message: str) -> None:
+        self.status.setText(f"<b>The pair lab could not go on.</b> {html.escape(message)}")
+
+    # ---- results ------------------------------------------------------------------------------------------
+
+    def show_result(self, result: LabResult | None, latest: LabResult | None = None) -> None:
+        """Show saved (or just measured) results: tables, charts, recommendation."""
+        self.result = result
+        self.tabs.clear()
+        self.speedup_plot.clear()
+        self.sweep_plot.clear()
+        for action in (self.export_json_action, self.export_csv_action, self.export_png_action):
+            action.setEnabled(bool(result and result.rows))
+        if result is None or not result.rows:
+            self.header.setText("No results for this target on this machine yet: choose kinds of text and Run.")
+            self.recommendation.setText("")
+            self.noisy.hide()
+            self.apply_button.setEnabled(False)
+            return
+        date = result.date.replace("T", " ")[:16]
+        self.header.setText(
+            f"<b>{html.escape(result.target)}</b> — measured {date} UTC on {html.escape(result.machine)} "
+            f"<br><small>llama.cpp: {html.escape(result.llama_build[:160])}</small>"
+        )
+        shown = latest or result
+        notes = [n for n in (shown.noisy, "Cancelled before the end." if shown.cancelled else None) if n]
+        self.noisy.setText("⚠ " + " ".join(notes) if notes else "")
+        self.noisy.setVisible(bool(notes))
+        best = result.overall_best()
+        lines = [html.escape(s) for s in result.recommendation()]
+        if best is not None:
+            lines.insert(0, f"<b>Recommended for these kinds of text: {html.escape(best.label)}</b>")
+        self.recommendation.setText("<br>".join(lines))
+        self.apply_button.setEnabled(best is not None)
+        for kind in result.rows:
+            self.tabs.addTab(self._table(result, kind), KINDS.get(kind, kind))
+        self._plot_speedups(result)
+        self._plot_sweep(result)
+
+    def _table(self, result: LabResult, kind: str) -> QTableWidget:
+        ranked = result.ranking(kind)
+        table = QTableWidget(len(ranked), len(_COLUMNS), self.tabs)
+        table.setHorizontalHeaderLabels(list(_COLUMNS))
+        table.verticalHeader().setVisible(False)
+        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for i, r in enumerate(ranked):
+            est = result.estimates.get(r.key)
+            values = [
+                (r.label, est.text if est is not None else "", False),
+                (f"{r.tokens_per_second:.1f}", "", True),
+                ("–" if r.speedup is None else f"×{r.speedup:.2f}", "over plain decoding in the same run", True),
+                ("–" if r.acceptance is None else f"{r.acceptance:.0%}", "", True),
+                (f"{r.mean_accepted_length:.2f}", "tokens per target pass", True),
+                (f"{r.settled_n_draft:g}", "the draft length the adaptive controller settled on", True),
+                ("–" if r.identical is None else ("yes" if r.identical else "no"), "greedy output = plain's", False),
+                (r.date.replace("T", " ")[:16], f"{r.runs} timed runs", False),
+            ]
+            for column, (text, tip, right) in enumerate(values):
+                table.setItem(i, column, _item(text, tip, right))
+        table.resizeColumnsToContents()
+        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        return table
+
+    def _plot_speedups(self, result: LabResult) -> None:
+        kinds = list(result.rows)
+        keys: list[str] = []
+        for kind in kinds:  # the best few of each kind, plain decoding left out (it is the 1.0 line)
+            keys += [r.key for r in result.ranking(kind) if r.key != PLAIN.key][:3]
+        keys = list(dict.fromkeys(keys))[:6]
+        width = 0.8 / max(len(keys), 1)
+        top = 1.0
+        for i, key in enumerate(keys):
+            xs = [k + (i - (len(keys) - 1) / 2) * width for k in range(len(kinds))]
+            ys = [(result.rows[kind][key].speedup or 0.0) if key in result.rows[kind] else 0.0 for kind in kinds]
+            top = max(top, *ys)
+            label = result.candidates[key].label if key in result.candidates else key
+            color = PALETTE[i % len(PALETTE)]
+            self.speedup_plot.addItem(pg.BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color, name=label))
+        self.speedup_plot.addLine(y=1.0, pen=pg.mkPen("#444", style=Qt.PenStyle.DashLine))
+        self.speedup_plot.setYRange(0, top * 1.45, padding=0)  # room for the legend above the bars
+        self.speedup_plot.setXRange(-0.5, len(kinds) - 0.5, padding=0)
+        axis = self.speedup_plot.getAxis("bottom")
+        axis.setTicks([[(i, KINDS.get(k, k)) for i, k in enumerate(kinds)]])
+
+    def _plot_sweep(self, result: LabResult) -> None:
+        """The best draft model's theoretical speedup (its measured acceptance and costs, Leviathan's formula)
+        against what was measured: fixed draft lengths when swept, and the adaptive controller's point."""
+        if result.profile is None:
+            return
+        kinds = list(result.rows)
+        drafts = [k for k, c in result.candidates.items() if c.strategy is Strategy.DRAFT and c.n_draft is None]
+        rows = [(kind, result.rows[kind][k]) for kind in kinds for k in drafts if k in result.rows[kind]]
+        if not rows:
+            self.sweep_plot.setTitle("Measured vs theoretical speedup: no draft model was measured")
+            return
+        kind, row = max(rows, key=lambda kr: kr[1].speedup or 0.0)
+        est = result.estimates.get(row.key)
+        alpha = row.acceptance or 0.0
+        ratio = est.cost_ratio if est is not None and est.cost_ratio is not None else 0.0
+        ks = np.arange(1, 17)
+        theory = [theoretical_speedup(alpha, int(k), ratio, result.profile) for k in ks]
+        self.sweep_plot.setTitle(f"Draft length: theory vs measured ({KINDS.get(kind, kind).lower()})")
+        self.sweep_plot.setToolTip(
+            f"{row.label}: acceptance {alpha:.0%}, a draft token costs {ratio:.2f} of a target step; the curve is "
+            "Leviathan et al.'s expected speedup with the measured verification costs"
+        )
+        name = f"theory: acceptance {alpha:.0%}, draft cost {ratio:.2f}"
+        self.sweep_plot.plot(ks, theory, pen=pg.mkPen("#4C78A8", width=2), name=name)
+        swept = [
+            (c.n_draft, result.rows[kind][k].speedup)
+            for k, c in result.candidates.items()
+            if c.n_draft is not None and k.startswith(row.key + "/") and k in result.rows[kind]
+        ]
+        if swept:
+            xs, ys = zip(*sorted((k, s or 0.0) for k, s in swept), strict=True)
+            self.sweep_plot.plot(xs, ys, pen=None, symbol="o", symbolBrush="#E45756", name="measured, fixed length")
+        self.sweep_plot.plot(
+            [max(row.settled_n_draft, 0.0)],
+            [row.speedup or 0.0],
+            pen=None,
+            symbol="star",
+            symbolSize=14,
+            symbolBrush="#54A24B",
+            name="measured, adaptive",
+        )
+        self.sweep_plot.addLine(y=1.0, pen=pg.mkPen("#444", style=Qt.PenStyle.DashLine))
+
+    def apply(self) -> None:
+        """Put the recommended strategy and draft into the settings (a reload applies a new draft)."""
+        if self.result is None:
+            return
+        best = self.result.overall_best()
+        if best is None:
+            return
+        changes = settings_to_apply(best, self.result)
+        target = self.target_path
+        if target is not None:
+            changes["target_path"] = str(target)
+        self.store.update(**changes)
+        reload = " Load the models again (Ctrl+L) to use the new draft." if self.store.reload_needed() else ""
+        self.status.setText(f"Applied: {best.label}.{reload}")
+
+    # ---- exports ------------------------------------------------------------------------------------------
+
+    def _ask(self, title: str, suffix: str, kind: str) -> Path | None:
+        name = f"pair-lab-{Path(self.result.target).stem if self.result else 'results'}{suffix}"
+        path, _ = QFileDialog.getSaveFileName(self, title, name, kind)
+        return Path(path) if path else None
+
+    def export_json(self) -> None:
+        """Save the results as JSON."""
+        if self.result is not None and (path := self._ask("Export results as JSON", ".json", "JSON (*.json)")):
+            write_json_atomic(path, self.result.to_document())
+
+    def export_csv(self) -> None:
+        """Save the results as CSV."""
+        if self.result is not None and (path := self._ask("Export results as CSV", ".csv", "CSV (*.csv)")):
+            write_bytes_atomic(path, self.result.to_csv().encode("utf-8"))
+
+    def export_png(self) -> None:
+        """Save both charts as one PNG."""
+        if self.result is not None and (path := self._ask("Export charts as PNG", ".png", "PNG images (*.png)")):
+            self.save_png(path)
+
+    def save_png(self, path: Path) -> bool:
+        """Render the charts into a PNG file."""
+        return bool(self.charts.grab().save(str(path), "PNG"))
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Closing the window stops a run (its partial results are saved when they arrive)."""
+        self.cancel()
+        self.tasks.wait(5.0)
+        super().closeEvent(event)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"

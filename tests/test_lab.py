@@ -1,0 +1,179 @@
+"""The pair lab's core on tiny generated models: candidates, ranking, cancel, skipping, saving, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import TinyModels
+from speculens.engine.config import Strategy
+from speculens.lab import (
+    PLAIN,
+    Candidate,
+    CostProfile,
+    LabProgress,
+    LabSettings,
+    PairLab,
+    estimate,
+    lab_prompts,
+    list_candidates,
+    load_saved,
+    save,
+    theoretical_speedup,
+)
+from speculens.models.library import Library
+from speculens.models.synthetic import TinyModelSpec, write_tiny_model
+
+QUICK = LabSettings(n_ctx=512, max_tokens=24, budget_s=0.0, min_rounds=1, max_rounds=1)
+
+
+@pytest.fixture()
+def library(tiny: TinyModels, tmp_path: Path) -> Library:
+    lib = Library()
+    unrelated = write_tiny_model(tmp_path / "tiny-unrelated.gguf", TinyModelSpec(seed=9, name="tiny-unrelated"))
+    for path in (tiny.target, tiny.identical, tiny.perturbed, tiny.mismatch, unrelated):
+        lib.add(path)
+    return lib
+
+
+def test_candidates_list_every_draft_and_say_why_one_cannot_run(tiny: TinyModels, library: Library) -> None:
+    candidates = {c.key: c for c in list_candidates(tiny.target, library, n_ctx=512)}
+    assert next(iter(candidates)) == PLAIN.key and {"lookup", "ngram-cache", "auto"} <= set(candidates)
+    for draft in (tiny.identical, tiny.perturbed):
+        assert candidates[f"draft:{draft.name}"].runnable and candidates[f"auto:{draft.name}"].runnable
+    mismatch = candidates[f"draft:{tiny.mismatch.name}"]
+    assert not mismatch.runnable and "tokenizer mismatch" in (mismatch.problem or "").lower()
+    assert f"auto:{tiny.mismatch.name}" not in candidates
+    assert f"draft:{tiny.target.name}" not in candidates  # never its own draft
+
+
+def test_the_lab_ranks_identical_weights_above_a_perturbed_and_an_unrelated_draft(
+    tiny: TinyModels, library: Library
+) -> None:
+    drafts = [c for c in list_candidates(tiny.target, library, n_ctx=512) if c.strategy is Strategy.DRAFT]
+    lab = PairLab(tiny.target, drafts, lab_prompts(["chat", "code-generation"]), replace(QUICK, sweep=(4,)))
+    result = lab.run()
+    assert f"draft:{tiny.mismatch.name}" in lab.skipped  # listed, never run
+    for kind in ("chat", "code-generation"):
+        rows = result.rows[kind]
+        assert f"draft:{tiny.mismatch.name}" not in rows
+        fixed = [
+            rows[f"draft:{name}/k=4"] for name in (tiny.identical.name, tiny.perturbed.name, "tiny-unrelated.gguf")
+        ]
+        identical, perturbed, unrelated = fixed
+        assert identical.acceptance == 1.0 and identical.identical
+        assert (identical.speedup or 0) > (perturbed.speedup or 0) > (unrelated.speedup or 0)
+        assert identical.mean_accepted_length > perturbed.mean_accepted_length > unrelated.mean_accepted_length
+        assert [r.key for r in result.ranking(kind)].index(identical.key) < [r.key for r in result.ranking(kind)].index(
+            unrelated.key
+        )
+    # A draft as large as its target cannot win: the estimate says so before anything runs.
+    est = result.estimates[f"draft:{tiny.identical.name}"]
+    assert est.cost_ratio is not None and est.cost_ratio > 0.3
+
+
+def test_cancel_mid_run_keeps_what_was_measured(tiny: TinyModels, library: Library) -> None:
+    candidates = [c for c in list_candidates(tiny.target, library, n_ctx=512) if c.key in ("lookup", "ngram-cache")]
+    cancel = threading.Event()
+    seen: list[LabProgress] = []
+
+    def progress(p: LabProgress) -> None:
+        seen.append(p)
+        if p.done >= 4:
+            cancel.set()
+
+    lab = PairLab(tiny.target, candidates, lab_prompts(["chat", "code-generation", "code-rewrite"]), QUICK, cancel)
+    result = lab.run(progress)
+    assert result.cancelled
+    assert 4 <= len(seen) < 3 * 5  # stopped well before the 15 runs of a round
+    assert result.rows  # the first prompts' figures are kept
+    assert all(p.total >= p.done for p in seen) and seen[-1].elapsed_s > 0
+
+
+def test_a_draft_that_cannot_draft_is_never_run_even_if_listed_as_runnable(tiny: TinyModels) -> None:
+    sneaky = Candidate(f"draft:{tiny.mismatch.name}", "Mismatched", Strategy.DRAFT, tiny.mismatch)
+    lab = PairLab(tiny.target, [sneaky], lab_prompts(["chat"]), QUICK)
+    result = lab.run()
+    assert "token texts differ" in lab.skipped[sneaky.key]
+    assert sneaky.key not in result.rows["chat"] and PLAIN.key in result.rows["chat"]
+
+
+def test_results_are_saved_per_target_reloaded_and_accumulate(tiny: TinyModels, library: Library) -> None:
+    candidates = list_candidates(tiny.target, library, n_ctx=512)
+    first = PairLab(tiny.target, [c for c in candidates if c.key == "lookup"], lab_prompts(["chat"]), QUICK).run()
+    save(first, tiny.target)
+    second = PairLab(tiny.target, [c for c in candidates if c.key == "ngram-cache"], lab_prompts(["chat"]), QUICK).run()
+    save(second, tiny.target)
+    saved = load_saved(tiny.target)
+    assert saved is not None
+    assert {"none", "lookup", "ngram-cache"} <= set(saved.rows["chat"])
+    assert saved.rows["chat"]["lookup"] == first.rows["chat"]["lookup"]  # kept, with its own date
+    assert saved.rows["chat"]["ngram-cache"] == second.rows["chat"]["ngram-cache"]
+    assert saved.llama_build and saved.date == second.date
+    assert saved.recommendation() and all(s.startswith("For chat") for s in saved.recommendation())
+    assert "lookup" in saved.to_csv().lower() or "prompt lookup" in saved.to_csv().lower()
+    assert load_saved(tiny.perturbed) is None
+
+
+def test_estimates_follow_leviathans_formula() -> None:
+    profile = CostProfile(0.1, {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8}, {"draft:cheap": 0.05, "draft:dear": 1.2})
+    # Every draft accepted: k + 1 tokens for k draft calls and one verification of k + 1.
+    assert theoretical_speedup(1.0, 3, 0.05, profile) == pytest.approx(4 / (0.15 + 1.3))
+    assert theoretical_speedup(0.0, 3, 0.05, profile) == pytest.approx(1 / (0.15 + 1.3))
+    cheap = estimate(Candidate("draft:cheap", "cheap", Strategy.DRAFT), profile)
+    dear = estimate(Candidate("draft:dear", "dear", Strategy.DRAFT), profile)
+    assert not cheap.hopeless and cheap.breakeven is not None and 0.0 < cheap.breakeven < 0.5
+    assert dear.hopeless and dear.breakeven is None and "cannot win" in dear.text
+    free = estimate(Candidate("lookup", "lookup", Strategy.LOOKUP), profile)
+    assert free.cost_ratio == 0.0 and free.best[0.9][1] > cheap.best[0.9][1]
+
+
+def test_the_cli_ranks_and_writes_json_and_csv(tiny: TinyModels, tmp_path: Path) -> None:
+    out, table = tmp_path / "lab.json", tmp_path / "lab.csv"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "speculens.cli",
+            "lab",
+            "-m",
+            str(tiny.target),
+            "--kinds",
+            "chat",
+            "--budget",
+            "0",
+            "--rounds",
+            "1",
+            "--max-tokens",
+            "12",
+            "--ctx",
+            "512",
+            "--only",
+            "none,lookup",
+            "--json",
+            str(out),
+            "--csv",
+            str(table),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Chat" in proc.stdout and "Prompt lookup" in proc.stdout and "For chat" in proc.stdout
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["schema"] == "speculens-lab/1" and set(doc["kinds"]["chat"]) == {"none", "lookup"}
+    assert table.read_text(encoding="utf-8").splitlines()[0].startswith("kind,candidate,tokens_per_second")
+    bad = subprocess.run(
+        [sys.executable, "-m", "speculens.cli", "lab", "-m", str(tiny.target), "--only", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "no such candidates" in bad.stderr

@@ -1,0 +1,107 @@
+"""The Pair lab window on tiny generated models: candidates and reasons, estimates, a run with progress, cancel,
+the ranked tables and charts, Apply, saved results shown again, exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from gui_support import ARTIFACTS, make_window
+from speculens.lab import load_saved
+from speculens.models.synthetic import TinyModelSpec, write_tiny_model
+from speculens.ui.pair_lab import PairLabWindow
+
+pytestmark = [
+    pytest.mark.gui,
+    pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints", "This plugin does not support raise"),
+]
+
+
+@pytest.fixture()
+def lab(qtbot, tiny, tmp_path: Path):  # type: ignore[no-untyped-def]
+    window = make_window(qtbot, tiny, load=False)
+    unrelated = write_tiny_model(tmp_path / "tiny-unrelated.gguf", TinyModelSpec(seed=9, name="tiny-unrelated"))
+    for path in (tiny.target, tiny.identical, tiny.perturbed, tiny.mismatch, unrelated):
+        window.models.library.add(path)
+    window.open_pair_lab()
+    lab = window._pair_lab
+    assert isinstance(lab, PairLabWindow)
+    qtbot.waitUntil(lambda: lab.candidate_table.rowCount() > 0, timeout=10_000)
+    for kind, box in lab.kind_boxes.items():
+        box.setChecked(kind == "chat")
+    lab.budget.setValue(1)
+    return lab
+
+
+def rows(lab: PairLabWindow) -> dict[str, int]:
+    return {c.key: i for i, c in enumerate(lab.candidates)}
+
+
+def test_candidates_show_every_draft_and_grey_the_incompatible_one_with_its_reason(lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    index = rows(lab)
+    assert {"none", "lookup", "ngram-cache", "auto", f"draft:{tiny.identical.name}"} <= set(index)
+    item = lab.candidate_table.item(index[f"draft:{tiny.mismatch.name}"], 0)
+    assert not (item.flags() & Qt.ItemFlag.ItemIsEnabled)
+    assert "tokenizer mismatch" in item.toolTip().lower()
+    assert lab.candidate_table.item(index[f"draft:{tiny.mismatch.name}"], 2).text() == "cannot draft"
+    assert lab.target_path == tiny.target  # the settings' target is chosen
+
+
+def test_estimate_fills_the_estimates_and_unticks_hopeless_candidates(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    estimates = lab.result.estimates
+    for row, cand in enumerate(lab.candidates):
+        if not cand.runnable or cand.is_plain:
+            continue
+        assert lab.candidate_table.item(row, 1).text() == estimates[cand.key].text  # an estimate in words
+        ticked = lab.candidate_table.item(row, 0).checkState() == Qt.CheckState.Checked
+        assert ticked == (not estimates[cand.key].hopeless), cand.key
+    assert estimates[f"draft:{tiny.identical.name}"].cost_ratio > 0.3  # as large as its target: dear
+    assert lab.status.text().startswith("Estimated.")
+
+
+def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    progressed: list[object] = []
+    lab.worker.lab_progressed.connect(progressed.append)
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
+        lab.run_button.click()
+        assert not lab.run_button.isEnabled() and lab.cancel_button.isEnabled()
+    assert lab.run_button.isEnabled() and not lab.cancel_button.isEnabled() and lab.progress.isHidden()
+    assert progressed  # the progress bar moved
+    assert lab.tabs.count() == 1 and lab.tabs.tabText(0) == "Chat"
+    table = lab.tabs.widget(0)
+    assert table.rowCount() >= 5 and "Plain decoding" in [table.item(r, 0).text() for r in range(table.rowCount())]
+    assert "For chat" in lab.recommendation.text()
+    assert lab.speedup_plot.plotItem.items  # bars were drawn
+    saved = load_saved(tiny.target)
+    assert saved is not None and "chat" in saved.rows
+    lab.apply_button.click()
+    best = saved.overall_best()
+    assert best is not None and best.label in lab.status.text()
+    assert lab.store.settings.strategy == saved.candidates[best.key].strategy.value
+    ARTIFACTS.mkdir(exist_ok=True)
+    assert lab.save_png(ARTIFACTS / "pair-lab-tiny.png")
+
+
+def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    lab.kind_boxes["code-rewrite"].setChecked(True)
+    lab.budget.setValue(30)
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
+        lab.run_button.click()
+        qtbot.waitSignal(lab.worker.lab_progressed, timeout=60_000).wait()
+        qtbot.keyClick(lab, Qt.Key.Key_Escape)
+    assert "Stopped" in lab.status.text() and "Cancelled" in lab.noisy.text()
+    # A new window for the same target shows what was saved, with its date.
+    again = PairLabWindow(lab.worker, lab.store, lab.models)
+    qtbot.addWidget(again)
+    qtbot.waitUntil(lambda: "measured" in again.header.text(), timeout=10_000)
+    out = Path(str(ARTIFACTS / "pair-lab.json"))
+    ARTIFACTS.mkdir(exist_ok=True)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    again.export_json()
+    assert json.loads(out.read_text(encoding="utf-8"))["schema"] == "speculens-lab/1"
