@@ -177,3 +177,24 @@ def test_the_cli_ranks_and_writes_json_and_csv(tiny: TinyModels, tmp_path: Path)
         timeout=120,
     )
     assert bad.returncode == 2 and "no such candidates" in bad.stderr
+
+
+def test_the_recommendation_prefers_the_simplest_of_candidates_within_the_noise() -> None:
+    from speculens.lab import LabResult, Row
+
+    def row(key: str, speedup: float) -> Row:
+        return Row(key, key, 10.0 * speedup, speedup, 0.9, 2.0, 4.0, True, 3, "2026-01-01")
+
+    candidates = {
+        "none": PLAIN,
+        "auto": Candidate("auto", "Automatic", Strategy.AUTO),
+        "auto:d": Candidate("auto:d", "Automatic with d", Strategy.AUTO, Path("d.gguf")),
+    }
+    rows = {"code-rewrite": {"none": row("none", 1.0), "auto": row("auto", 1.40), "auto:d": row("auto:d", 1.42)}}
+    result = LabResult("t.gguf", rows=rows, candidates=candidates)
+    best = result.overall_best()
+    assert best is not None and best.key == "auto"  # 1.42 vs 1.40 is noise; no draft model to load
+    rows["code-rewrite"]["auto:d"] = row("auto:d", 1.60)
+    assert result.overall_best().key == "auto:d"  # a real gain is worth the draft model
+    rows["code-rewrite"] = {k: row(k, 1.01) for k in rows["code-rewrite"]}
+    assert result.overall_best().key == "none"  # nothing beats plain decoding by more than the noise

@@ -51,6 +51,7 @@ from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine, calibrate_draft
 from speculens.engine.vocab import vocab_mismatch
 from speculens.errors import InvalidInputError, OperationError
+from speculens.logging_setup import backend_description
 from speculens.models.catalog import pairs_for_target
 from speculens.models.compat import check_pair
 from speculens.models.gguf_info import GGUFError, read_gguf_info
@@ -151,7 +152,7 @@ def list_candidates(target: Path, library: Library, n_ctx: int = 4096, gpu: bool
     info = read_gguf_info(target)
     out = [PLAIN, *DRAFT_FREE]
     target_resolved = target.resolve()
-    seen: set[str] = set()
+    seen: set[str] = {target.name}
     for entry in library.entries():
         if not entry.available or entry.path.resolve() == target_resolved or entry.path.name in seen:
             continue
@@ -167,9 +168,10 @@ def list_candidates(target: Path, library: Library, n_ctx: int = 4096, gpu: bool
         else:  # one as large as the target can only lose; kept, for teaching, and its estimate says so
             label = name if (report.size_ratio or 0.0) > 1.0 else f"{name} (not smaller than the target)"
             out.extend(_draft_candidates(entry.path, label, gpu, entry.size))
+    target_size = target.stat().st_size
     for pair in pairs_for_target(info):
         file = pair.draft.file
-        if file in seen:
+        if file in seen or pair.draft.size >= target_size:  # the catalog pairs it with larger targets
             continue
         seen.add(file)
         out.append(
@@ -246,44 +248,50 @@ def theoretical_speedup(alpha: float, k: int, cost_ratio: float, profile: CostPr
 
 
 def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> Estimate:
-    """The estimate of one candidate from the cost profile (see :class:`Estimate`)."""
+    """The estimate of one candidate from the cost profile (see :class:`Estimate`). ``auto`` with a draft model
+    is estimated as its free sources: the controller runs the draft model only when it can pay."""
     if candidate.is_plain:
         return Estimate(candidate.key, None, {}, None, False, "the baseline")
     ratio = profile.draft_call.get(candidate.key, 0.0) if candidate.strategy is Strategy.DRAFT else 0.0
-    if candidate.strategy is Strategy.AUTO and candidate.draft is not None:
-        ratio = profile.draft_call.get(candidate.key, 0.0)
 
-    def best_at(alpha: float) -> tuple[int, float]:
-        return max(
-            ((k, theoretical_speedup(alpha, k, ratio, profile)) for k in range(1, n_draft + 1)), key=lambda x: x[1]
-        )
+    def best_at(alpha: float, cost: float = ratio) -> tuple[int, float]:
+        candidates = ((k, theoretical_speedup(alpha, k, cost, profile)) for k in range(1, n_draft + 1))
+        return max(candidates, key=lambda x: x[1])
 
     best = {a: best_at(a) for a in ESTIMATE_ALPHAS}
     hopeless = best_at(1.0)[1] < 1.0
-    breakeven = None
-    if not hopeless:
-        lo, hi = 0.0, 1.0
-        for _ in range(30):  # the acceptance where the best speedup crosses 1, by bisection
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if best_at(mid)[1] >= 1.0 else (mid, hi)
-        breakeven = hi
+    breakeven = None if hopeless else _breakeven(best_at, ratio)
+    k, s = best[0.7]
     if hopeless:
         text = (
             f"a draft token costs {ratio:.2f} of a target step: even if every draft were accepted it would be "
             f"×{best_at(1.0)[1]:.2f}, so it cannot win here"
         )
     elif candidate.strategy is Strategy.DRAFT:
-        k, s = best[0.7]
         text = (
             f"a draft token costs {ratio:.2f} of a target step; pays from {breakeven:.0%} acceptance "
             f"(×{s:.2f} at 70%, k={k})"
         )
     else:
-        k, s = best[0.7]
         text = (
             f"drafts cost nothing; pays from {breakeven:.0%} acceptance, i.e. when the text repeats (×{s:.2f} at 70%)"
         )
+        draft_cost = profile.draft_call.get(candidate.key)
+        if candidate.strategy is Strategy.AUTO and draft_cost is not None:
+            if best_at(1.0, draft_cost)[1] < 1.0:
+                text += f"; its draft model (a token costs {draft_cost:.2f} of a target step) cannot win here"
+            else:
+                text += f"; its draft model pays from {_breakeven(best_at, draft_cost):.0%} acceptance"
     return Estimate(candidate.key, ratio, best, breakeven, hopeless, text)
+
+
+def _breakeven(best_at: Callable[[float, float], tuple[int, float]], cost: float) -> float:
+    """The acceptance where the best speedup crosses 1 (by bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if best_at(mid, cost)[1] >= 1.0 else (mid, hi)
+    return hi
 
 
 # ---- prompts -----------------------------------------------------------------------------------------------
@@ -373,31 +381,41 @@ class LabResult:
         return sorted(self.rows.get(kind, {}).values(), key=lambda r: -(r.speedup or 0.0))
 
     def best(self, kind: str) -> Row | None:
-        """The kind's fastest candidate, plain decoding unless one beats it by :data:`RECOMMEND_MARGIN`."""
-        ranked = self.ranking(kind)
-        plain = self.rows.get(kind, {}).get(PLAIN.key)
-        if not ranked:
-            return None
-        top = ranked[0]
-        if plain is not None and (top.speedup or 0.0) < 1.0 + RECOMMEND_MARGIN:
-            return plain
-        return top
+        """The kind's candidate to recommend (see :meth:`_pick`)."""
+        rows = self.rows.get(kind, {})
+        key = self._pick({k: r.speedup for k, r in rows.items() if r.speedup})
+        return rows[key] if key is not None else None
 
     def overall_best(self) -> Row | None:
-        """The candidate to apply: the best geometric-mean speedup over the kinds measured (each kind counts
-        once), plain decoding unless one beats it by the margin."""
+        """The candidate to apply for every kind measured: the best geometric-mean speedup over the kinds (each
+        kind counts once), chosen as :meth:`_pick` chooses."""
         kinds = [k for k in self.rows if self.rows[k]]
         keys = set.intersection(*(set(self.rows[k]) for k in kinds)) if kinds else set()
-        scored = []
+        scores = {}
         for key in keys:
             speedups = [self.rows[k][key].speedup or 0.0 for k in kinds]
             if all(s > 0 for s in speedups):
-                scored.append((math.exp(statistics.fmean(math.log(s) for s in speedups)), key))
-        if not scored:
+                scores[key] = math.exp(statistics.fmean(math.log(s) for s in speedups))
+        chosen = self._pick(scores)
+        return self.rows[kinds[0]][chosen] if chosen is not None else None
+
+    def _pick(self, scores: dict[str, float]) -> str | None:
+        """Plain decoding unless a candidate beats it by :data:`RECOMMEND_MARGIN`; among the candidates within
+        that margin of the best, the simplest (no draft model to load, the adaptive controller over a fixed
+        length), then the fastest."""
+        if not scores:
             return None
-        score, key = max(scored)
-        chosen = key if score >= 1.0 + RECOMMEND_MARGIN or PLAIN.key not in keys else PLAIN.key
-        return self.rows[kinds[0]][chosen]
+        top = max(scores.values())
+        if top < 1.0 + RECOMMEND_MARGIN and PLAIN.key in scores:
+            return PLAIN.key
+        close = [k for k, v in scores.items() if v >= top / (1.0 + RECOMMEND_MARGIN) and k != PLAIN.key]
+        return min(close, key=lambda k: (self._weight(k), -scores[k]))
+
+    def _weight(self, key: str) -> int:
+        cand = self.candidates.get(key)
+        if cand is None:
+            return 3
+        return (1 if cand.draft is not None else 0) + (1 if cand.n_draft is not None else 0)
 
     def recommendation(self) -> list[str]:
         """The verdict in words, one sentence per kind of text."""
@@ -686,7 +704,7 @@ class PairLab:
     def _new_result(self) -> LabResult:
         return LabResult(
             self.target.name,
-            llama_build=system_info(),
+            llama_build=f"{backend_description()}; {system_info().strip()}",
             machine=machine_description(),
             date=datetime.now(UTC).isoformat(timespec="seconds"),
         )

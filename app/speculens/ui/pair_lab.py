@@ -137,15 +137,17 @@ class PairLabWindow(QMainWindow):
         self.candidate_table = QTableWidget(0, 3, setup)
         self.candidate_table.setHorizontalHeaderLabels(["Candidate", "Estimate", "Status"])
         header = self.candidate_table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        self.candidate_table.setColumnWidth(0, 250)
+        self.candidate_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.candidate_table.verticalHeader().setVisible(False)
         self.candidate_table.setWordWrap(True)
         left.addWidget(QLabel("<b>Candidates</b> (tick what to measure; plain decoding always runs)", setup))
         left.addWidget(self.candidate_table, 3)
 
-        kinds = QGroupBox("Kinds of text", setup)
+        kinds = self.kinds_group = QGroupBox("Kinds of text", setup)
         kinds_layout = QVBoxLayout(kinds)
         self.kind_boxes: dict[str, QCheckBox] = {}
         for kind in SUITE_KINDS:
@@ -221,13 +223,13 @@ class PairLabWindow(QMainWindow):
         self.speedup_plot.setBackground("w")
         self.speedup_plot.showGrid(y=True, alpha=0.3)
         self.speedup_plot.setLabel("left", "×")
-        self.speedup_plot.addLegend(offset=(10, 5))
+        self.speedup_plot.addLegend(offset=(10, 5), colCount=2)
         self.sweep_plot = pg.PlotWidget(charts, title="Draft length: theory vs measured")
         self.sweep_plot.setBackground("w")
         self.sweep_plot.showGrid(x=True, y=True, alpha=0.3)
         self.sweep_plot.setLabel("bottom", "draft length (n_draft)")
         self.sweep_plot.setLabel("left", "×")
-        self.sweep_plot.addLegend(offset=(-10, -10))
+        self.sweep_plot.addLegend(offset=(-10, 10))
         for plot in (self.speedup_plot, self.sweep_plot):
             plot.setMinimumHeight(240)
             charts_layout.addWidget(plot)
@@ -292,8 +294,8 @@ class PairLabWindow(QMainWindow):
     def _on_candidates_listed(self, found: tuple[list[Candidate], LabResult | None]) -> None:
         self.candidates, saved = found
         self.status.setText("")
-        self._fill_candidates()
         self.show_result(saved)
+        self._fill_candidates()  # with the saved estimates, if any
 
     def _fill_candidates(self) -> None:
         table = self.candidate_table
@@ -400,7 +402,15 @@ class PairLabWindow(QMainWindow):
             self.status.setText("Stopping after the current answer…")
 
     def _set_running(self, running: bool) -> None:
-        for w in (self.estimate_button, self.run_button, self.target_box, self.candidate_table):
+        for w in (
+            self.estimate_button,
+            self.run_button,
+            self.target_box,
+            self.candidate_table,
+            self.kinds_group,
+            self.budget,
+            self.sweep_box,
+        ):
             w.setEnabled(not running)
         self.cancel_button.setEnabled(running)
 
@@ -465,10 +475,12 @@ class PairLabWindow(QMainWindow):
             self.apply_button.setEnabled(False)
             return
         date = result.date.replace("T", " ")[:16]
+        build = result.llama_build.split(";")[0]
         self.header.setText(
-            f"<b>{html.escape(result.target)}</b> — measured {date} UTC on {html.escape(result.machine)} "
-            f"<br><small>llama.cpp: {html.escape(result.llama_build[:160])}</small>"
+            f"<b>{html.escape(result.target)}</b> — measured {date} UTC on {html.escape(result.machine)} with "
+            f"{html.escape(build)}"
         )
+        self.header.setToolTip(result.llama_build)
         shown = latest or result
         notes = [n for n in (shown.noisy, "Cancelled before the end." if shown.cancelled else None) if n]
         self.noisy.setText("⚠ " + " ".join(notes) if notes else "")
@@ -521,6 +533,7 @@ class PairLabWindow(QMainWindow):
             ys = [(result.rows[kind][key].speedup or 0.0) if key in result.rows[kind] else 0.0 for kind in kinds]
             top = max(top, *ys)
             label = result.candidates[key].label if key in result.candidates else key
+            label = label if len(label) <= 30 else label[:29] + "…"
             color = PALETTE[i % len(PALETTE)]
             self.speedup_plot.addItem(pg.BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color, name=label))
         self.speedup_plot.addLine(y=1.0, pen=pg.mkPen("#444", style=Qt.PenStyle.DashLine))
@@ -538,11 +551,19 @@ class PairLabWindow(QMainWindow):
         drafts = [k for k, c in result.candidates.items() if c.strategy is Strategy.DRAFT and c.n_draft is None]
         rows = [(kind, result.rows[kind][k]) for kind in kinds for k in drafts if k in result.rows[kind]]
         if not rows:
-            self.sweep_plot.setTitle("Measured vs theoretical speedup: no draft model was measured")
+            self.sweep_plot.setTitle("Draft length: no draft model measured")
             return
         kind, row = max(rows, key=lambda kr: kr[1].speedup or 0.0)
         est = result.estimates.get(row.key)
-        alpha = row.acceptance or 0.0
+        swept_rows = [
+            result.rows[kind][k]
+            for k, c in result.candidates.items()
+            if c.n_draft is not None and k.startswith(row.key + "/") and k in result.rows[kind]
+        ]
+        # The acceptance the curve is drawn for: measured where the draft model drafted most (the adaptive
+        # controller may have declined to draft at all on this machine).
+        measured = [r for r in [row, *swept_rows] if r.acceptance is not None]
+        alpha = max(measured, key=lambda r: r.runs * r.settled_n_draft).acceptance or 0.0 if measured else 0.0
         ratio = est.cost_ratio if est is not None and est.cost_ratio is not None else 0.0
         ks = np.arange(1, 17)
         theory = [theoretical_speedup(alpha, int(k), ratio, result.profile) for k in ks]
