@@ -72,6 +72,8 @@ KINDS = {
 RECOMMEND_MARGIN = 0.03
 # Plain decoding whose runs spread more than this (max - min over the median) was measured on a busy machine.
 NOISY_SPREAD = 0.15
+# Other programs using more than this share of the CPUs when a run begins make it noisy.
+BUSY_SHARE = 0.3
 
 
 # ---- candidates ------------------------------------------------------------------------------------------
@@ -740,7 +742,7 @@ class PairLab:
         """
         s = self.settings
         t0 = time.monotonic()
-        load_before = _load_per_cpu()
+        busy_before = _others_busy()
         result = self._new_result()
         runs: dict[str, dict[str, list[RunResult]]] = {}
         with SpeculativeEngine(self._model_config()) as engine:
@@ -783,7 +785,7 @@ class PairLab:
                 self.close()
         result.cancelled = self.cancel.is_set()
         result.rows = _summarise(self.prompts, self.candidates, runs, result.date)
-        result.noisy = _noise(load_before, self.prompts, runs)
+        result.noisy = _noise(busy_before, self.prompts, runs)
         return result
 
     def _load_drafts(self, engine: SpeculativeEngine) -> tuple[dict[str, LlamaBackend], dict[str, CostModel]]:
@@ -794,12 +796,16 @@ class PairLab:
         costs: dict[str, CostModel] = {}
         by_file: dict[tuple[Path, int], LlamaBackend] = {}
         costs_by_file: dict[tuple[Path, int], CostModel] = {}
+        failed: dict[tuple[Path, int], str] = {}
         keep = []
         for cand in self.candidates:
             if cand.draft is None:
                 keep.append(cand)
                 continue
             where = (cand.draft, cand.n_gpu_layers_draft)
+            if where in failed:
+                self.skipped[cand.key] = failed[where]
+                continue
             backend = by_file.get(where)
             if backend is None:
                 try:
@@ -807,12 +813,12 @@ class PairLab:
                         cand.draft, BackendParams(s.n_ctx, s.n_threads, cand.n_gpu_layers_draft, exact=s.exact)
                     )
                 except OperationError as exc:
-                    self.skipped[cand.key] = exc.message
+                    self.skipped[cand.key] = failed[where] = exc.message
                     continue
                 problem = vocab_mismatch(engine.target.vocab, backend.vocab)
                 if problem or backend.recurrent:
                     backend.close()
-                    self.skipped[cand.key] = problem or "a recurrent model cannot draft"
+                    self.skipped[cand.key] = failed[where] = problem or "a recurrent model cannot draft"
                     continue
                 by_file[where] = backend
                 # Its own cost model (the target's costs as measured, this draft's timed now), shared by the
@@ -869,18 +875,47 @@ def _profile(engine: SpeculativeEngine, costs: dict[str, CostModel]) -> CostProf
     return CostProfile(step, rel, draft_call)
 
 
-def _load_per_cpu() -> float | None:
+def _others_busy(window_s: float = 0.5) -> float | None:
+    """The share of the CPUs that *other* processes used over a short window, on Linux (``/proc``); elsewhere the
+    1-minute load average per CPU, which also counts this process (so an answer just generated shows as load)."""
     try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
-    except (OSError, AttributeError):
-        return None
+        t0, own0 = _cpu_ticks(), _own_ticks()
+        time.sleep(window_s)
+        t1, own1 = _cpu_ticks(), _own_ticks()
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0] / (os.cpu_count() or 1)
+        except (OSError, AttributeError):
+            return None
+    busy = (t1[0] - t0[0]) - (own1 - own0)
+    total = t1[1] - t0[1]
+    return max(0.0, busy / total) if total > 0 else None
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
+    return total - idle, total
+
+
+def _own_ticks() -> int:
+    """This process's user + system jiffies."""
+    with open("/proc/self/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def _noise(
-    load_before: float | None, prompts: Sequence[BenchPrompt], runs: dict[str, dict[str, list[RunResult]]]
+    busy_before: float | None, prompts: Sequence[BenchPrompt], runs: dict[str, dict[str, list[RunResult]]]
 ) -> str | None:
-    if load_before is not None and load_before > 0.5:
-        return f"the machine was busy before the run (load {load_before:.1f} per CPU): other programs share the CPUs"
+    if busy_before is not None and busy_before > BUSY_SHARE:
+        return (
+            f"other programs used {busy_before:.0%} of the CPUs when the run began: they share the CPUs with the "
+            "models, so the figures are slower and noisier than this machine can do"
+        )
     spreads = []
     for p in prompts:
         tps = [r.tokens_per_second for r in runs[p.id].get(PLAIN.key, [])]
