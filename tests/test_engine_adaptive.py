@@ -7,6 +7,7 @@ is about the controller's logic, never about this computer's speed.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 
 import numpy as np
@@ -380,6 +381,37 @@ def test_batch_costs_follow_the_one_token_cost_as_the_context_grows() -> None:
     for _ in range(100):  # a long answer later, attention makes every step dearer
         costs.observe(1, 0.08)
     assert costs.estimate(4) == pytest.approx(0.16, rel=0.01)  # twice the one-token cost, as measured
+
+
+def test_batch_costs_are_kept_per_context_band() -> None:
+    # The demo target on a 2-core CPU: a batch of 4 costs 2.95 steps at 64 tokens of context, 3.4 at 1,500.
+    costs = BatchCosts(16)
+    costs.at(64)
+    costs.observe(1, 0.030)
+    costs.observe(4, 0.030 * 2.95)
+    costs.at(1500)
+    assert costs.estimate(4) == pytest.approx(0.030 * 2.95)  # no sample here yet: the nearest band's
+    for _ in range(15):
+        costs.observe(4, 0.030 * 3.4)  # a long-context answer
+    assert costs.estimate(4) == pytest.approx(0.030 * 3.4)
+    costs.at(80)  # a short rewrite afterwards is planned from short-context costs, not the long answer's
+    assert costs.estimate(4) == pytest.approx(0.030 * 2.95)
+    assert costs.has(4) and not costs.has(8)
+
+
+def test_saved_costs_keep_their_bands_and_an_old_file_that_mixed_contexts_is_not_used() -> None:
+    saved = CostModel()
+    saved.verify.observe(1, 0.03)
+    saved.verify.at(3000)
+    saved.verify.observe(4, 0.12)
+    state = json.loads(json.dumps(saved.state()))
+    restored = CostModel()
+    restored.restore(state)
+    restored.verify.at(3000)
+    assert restored.verify.estimate(4) == pytest.approx(0.12)
+    old = CostModel()
+    old.restore({"verify_single": [0.03], "verify_ratio": {"4": [3.7]}, "draft_call": [], "draft_catchup": []})
+    assert old.verify.estimate(1) == pytest.approx(0.03) and not old.verify.has(4)
 
 
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:

@@ -5,8 +5,9 @@ k + 1 tokens costs about as much as one, so long drafts pay; on a small CPU a ba
 steps and a draft model costs half a target step per token, so the same setting is slower than plain
 decoding. The controller here measures, in this session:
 
-* the target's one-token cost, and its verification cost for each batch size ``n = k + 1`` relative to it
-  (so the estimates follow the context as attention gets dearer; :class:`BatchCosts`);
+* the target's one-token cost, and its verification cost for each batch size ``n = k + 1`` relative to it,
+  kept per band of context length (so the estimates follow the context as attention gets dearer;
+  :class:`BatchCosts`);
 * the draft model's cost per decode call (draft-free sources cost nothing but their Python time);
 * for the current text and each source, by draft position ``j``: how often the drafter delivers position
   ``j`` when asked (a draft model stops early below ``p_min``), and the conditional acceptance
@@ -59,6 +60,13 @@ from typing import Any
 import numpy as np
 
 MODEL = "draft"  # the source name of the draft model (see Drafter.name)
+# Context lengths (tokens in the KV cache) from which a new band of verification costs begins (see BatchCosts).
+CONTEXT_BANDS = (0, 1024, 2048, 4096, 8192)
+
+
+def band_of(context: int) -> int:
+    """The band of :data:`CONTEXT_BANDS` a context length falls in."""
+    return max(i for i, start in enumerate(CONTEXT_BANDS) if context >= start)
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,12 @@ class BatchCosts:
     current), and every batch size ``n ≥ 2`` keeps a rolling median of its cost *relative to* the one-token
     cost of the moment; an estimate is that ratio times the current one-token cost.
 
+    The ratio itself depends on the context too (measured on the demo target, 2-core CPU: a batch of 4 costs
+    2.95 single steps at 64 tokens of context and 3.4 at 1,500; a batch of 16, 8.0 and 10.0), so ratios are
+    kept per context band (:data:`CONTEXT_BANDS`): samples of a long-context answer do not make a short
+    rewrite's batches look dear, nor the other way round. A band without a sample of a size uses the nearest
+    band that has one. :meth:`at` tells the costs the context of the coming steps.
+
     A size never measured is interpolated linearly between its measured neighbours, or extrapolated from the
     largest measured one with the slope of a least-squares line through the measured ratios, capped at
     ``prior_slope`` (and never negative: a bigger batch does not get cheaper). When verification is split
@@ -212,7 +226,10 @@ class BatchCosts:
         self._split = split
         self._top = max(split(max_batch)) if split else max_batch  # the largest single call
         self._single = RollingMedian(window)
-        self._ratio = [RollingMedian(window) for _ in range(self._top + 1)]  # index = call size
+        # [band][call size]: each band's ratios (sizes 0 and 1 unused)
+        self._bands = [[RollingMedian(window) for _ in range(self._top + 1)] for _ in range(len(CONTEXT_BANDS))]
+        self._band = 0
+        self._ratio = self._resolve()  # each call size's ratio for the current band (see _resolve)
         # The relative curve changes only when a batch is measured; it is computed once per change (a step
         # asks for it several times, and every millisecond of ours is a fortieth of a target step here).
         self._cache: tuple[int, np.ndarray] | None = None
@@ -224,8 +241,46 @@ class BatchCosts:
         if n == 1:
             self._single.add(seconds)
         elif 2 <= n <= self._top and self._single.count:
-            self._ratio[n].add(seconds / self._single.value)
+            own = self._bands[self._band][n]
+            own.add(seconds / self._single.value)
+            if own.count == 1:  # the band's first sample of this size replaces the nearest band's
+                self._ratio = self._resolve()
             self._cache = None
+
+    def at(self, context: int) -> None:
+        """The coming steps run with ``context`` tokens in the KV cache (chooses the band of ratios)."""
+        band = band_of(context)
+        if band != self._band:
+            self._band = band
+            self._ratio = self._resolve()
+            self._cache = None
+
+    def _resolve(self) -> list[RollingMedian]:
+        """Each call size's ratio for the current band: its own samples, or the nearest band's that has any."""
+        order = sorted(range(len(self._bands)), key=lambda b: (abs(b - self._band), b))
+        return [
+            next((self._bands[b][n] for b in order if self._bands[b][n].count), self._bands[self._band][n])
+            for n in range(self._top + 1)
+        ]
+
+    def state(self) -> dict[str, dict[str, list[float]]]:
+        """Every band's samples by call size, JSON-ready (see :meth:`restore`)."""
+        return {
+            str(b): {str(n): e.samples for n, e in enumerate(sizes) if n >= 2 and e.count}
+            for b, sizes in enumerate(self._bands)
+            if any(e.count for e in sizes)
+        }
+
+    def restore(self, state: dict[str, dict[str, list[float]]]) -> None:
+        """Take samples saved by :meth:`state`."""
+        for b, sizes in state.items():
+            if 0 <= int(b) < len(self._bands):
+                for n, samples in sizes.items():
+                    if 2 <= int(n) <= self._top:
+                        for x in samples:
+                            self._bands[int(b)][int(n)].add(float(x))
+        self._ratio = self._resolve()
+        self._cache = None
 
     def _calls(self, n: int) -> Sequence[int]:
         return self._split(n) if self._split else [n]
@@ -234,7 +289,8 @@ class BatchCosts:
         """Whether every decode call of a batch of ``n`` tokens has a measured size."""
         if not self._single.count:
             return False
-        return all(c == 1 or self._ratio[c].count > 0 for c in self._calls(n))
+        ratio = self._ratio
+        return all(c == 1 or ratio[c].count > 0 for c in self._calls(n))
 
     def largest_measured(self) -> int:
         """The largest batch size with a measured cost of its own (1 before any)."""
@@ -273,7 +329,7 @@ class BatchCosts:
         """Every batch size's cost relative to one token, up to ``n_max`` (see :meth:`curve`)."""
         points = {1: (1.0, self._single.weight)} | {
             n: (e.value, e.weight) for n, e in enumerate(self._ratio) if n >= 2 and e.count
-        }
+        }  # the current band's, or the nearest band's
         sizes = np.array(sorted(points), dtype=float)
         values = np.array([points[int(s)][0] for s in sizes])
         top = max(self._top, n_max) if not self._split else self._top
@@ -336,7 +392,7 @@ class CostModel:
         v = self.verify
         return {
             "verify_single": v._single.samples,
-            "verify_ratio": {str(n): e.samples for n, e in enumerate(v._ratio) if n >= 2 and e.count},
+            "verify_ratio_by_context": v.state(),
             "draft_call": self.draft_call.samples,
             "draft_catchup": self.draft_catchup.samples,
         }
@@ -352,10 +408,9 @@ class CostModel:
             v = self.verify
             for x in state["verify_single"]:
                 v._single.add(float(x))
-            for n, samples in state["verify_ratio"].items():
-                if 2 <= int(n) < len(v._ratio):
-                    for x in samples:
-                        v._ratio[int(n)].add(float(x))
+            # Files of earlier releases kept one ratio per size for every context ("verify_ratio"): not used,
+            # since they mix contexts; calibration measures afresh.
+            v.restore(state.get("verify_ratio_by_context", {}))
             for x in state["draft_call"]:
                 self.draft_call.add(float(x))
             for x in state["draft_catchup"]:

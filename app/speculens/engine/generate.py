@@ -168,6 +168,7 @@ class _Loop:
         # Free sources draft first (it costs only Python time); the controller then picks what to verify.
         offers = {d.name: d.draft(history, n_max) for d in self.free}
         behind = model.behind(history) if model is not None else 0
+        controller.costs.verify.at(len(history))  # batch costs depend on the context (see BatchCosts)
         plan = controller.plan(n_max, [Offer(n, len(d.tokens), d.confidence) for n, d in offers.items()], behind)
         for name, offer in offers.items():
             verified = plan.n_draft if plan.source == name else 0

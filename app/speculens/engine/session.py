@@ -156,6 +156,7 @@ class SpeculativeEngine:
         target, costs = self.target, self.costs
         top = max(target.invariant_sizes) if self.config.exact else CALIBRATION_SIZES[-1]
         sizes = [n for n in CALIBRATION_SIZES if n <= top and n <= target.params.n_batch]
+        costs.verify.at(0)  # timed after a short context
         todo = [n for n in sizes if not costs.verify.has(n)]
         if todo:
             for _, (n_call, seconds) in _time_calls(target, todo, repeats):
