@@ -289,8 +289,7 @@ class BatchCosts:
         """Whether every decode call of a batch of ``n`` tokens has a measured size."""
         if not self._single.count:
             return False
-        ratio = self._ratio
-        return all(c == 1 or ratio[c].count > 0 for c in self._calls(n))
+        return all(c == 1 or self._ratio[c].count > 0 for c in self._calls(n))
 
     def largest_measured(self) -> int:
         """The largest batch size with a measured cost of its own (1 before any)."""
@@ -329,7 +328,7 @@ class BatchCosts:
         """Every batch size's cost relative to one token, up to ``n_max`` (see :meth:`curve`)."""
         points = {1: (1.0, self._single.weight)} | {
             n: (e.value, e.weight) for n, e in enumerate(self._ratio) if n >= 2 and e.count
-        }  # the current band's, or the nearest band's
+        }
         sizes = np.array(sorted(points), dtype=float)
         values = np.array([points[int(s)][0] for s in sizes])
         top = max(self._top, n_max) if not self._split else self._top

@@ -563,7 +563,8 @@ class PairLabWindow(QMainWindow):
         # The acceptance the curve is drawn for: measured where the draft model drafted most (the adaptive
         # controller may have declined to draft at all on this machine).
         measured = [r for r in [row, *swept_rows] if r.acceptance is not None]
-        alpha = max(measured, key=lambda r: r.runs * r.settled_n_draft).acceptance or 0.0 if measured else 0.0
+        drafted_most = max(measured, key=lambda r: r.runs * r.settled_n_draft) if measured else None
+        alpha = (drafted_most.acceptance or 0.0) if drafted_most is not None else 0.0
         ratio = est.cost_ratio if est is not None and est.cost_ratio is not None else 0.0
         ks = np.arange(1, 17)
         theory = [theoretical_speedup(alpha, int(k), ratio, result.profile) for k in ks]
