@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from speculens.engine.drafters.prompt_lookup import LONG_RUN, PromptLookupDrafter
+from speculens.engine.vocab import VocabInfo
 
 WS4, WS8 = 900, 901  # whitespace-only tokens: four and eight spaces of indentation
 NL = 10
@@ -123,3 +124,233 @@ def test_an_edited_history_is_indexed_again() -> None:
     d.begin([1, 2, 3, 1])
     assert d.draft([1, 2, 3, 1], 2).tokens == (2, 3)
     assert d.draft([4, 5, 6, 4], 2).tokens == (5, 6)  # a different conversation: the old index is gone
+
+
+RPNL = 8  # "):\n": a token that ends a line
+IMP, OS, SYS, DEF, F, G, H, LP, A, B, C, RET, X1, X2, X3, COLON, INT = range(40, 57)
+
+
+def drafts(drafter: PromptLookupDrafter, prompt: Sequence[int], answer: Sequence[int], n: int = 8) -> list:
+    """The draft made before each token of ``answer``, fed one token at a time."""
+    drafter.begin(prompt)
+    history, out = list(prompt), []
+    for token in answer:
+        out.append(drafter.draft(history, n))
+        history.append(token)
+    return out
+
+
+def test_a_kind_of_line_the_answer_edits_is_not_drafted_into() -> None:
+    # Every signature gets an annotation ("a" -> "a: int"); the bodies are copied as they are.
+    prompt = [
+        1,
+        2,
+        NL,
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        RPNL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        B,
+        RPNL,
+        WS4,
+        RET,
+        X2,
+        NL,
+        3,
+    ]
+    answer = [
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        COLON,
+        INT,
+        RPNL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        B,
+        COLON,
+        INT,
+        RPNL,
+        WS4,
+        RET,
+        X2,
+        NL,
+    ]
+    blind = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}), prompt, answer)
+    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
+    # After the first body, a line-blind draft runs on into "def g(b)" and would fail at its annotation.
+    assert blind[18].tokens[:3] == (NL, DEF, G)
+    assert aware[18].tokens == (NL,)  # stops where the next signature begins: the target writes "def"
+    assert aware[19].tokens == (DEF, G, LP, B, RPNL) and aware[19].confidence == 0  # inside one: a guess
+    assert blind[19].confidence > 0
+    # Before the first signature was edited, nothing was known: the draft went on across lines.
+    assert aware[5].tokens[:3] == (NL, NL, DEF)
+
+
+def test_a_kind_of_line_copied_whole_again_is_drafted_into_again() -> None:
+    prompt = [
+        1,
+        2,
+        NL,
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        RPNL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        B,
+        RPNL,
+        WS4,
+        RET,
+        X2,
+        NL,
+        NL,
+        DEF,
+        H,
+        LP,
+        C,
+        RPNL,
+        WS4,
+        RET,
+        X3,
+        NL,
+        3,
+    ]
+    # The first signature is annotated, the second one is copied as it is.
+    answer = [
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        COLON,
+        INT,
+        RPNL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        B,
+        RPNL,
+        WS4,
+        RET,
+        X2,
+        NL,
+        NL,
+        DEF,
+        H,
+    ]
+    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
+    assert aware[18].tokens == (NL,)
+    assert aware[27].tokens[:4] == (NL, NL, DEF, H)  # "def g(b):" was copied whole: signatures are copies again
+
+
+def test_a_rename_does_not_make_its_kind_of_line_an_edit() -> None:
+    # "a" is renamed "b" in both signatures: a substitution, not an edit of the line.
+    prompt = [
+        1,
+        2,
+        NL,
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        RPNL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        A,
+        RPNL,
+        WS4,
+        RET,
+        X2,
+        NL,
+        3,
+    ]
+    answer = [IMP, OS, NL, IMP, SYS, NL, NL, DEF, F, LP, B, RPNL, WS4, RET, X1, NL, NL, DEF, G]
+    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
+    assert aware[16].tokens[:2] == (NL, DEF)
+
+
+def test_a_space_inside_a_line_is_not_indentation() -> None:
+    sp, ws5 = 902, 903  # one space between two words; five spaces
+    ws = {WS4: 4, WS8: 8, sp: 1, ws5: 5}
+    prompt = [1, NL, WS4, 60, sp, 61, NL, WS4, 62, sp, 63, NL, 2]
+    answer = [NL, WS8, 60, sp, 61, NL, WS8, 62, sp, 63]  # the block indented four columns deeper
+    blind = drafts(PromptLookupDrafter(whitespace=set(ws), indent=ws), prompt, answer)
+    aware = drafts(PromptLookupDrafter(whitespace=set(ws), indent=ws, newlines={NL}), prompt, answer)
+    assert blind[3].tokens[:1] == (ws5,)  # the shift was applied to the space between "60" and "61"
+    assert aware[3].tokens[:4] == (sp, 61, NL, WS8)  # the space stays; the next line's indentation shifts
+
+
+def test_the_vocabulary_names_its_line_breaks_in_bpe_and_spm_spelling() -> None:
+    texts = ("def", "Ċ", "):Ċ", "ĠĠĠ", "<0x0A>", "▁x", "<|im_end|>\n")
+    vocab = VocabInfo(1, len(texts), -1, 6, frozenset({6}), False, False, texts, frozenset({6}))
+    assert vocab.newline_ids == {1, 2, 4}  # a special token is never a line of text
+    assert vocab.indent_widths == {3: 3}

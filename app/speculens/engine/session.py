@@ -215,7 +215,9 @@ class SpeculativeEngine:
     def lookup(self) -> PromptLookupDrafter:
         """A prompt-lookup source for this target's vocabulary."""
         vocab = self.target.vocab
-        return PromptLookupDrafter(whitespace=vocab.whitespace_ids, indent=vocab.indent_widths)
+        return PromptLookupDrafter(
+            whitespace=vocab.whitespace_ids, indent=vocab.indent_widths, newlines=vocab.newline_ids
+        )
 
     def ngram_cache(self) -> NgramCacheDrafter:
         """The session's n-gram cache (its dynamic table persists across generations and runs)."""

@@ -65,6 +65,16 @@ class VocabInfo:
         """The width in columns of every token that is only spaces (indentation), by id."""
         return {i: len(self.texts[i]) for i in self.whitespace_ids if not self.texts[i].strip(" Ġ▁")}
 
+    @functools.cached_property
+    def newline_ids(self) -> frozenset[int]:
+        """Ids of the tokens whose text holds a line break (BPE ``Ċ``, SPM's byte token ``<0x0A>``, or a
+        literal one)."""
+        return frozenset(
+            i
+            for i, text in enumerate(self.texts)
+            if i not in self.special and ("\n" in text or "Ċ" in text or text == "<0x0A>")
+        )
+
     def fingerprint(self) -> str:
         """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""
         h = hashlib.sha256()
