@@ -354,3 +354,69 @@ def test_the_vocabulary_names_its_line_breaks_in_bpe_and_spm_spelling() -> None:
     vocab = VocabInfo(1, len(texts), -1, 6, frozenset({6}), False, False, texts, frozenset({6}))
     assert vocab.newline_ids == {1, 2, 4}  # a special token is never a line of text
     assert vocab.indent_widths == {3: 3}
+
+
+def test_a_line_inserted_before_a_line_does_not_make_its_kind_an_edit() -> None:
+    # A logging line ("colon int") goes in at the top of each body; the bodies themselves are copied.
+    prompt = [
+        1,
+        2,
+        NL,
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        RPNL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        B,
+        RPNL,
+        WS4,
+        RET,
+        X2,
+        NL,
+        3,
+    ]
+    answer = [
+        IMP,
+        OS,
+        NL,
+        IMP,
+        SYS,
+        NL,
+        NL,
+        DEF,
+        F,
+        LP,
+        A,
+        RPNL,
+        WS4,
+        COLON,
+        INT,
+        NL,
+        WS4,
+        RET,
+        X1,
+        NL,
+        NL,
+        DEF,
+        G,
+        LP,
+        B,
+        RPNL,
+    ]
+    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
+    assert aware[-1].tokens[:4] == (RPNL, WS4, RET, X2)

@@ -170,10 +170,12 @@ class PromptLookupDrafter:
                 self._edited.discard(self._kind(self._line_start(self._ptr)))  # a line of it copied whole
         else:
             if self._miss == 0:
-                # Only a copy that came into this line from the lines before tells what the answer does with
-                # lines of its kind (a lookup that picked the wrong line tells nothing).
+                # Only a copy that came into this line from the lines before, and kept to it past its first
+                # word, tells what the answer does with lines of its kind: a lookup that picked the wrong line
+                # tells nothing, nor does a line inserted before this one (a departure at its first word).
                 start = self._line_start(self._ptr)
-                self._suspect = self._kind(start) if self._run >= self._ptr - start + LONG_RUN else None
+                followed = self._run >= self._ptr - start + LONG_RUN and self._ptr > self._first_word(start)
+                self._suspect = self._kind(start) if followed else None
             elif self._suspect is not None:  # two misses in a row: more than a renamed token
                 self._edited.add(self._suspect)
                 self._suspect = None
@@ -193,13 +195,18 @@ class PromptLookupDrafter:
             i -= 1
         return i + 1
 
-    def _kind(self, start: int) -> int:
-        """The kind of the line beginning at history position ``start``: its first token after the
-        indentation (-1 past the history's end)."""
+    def _first_word(self, start: int) -> int:
+        """The history position of the first token after the indentation of the line beginning at ``start``."""
         history, i = self._history, start
         while i < len(history) and history[i] in self.whitespace and history[i] not in self.newlines:
             i += 1
-        return history[i] if i < len(history) and history[i] not in self.newlines else -1
+        return i
+
+    def _kind(self, start: int) -> int:
+        """The kind of the line beginning at history position ``start``: its first token after the
+        indentation (-1 for an empty line, or past the history's end)."""
+        i = self._first_word(start)
+        return self._history[i] if i < len(self._history) and self._history[i] not in self.newlines else -1
 
     def _align_indent(self, found: int, size: int) -> None:
         """A copy found across an indentation token of another width sets the shift from that pair."""
