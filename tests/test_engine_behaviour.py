@@ -59,6 +59,25 @@ def test_logits_after_rollback_equal_a_fresh_evaluation(tiny: TinyModels) -> Non
     assert int(np.argmax(after_rollback)) == int(np.argmax(fresh))
 
 
+def test_a_prompt_is_evaluated_whole_as_llama_cpp_does_and_again_the_same_way(tiny: TinyModels) -> None:
+    with (
+        LlamaBackend(tiny.target, BackendParams(n_ctx=256, n_batch=16)) as a,
+        LlamaBackend(tiny.target, BackendParams(n_ctx=256, n_batch=16)) as b,
+    ):
+        prompt = (a.tokenize(PROMPT) * 8)[:40]
+        row = a.prefill(prompt)
+        assert a.tokens == prompt and [n for n, _ in a.last_calls] == [16, 16, 8]  # last token included
+        # llama-completion evaluates a prompt in calls of n_batch and samples from its last row: the same row.
+        np.testing.assert_array_equal(row, b.decode(prompt, [len(prompt) - 1])[0])
+        a.decode([40, 41, 42])  # an answer was generated after it
+        again = a.prefill(prompt)  # regenerate: the final call of the first evaluation is repeated
+        assert [n for n, _ in a.last_calls] == [8] and a.tokens == prompt
+        np.testing.assert_array_equal(again, row)
+        longer = [*prompt, 43, 44]  # a next chat turn: only its new tokens are evaluated
+        a.prefill(longer)
+        assert [n for n, _ in a.last_calls] == [2]
+
+
 def test_logits_rows_are_only_those_asked_for(tiny: TinyModels) -> None:
     with LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as b:
         rows = b.decode(b.tokenize(PROMPT), [0, 2])

@@ -234,6 +234,8 @@ class LlamaBackend:
         self.n_decoded = 0  # tokens evaluated (for tests and statistics)
         self.n_decode_calls = 0  # llama_decode calls (the adaptive controller costs a draft per call)
         self.last_calls: list[tuple[int, float]] = []  # the last decode()'s calls: (tokens, seconds)
+        # The last prompt prefill() evaluated, and where its final decode call began (see prefill).
+        self._last_prefill: tuple[tuple[int, ...], int] | None = None
         if self.params.vocab_only:
             return
         cparams = llama_cpp.llama_context_default_params()
@@ -568,6 +570,34 @@ class LlamaBackend:
             return 0, None
         rows = self.decode(rest, [len(rest) - 1] if logits_last else ())
         return len(rest), (rows[0] if logits_last else None)
+
+    def prefill(self, prompt: Sequence[int]) -> np.ndarray:
+        """Evaluate a prompt, its last token included, reusing the cached prefix; return the last token's
+        logits row (a copy).
+
+        The tokens past the cached prefix go in calls of ``n_batch``, as llama.cpp's own tools evaluate a
+        prompt, so a fresh prompt's first token is chosen from the same logits as ``llama-completion``'s,
+        bit for bit (a last token evaluated on its own rounds differently on a CPU's batched kernels, and a
+        greedy answer can part from llama.cpp's at a near-tie). A prompt evaluated again — a regenerated
+        answer, Compare's second run, a benchmark's next run — repeats the final call of its last
+        evaluation, so every run of it starts from the same logits.
+
+        Raises:
+            ValueError: the prompt is empty.
+            BackendError: it does not fit in the context, or llama.cpp fails.
+        """
+        n = len(prompt)
+        if not n:
+            raise ValueError("an empty prompt has no logits")
+        key = tuple(prompt)
+        common = self.common_prefix(prompt)
+        last = self._last_prefill
+        repeat = last is not None and last[0] == key and common >= last[1]
+        start = last[1] if last is not None and repeat else min(common, n - 1)
+        self.truncate(start)
+        row = self.decode(prompt[start:], [n - 1 - start])[0].copy()
+        self._last_prefill = (key, start + self.params.n_batch * ((n - 1 - start) // self.params.n_batch))
+        return row
 
     def close(self) -> None:
         """Free the context and the model (idempotent)."""

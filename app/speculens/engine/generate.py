@@ -2,7 +2,8 @@
 
 Invariant between steps: the target's KV cache holds the accepted history except its last token (the
 *pending* token), so each step evaluates ``[pending] + draft`` in one batch and gets exactly the logits rows
-it verifies against. Rejected drafts are rolled back with ``truncate``.
+it verifies against. Rejected drafts are rolled back with ``truncate``. The first step is the exception: the
+prompt is evaluated whole, last token included (as llama.cpp's tools do), so it evaluates only its draft.
 """
 
 from __future__ import annotations
@@ -186,8 +187,9 @@ class _Loop:
         sampling = config.sampling
         t0 = time.perf_counter()
         before = target.n_decoded
-        target.sync(prompt[:-1])
-        n_evaluated = target.n_decoded - before + 1  # + the pending last token, evaluated in the first step
+        # The whole prompt, last token included, as llama.cpp's own tools evaluate it (see LlamaBackend.prefill).
+        pending: np.ndarray | None = target.prefill(prompt)  # the last prompt token's logits row
+        n_evaluated = target.n_decoded - before
         for drafter in self.free:
             drafter.begin(prompt)
         if model is not None:
@@ -229,9 +231,17 @@ class _Loop:
                 draft = Draft()
             t_drafted = time.perf_counter()
 
-            # 2. Verify all drafted positions in one target pass.
-            batch = [history[-1], *draft.tokens]
-            rows = target.decode(batch, range(len(batch)), exact=self.exact)
+            # 2. Verify all drafted positions in one target pass (after the prompt, its last token's row is
+            # already known: only the drafts are evaluated).
+            if pending is None:
+                batch = [history[-1], *draft.tokens]
+                rows = target.decode(batch, range(len(batch)), exact=self.exact)
+                verify_calls = target.last_calls
+            else:
+                evaluated = target.decode(draft.tokens, range(len(draft.tokens)), exact=self.exact)
+                rows = np.concatenate([pending[None, :], evaluated])
+                verify_calls = target.last_calls if draft.tokens else []
+                pending = None
             t_verified_dec = target.decode_seconds
             verdict = _verify(draft, rows, sampling, self.rng)
             target.truncate(len(history) + verdict.n_accepted)
@@ -295,7 +305,7 @@ class _Loop:
                     draft_dec if plan.source == MODEL else 0.0,
                     calls,
                     tokens_decoded,
-                    target.last_calls,
+                    verify_calls,
                 )
             yield StepEvent(
                 step=stats.n_steps,
