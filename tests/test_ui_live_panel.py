@@ -292,6 +292,20 @@ def test_the_fallback_curve_uses_the_measured_draft_and_verification_costs() -> 
     assert curve[0] == pytest.approx(1.0) and max(curve[1:]) < 1.0
 
 
+def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:
+    """The first step's pending token comes with the prompt: a plain first step costs no pass (0 ms)."""
+    series = RunSeries()
+    first = StepEvent(1, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 0.0, 0.1, stats(1, 1, 0, 0))
+    plain = StepEvent(2, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 30.0, 0.1, stats(2, 2, 0, 0))
+    drafted = StepEvent(3, 2, (d("Al", True), d("Bx", False)), (e("Al", A), e("Xc", C)), "AlXc", 1.0, 50.0, 0.1,
+                        stats(3, 4, 2, 1))  # fmt: skip
+    assert (first.batch, plain.batch, drafted.batch) == (0, 1, 3)
+    series.add([first, plain, drafted])
+    assert series.batch_ms == {1: [30.0], 3: [50.0]}
+    curve = series.speedup_curve(4)
+    assert curve is not None and np.all(np.isfinite(curve)) and curve[0] == pytest.approx(1.0)
+
+
 # ---- charts: axes, titles, a cleared series (item 13, and the version that must never go back) ----------
 
 

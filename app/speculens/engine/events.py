@@ -141,7 +141,7 @@ class StepEvent:
         emitted: what the answer gained (accepted drafts, then a correction or bonus).
         text: the new answer text made visible by this step.
         draft_ms: time spent drafting.
-        verify_ms: time in the target's decode call.
+        verify_ms: time in the target's decode call (of :attr:`batch` tokens).
         overhead_ms: the rest of the step: sampling, verification, bookkeeping.
         stats: totals so far.
         probe: the adaptive controller speculated this step to re-measure, not because it expected a gain.
@@ -174,6 +174,13 @@ class StepEvent:
     def n_accepted(self) -> int:
         """Drafted tokens accepted this step."""
         return sum(1 for d in self.drafted if d.accepted)
+
+    @property
+    def batch(self) -> int:
+        """Tokens the target evaluated in this step's pass (``verify_ms``): the drafts and the pending token,
+        except in the first step, whose pending token came with the prompt (0: a first step without a draft
+        made no pass at all)."""
+        return len(self.drafted) + (1 if self.step > 1 else 0)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ class RunSeries:
                 self.probes.append((e.step, e.n_draft_max))
             if n_acc < len(e.drafted):
                 self.rejected_steps += 1
-            self.batch_ms.setdefault(len(e.drafted) + 1, []).append(e.verify_ms)
+            if e.batch:
+                self.batch_ms.setdefault(e.batch, []).append(e.verify_ms)
             self.stats = e.stats
         self.version += 1
 
