@@ -291,13 +291,17 @@ class SpeculativeEngine:
 
     def divergence(self, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         """Where answers ``a`` and ``b`` to ``prompt`` first differ, with the target's logits for both candidates
-        there (one-token decoding, as plain decoding computes them); ``None`` when one is a prefix of the other.
+        there, as plain decoding computes them (the prompt's evaluation for the first token, one-token decoding
+        after it); ``None`` when one is a prefix of the other.
         """
         index = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
         if index is None:
             return None
-        self.target.sync([*prompt, *a[:index]][:-1])
-        row = self.target.decode([[*prompt, *a[:index]][-1]], [0])[0]
+        if index == 0:
+            row = self.target.prefill(prompt)
+        else:
+            self.target.sync([*prompt, *a[: index - 1]])
+            row = self.target.decode([a[index - 1]], [0])[0]
         ta, tb = int(a[index]), int(b[index])
         return Divergence(index, ta, tb, self.target.piece(ta), self.target.piece(tb), float(row[ta]), float(row[tb]))
 
