@@ -33,11 +33,11 @@ from speculens.ui.bench_chart import chart_data
 
 
 def result(tps: float, tokens: tuple[int, ...] = (1, 2, 3), **kw: object) -> RunResult:
-    """A made-up run of 100 tokens at ``tps`` tokens per second."""
+    """A made-up run of 100 tokens at ``tps`` tokens per second (the first comes with the prompt)."""
     fields: dict = dict(
         tokens=tokens,
         n_generated=100,
-        elapsed_s=100 / tps,
+        elapsed_s=99 / tps,
         draft_s=0.0,
         verify_s=0.0,
         overhead_s=0.0,
@@ -237,7 +237,7 @@ def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:
             assert len(entry["runs"]) == 2
             run = entry["runs"][0]
             assert "tokens" not in run and sum(run["n_draft_chosen_histogram"].values()) == run["n_steps"]
-            assert math.isclose(run["tokens_per_second"], run["n_generated"] / run["elapsed_s"])
+            assert math.isclose(run["tokens_per_second"], (run["n_generated"] - 1) / run["elapsed_s"])
         assert p["results"]["none"]["summary"]["speedup"] == pytest.approx(1.0)
     assert set(doc["overall"]) == {s["label"] for s in doc["settings"]}
     assert doc["overall"]["lookup/adaptive≤4"]["identical_all"] is True

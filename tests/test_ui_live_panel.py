@@ -304,6 +304,10 @@ def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:
     assert series.batch_ms == {1: [30.0], 3: [50.0]}
     curve = series.speedup_curve(4)
     assert curve is not None and np.all(np.isfinite(curve)) and curve[0] == pytest.approx(1.0)
+    # Tokens per second are counted as llama.cpp counts them: the prompt's token has no rate of its own.
+    _, rolling, average = series.tokens_per_second()
+    assert np.isnan(rolling[0]) and np.isnan(average[0])
+    assert average[-1] == pytest.approx((4 - 1) / 0.3) == drafted.stats.tokens_per_second
 
 
 # ---- charts: axes, titles, a cleared series (item 13, and the version that must never go back) ----------

@@ -141,7 +141,8 @@ def summary(stats: RunningStats, start: StartEvent | None, reason: str) -> str:
             f"prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in {start.prompt_s:.2f} s"
         )
     lines += [
-        f"decoded {stats.n_generated} tokens in {stats.elapsed_s:.2f} s, speed: {stats.tokens_per_second:.2f} t/s",
+        f"decoded {stats.n_generated} tokens (the first with the prompt) in {stats.elapsed_s:.2f} s, "
+        f"speed: {stats.tokens_per_second:.2f} t/s",
         f"n_drafted    = {stats.n_drafted}",
         f"n_accept     = {stats.n_accepted}",
         f"accept       = {100 * stats.acceptance:.2f}%",

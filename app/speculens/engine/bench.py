@@ -35,7 +35,7 @@ from speculens.engine.backend import LlamaBackend
 from speculens.engine.config import GenerationConfig, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
-from speculens.engine.events import FinishEvent, FinishReason, RunningStats, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, RunningStats, StepEvent, decode_rate
 from speculens.engine.generate import generate
 from speculens.engine.session import SpeculativeEngine
 from speculens.errors import InvalidInputError
@@ -185,8 +185,8 @@ class RunResult:
 
     @property
     def tokens_per_second(self) -> float:
-        """Emitted tokens per second of decoding."""
-        return self.n_generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        """Decoded tokens per second (see :func:`decode_rate`)."""
+        return decode_rate(self.n_generated, self.elapsed_s)
 
     @classmethod
     def from_stats(
@@ -246,9 +246,7 @@ def run_once(
     chosen: list[int] = []
     probes = 0
     finish: FinishEvent | None = None
-    events = generate(
-        engine.target, drafters, prompt, config, rng, cancel, costs or engine.costs, engine.config.exact
-    )
+    events = generate(engine.target, drafters, prompt, config, rng, cancel, costs or engine.costs, engine.config.exact)
     for event in events:
         if isinstance(event, StepEvent):
             chosen.append(event.n_draft_max)

@@ -65,6 +65,12 @@ class EmittedToken:
     origin: Origin
 
 
+def decode_rate(n_generated: int, elapsed_s: float) -> float:
+    """Decoded tokens per second, counted as llama.cpp counts its eval rate: the first token comes with the
+    prompt's evaluation (its logits row), so it is not a decoded token and its time is the prompt's."""
+    return (n_generated - 1) / elapsed_s if elapsed_s > 0 and n_generated > 1 else 0.0
+
+
 @dataclass(frozen=True)
 class RunningStats:
     """Totals since the start of the generation.
@@ -101,8 +107,8 @@ class RunningStats:
 
     @property
     def tokens_per_second(self) -> float:
-        """Emitted tokens per second of decoding."""
-        return self.n_generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        """Decoded tokens per second (see :func:`decode_rate`)."""
+        return decode_rate(self.n_generated, self.elapsed_s)
 
     @property
     def mean_accepted_length(self) -> float:

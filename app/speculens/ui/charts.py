@@ -139,12 +139,14 @@ class RunSeries:
         g = np.asarray(self.generated, dtype=float)
         if len(t) == 0:
             return t, t, t
+        # The first token comes with the prompt's evaluation, at time 0 (as RunningStats.tokens_per_second
+        # counts it): a first step without a draft has no rate of its own.
         lag = np.maximum(np.arange(len(t)) - ROLLING_STEPS, 0)
         t0 = np.where(np.arange(len(t)) >= ROLLING_STEPS, t[lag], 0.0)
-        g0 = np.where(np.arange(len(t)) >= ROLLING_STEPS, g[lag], 0.0)
+        g0 = np.where(np.arange(len(t)) >= ROLLING_STEPS, g[lag], 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            rolling = np.where(t > t0, (g - g0) / (t - t0), np.nan)
-            average = np.where(t > 0, g / t, np.nan)
+            rolling = np.where((t > t0) & (g > g0), (g - g0) / (t - t0), np.nan)
+            average = np.where((t > 0) & (g > 1), (g - 1) / t, np.nan)
         return t, rolling, average
 
     def acceptance(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
