@@ -128,6 +128,29 @@ def test_an_edited_history_is_indexed_again() -> None:
 
 RPNL = 8  # "):\n": a token that ends a line
 IMP, OS, SYS, DEF, F, G, H, LP, A, B, C, RET, X1, X2, X3, COLON, INT = range(40, 57)
+HEAD = [IMP, OS, NL, IMP, SYS, NL, NL]  # two import lines and a blank one, copied as they are
+
+
+def function(name: int, param: int, value: int, annotated: bool = False, logged: bool = False) -> list[int]:
+    """The tokens of ``def name(param):`` and a one-line body ``return value``; ``annotated`` adds ``: int`` to
+    the parameter, ``logged`` a line (``colon int``) at the top of the body."""
+    return [
+        DEF, name, LP, param, *([COLON, INT] if annotated else []), RPNL,
+        *([WS4, COLON, INT, NL] if logged else []), WS4, RET, value, NL,
+    ]  # fmt: skip
+
+
+def module(*functions: list[int]) -> list[int]:
+    """A prompt: a line of text, the imports, then the functions with a blank line between them."""
+    out = [1, 2, NL, *HEAD]
+    for i, f in enumerate(functions):
+        out += [*([NL] if i else []), *f]
+    return [*out, 3]
+
+
+def line_aware_drafts(prompt: Sequence[int], answer: Sequence[int]) -> list:
+    """:func:`drafts` of a drafter that knows the line breaks."""
+    return drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
 
 
 def drafts(drafter: PromptLookupDrafter, prompt: Sequence[int], answer: Sequence[int], n: int = 8) -> list:
@@ -142,72 +165,10 @@ def drafts(drafter: PromptLookupDrafter, prompt: Sequence[int], answer: Sequence
 
 def test_a_kind_of_line_the_answer_edits_is_not_drafted_into() -> None:
     # Every signature gets an annotation ("a" -> "a: int"); the bodies are copied as they are.
-    prompt = [
-        1,
-        2,
-        NL,
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        RPNL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        B,
-        RPNL,
-        WS4,
-        RET,
-        X2,
-        NL,
-        3,
-    ]
-    answer = [
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        COLON,
-        INT,
-        RPNL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        B,
-        COLON,
-        INT,
-        RPNL,
-        WS4,
-        RET,
-        X2,
-        NL,
-    ]
+    prompt = module(function(F, A, X1), function(G, B, X2))
+    answer = [*HEAD, *function(F, A, X1, annotated=True), NL, *function(G, B, X2, annotated=True)]
     blind = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}), prompt, answer)
-    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
+    aware = line_aware_drafts(prompt, answer)
     # After the first body, a line-blind draft runs on into "def g(b)" and would fail at its annotation.
     assert blind[18].tokens[:3] == (NL, DEF, G)
     assert aware[18].tokens == (NL,)  # stops where the next signature begins: the target writes "def"
@@ -218,124 +179,19 @@ def test_a_kind_of_line_the_answer_edits_is_not_drafted_into() -> None:
 
 
 def test_a_kind_of_line_copied_whole_again_is_drafted_into_again() -> None:
-    prompt = [
-        1,
-        2,
-        NL,
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        RPNL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        B,
-        RPNL,
-        WS4,
-        RET,
-        X2,
-        NL,
-        NL,
-        DEF,
-        H,
-        LP,
-        C,
-        RPNL,
-        WS4,
-        RET,
-        X3,
-        NL,
-        3,
-    ]
+    prompt = module(function(F, A, X1), function(G, B, X2), function(H, C, X3))
     # The first signature is annotated, the second one is copied as it is.
-    answer = [
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        COLON,
-        INT,
-        RPNL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        B,
-        RPNL,
-        WS4,
-        RET,
-        X2,
-        NL,
-        NL,
-        DEF,
-        H,
-    ]
-    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
+    answer = [*HEAD, *function(F, A, X1, annotated=True), NL, *function(G, B, X2), NL, DEF, H]
+    aware = line_aware_drafts(prompt, answer)
     assert aware[18].tokens == (NL,)
     assert aware[27].tokens[:4] == (NL, NL, DEF, H)  # "def g(b):" was copied whole: signatures are copies again
 
 
 def test_a_rename_does_not_make_its_kind_of_line_an_edit() -> None:
     # "a" is renamed "b" in both signatures: a substitution, not an edit of the line.
-    prompt = [
-        1,
-        2,
-        NL,
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        RPNL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        A,
-        RPNL,
-        WS4,
-        RET,
-        X2,
-        NL,
-        3,
-    ]
-    answer = [IMP, OS, NL, IMP, SYS, NL, NL, DEF, F, LP, B, RPNL, WS4, RET, X1, NL, NL, DEF, G]
-    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
-    assert aware[16].tokens[:2] == (NL, DEF)
+    prompt = module(function(F, A, X1), function(G, A, X2))
+    answer = [*HEAD, *function(F, B, X1), NL, DEF, G]
+    assert line_aware_drafts(prompt, answer)[16].tokens[:2] == (NL, DEF)
 
 
 def test_a_space_inside_a_line_is_not_indentation() -> None:
@@ -358,65 +214,6 @@ def test_the_vocabulary_names_its_line_breaks_in_bpe_and_spm_spelling() -> None:
 
 def test_a_line_inserted_before_a_line_does_not_make_its_kind_an_edit() -> None:
     # A logging line ("colon int") goes in at the top of each body; the bodies themselves are copied.
-    prompt = [
-        1,
-        2,
-        NL,
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        RPNL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        B,
-        RPNL,
-        WS4,
-        RET,
-        X2,
-        NL,
-        3,
-    ]
-    answer = [
-        IMP,
-        OS,
-        NL,
-        IMP,
-        SYS,
-        NL,
-        NL,
-        DEF,
-        F,
-        LP,
-        A,
-        RPNL,
-        WS4,
-        COLON,
-        INT,
-        NL,
-        WS4,
-        RET,
-        X1,
-        NL,
-        NL,
-        DEF,
-        G,
-        LP,
-        B,
-        RPNL,
-    ]
-    aware = drafts(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL}), prompt, answer)
-    assert aware[-1].tokens[:4] == (RPNL, WS4, RET, X2)
+    prompt = module(function(F, A, X1), function(G, B, X2))
+    answer = [*HEAD, *function(F, A, X1, logged=True), NL, DEF, G, LP, B, RPNL]
+    assert line_aware_drafts(prompt, answer)[-1].tokens[:4] == (RPNL, WS4, RET, X2)

@@ -166,8 +166,10 @@ class PromptLookupDrafter:
             self._suspect = None
             self._run += 1
             self._miss = 0
-            if source in self.newlines and self._run > self._ptr - self._line_start(self._ptr):
-                self._edited.discard(self._kind(self._line_start(self._ptr)))  # a line of it copied whole
+            if source in self.newlines:
+                start = self._line_start(self._ptr)
+                if self._run > self._ptr - start:
+                    self._edited.discard(self._kind(start))  # a line of its kind was copied whole
         else:
             if self._miss == 0:
                 # Only a copy that came into this line from the lines before, and kept to it past its first
