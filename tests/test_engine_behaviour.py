@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import TinyModels
-from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model
+from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model, repacks
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
 from speculens.engine.sampling import SamplingParams
@@ -258,6 +258,24 @@ def test_exact_verification_is_bit_identical_to_one_token_decoding(tiny_model_fa
         one_by_one = np.stack([seq.decode([t], [0])[0].copy() for t in tokens])
         batched = bat.decode(tokens, range(len(tokens)), exact=True).copy()
     assert np.array_equal(one_by_one, batched)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
+def test_repacked_weights_are_read_not_mapped(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
+    """Repacked weights are copies made from the file: mapped too, the file's pages would stay resident beside
+    them. Fast mode on the CPU reads the file; bit-exact mode (no repacking) and a GPU offload keep the mapping."""
+    if not repacks():
+        pytest.skip("this llama.cpp build does not repack weights for this CPU")
+    model = tiny_model_factory("q8", quantized=True)
+
+    def in_maps() -> bool:
+        return str(model) in Path("/proc/self/maps").read_text()
+
+    with LlamaBackend(model, BackendParams(n_ctx=256, extra_buffers=True)) as fast:
+        assert not fast.mapped and not in_maps()
+        assert fast.decode(fast.tokenize(PROMPT), [0]).shape == (1, fast.n_vocab)
+    with LlamaBackend(model, BackendParams(n_ctx=256, exact=True)) as exact:
+        assert exact.mapped and in_maps()
 
 
 def test_the_invariance_probe_tells_the_truth_about_every_size(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
