@@ -22,6 +22,7 @@ from speculens.engine.adaptive import (
     Offer,
     PositionRates,
     RollingMedian,
+    StepCost,
     StepPlan,
 )
 
@@ -411,7 +412,41 @@ def test_saved_costs_keep_their_bands_and_an_old_file_that_mixed_contexts_is_not
     assert restored.verify.estimate(4) == pytest.approx(0.12)
     old = CostModel()
     old.restore({"verify_single": [0.03], "verify_ratio": {"4": [3.7]}, "draft_call": [], "draft_catchup": []})
-    assert old.verify.estimate(1) == pytest.approx(0.03) and not old.verify.has(4)
+    assert old.verify.estimate(1) is None and not old.verify.has(4)  # its one-token costs had no context either
+
+
+def demo_step(context: int) -> float:
+    """The demo target's one-token step on a 2-core CPU: 33 ms at 100 tokens of context, 51 ms at 1,500."""
+    return 0.033 + (0.051 - 0.033) * (context - 100) / 1400
+
+
+def test_the_one_token_cost_is_estimated_at_the_context_of_the_moment() -> None:
+    costs = BatchCosts(16)
+    for context in range(1500, 1700, 10):  # a long-context answer, decoded plainly
+        costs.at(context)
+        costs.observe(1, demo_step(context))
+    for context in (100, 101):  # then a rewrite of a short prompt: two plain steps, the rest copied in batches
+        costs.at(context)
+        costs.observe(1, demo_step(context))
+    costs.at(102)
+    # A median of the last steps would say 51 ms, and every batch would look cheap against plain decoding.
+    assert costs.estimate(1) == pytest.approx(demo_step(102), rel=0.02)
+    costs.observe(4, 3.0 * demo_step(102))
+    assert costs.estimate(4) / costs.estimate(1) == pytest.approx(3.0, rel=0.02)  # the ratio, measured right
+    costs.at(800)
+    assert costs.estimate(1) == pytest.approx(demo_step(800), rel=0.02)  # between: along the slope
+
+
+def test_slow_steps_do_not_tilt_the_one_token_cost() -> None:
+    cost = StepCost(15)
+    for i, context in enumerate(range(100, 420, 5)):
+        cost.add(context, demo_step(context) * (3.0 if i % 9 == 0 else 1.0))  # every ninth step hit by another job
+    assert cost.slope == pytest.approx((0.051 - 0.033) / 1400, rel=0.1)
+    assert cost.at(400) == pytest.approx(demo_step(400), rel=0.02)
+    flat = StepCost(15)
+    for _ in range(20):
+        flat.add(300, 0.04)  # one context only: no slope to learn, and none is made up
+    assert flat.slope == 0.0 and flat.at(2000) == pytest.approx(0.04)
 
 
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:

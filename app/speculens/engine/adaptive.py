@@ -5,9 +5,9 @@ k + 1 tokens costs about as much as one, so long drafts pay; on a small CPU a ba
 steps and a draft model costs half a target step per token, so the same setting is slower than plain
 decoding. The controller here measures, in this session:
 
-* the target's one-token cost, and its verification cost for each batch size ``n = k + 1`` relative to it,
-  kept per band of context length (so the estimates follow the context as attention gets dearer;
-  :class:`BatchCosts`);
+* the target's one-token cost as a function of the context (:class:`StepCost`), and its verification cost
+  for each batch size ``n = k + 1`` relative to it, kept per band of context length (so the estimates follow
+  the context as attention gets dearer; :class:`BatchCosts`);
 * the draft model's cost per decode call (draft-free sources cost nothing but their Python time);
 * for the current text and each source, by draft position ``j``: how often the drafter delivers position
   ``j`` when asked (a draft model stops early below ``p_min``), and the conditional acceptance
@@ -187,14 +187,82 @@ class RollingMedian:
         return float(len(self._samples))
 
 
+class StepCost:
+    """The target's one-token step cost as a function of the context.
+
+    Attention reads every cached cell, so a step costs more as the context grows (the demo target on a 2-core
+    CPU: 33 ms at 100 tokens, 51 ms at 1,500), and an answer that copies its prompt takes few plain steps to
+    measure it with. A median of the last samples, whatever their contexts, would carry a long answer's
+    steps into the next short one (or the last session's into this one) and misjudge plain decoding against
+    the batches measured since. So each sample keeps its context: the estimate at a context is the median of
+    the last ``window`` samples, each moved to that context along the slope; the slope is the Theil-Sen
+    estimate (the median of the slopes between pairs of the last ``history`` samples at least ``span``
+    tokens of context apart, never negative; 0 until there are three such pairs), which a few slow steps
+    cannot tilt.
+
+    Args:
+        window: samples in the median.
+        history: samples the slope is estimated from.
+        span: the least context between two samples for their slope to count.
+    """
+
+    def __init__(self, window: int, history: int = 64, span: int = 64) -> None:
+        self._samples: deque[tuple[int, float]] = deque(maxlen=max(history, window))
+        self.window = window
+        self.span = span
+        self.count = 0
+        self._slope: float | None = 0.0  # None: to be recomputed
+        self._cache: tuple[int, float] | None = None  # (context, estimate)
+
+    def add(self, context: int, seconds: float) -> None:
+        """Fold in one step of ``seconds`` taken with ``context`` tokens in the cache."""
+        self._samples.append((int(context), float(seconds)))
+        self.count += 1
+        self._slope = None
+        self._cache = None
+
+    @property
+    def slope(self) -> float:
+        """Seconds per token of context."""
+        if self._slope is None:
+            c = np.array([x[0] for x in self._samples], dtype=float)
+            t = np.array([x[1] for x in self._samples])
+            dc = c[None, :] - c[:, None]
+            apart = dc >= self.span  # each pair once, the later context second
+            n = int(apart.sum())
+            self._slope = max(0.0, float(np.median((t[None, :] - t[:, None])[apart] / dc[apart]))) if n >= 3 else 0.0
+        return self._slope
+
+    def at(self, context: int) -> float:
+        """The estimated step cost with ``context`` tokens in the cache (0.0 before any sample)."""
+        if not self._samples:
+            return 0.0
+        if self._cache is None or self._cache[0] != context:
+            slope = self.slope
+            recent = list(self._samples)[-self.window :]
+            self._cache = (context, float(statistics.median(t + slope * (context - c) for c, t in recent)))
+        return self._cache[1]
+
+    @property
+    def weight(self) -> float:
+        """How many samples the estimate rests on."""
+        return float(min(len(self._samples), self.window))
+
+    @property
+    def samples(self) -> list[list[float]]:
+        """The kept samples as ``[context, seconds]``, oldest first."""
+        return [[c, t] for c, t in self._samples]
+
+
 class BatchCosts:
     """The target's verification time as a function of the batch size, learnt online.
 
     Verification gets dearer as the KV cache grows (attention reads every cell, for each token of the batch),
     so a batch cost measured early in a long answer would be stale by its end, and speculation would look
-    cheaper than it is. The one-token cost is therefore a rolling median of its own (plain steps keep it
-    current), and every batch size ``n ≥ 2`` keeps a rolling median of its cost *relative to* the one-token
-    cost of the moment; an estimate is that ratio times the current one-token cost.
+    cheaper than it is. The one-token cost is therefore estimated at the context of the moment
+    (:class:`StepCost`), and every batch size ``n ≥ 2`` keeps a rolling median of its cost *relative to* the
+    one-token cost at the context it was measured at; an estimate is that ratio times the one-token cost at
+    the current context.
 
     The ratio itself depends on the context too (measured on the demo target, 2-core CPU: a batch of 4 costs
     2.95 single steps at 64 tokens of context and 3.4 at 1,500; a batch of 16, 8.0 and 10.0), so ratios are
@@ -225,7 +293,8 @@ class BatchCosts:
         self.prior_slope = prior_slope
         self._split = split
         self._top = max(split(max_batch)) if split else max_batch  # the largest single call
-        self._single = RollingMedian(window)
+        self._single = StepCost(window)
+        self._context = 0  # tokens in the cache for the coming steps (see at)
         # [band][call size]: each band's ratios (sizes 0 and 1 unused)
         self._bands = [[RollingMedian(window) for _ in range(self._top + 1)] for _ in range(len(CONTEXT_BANDS))]
         self._band = 0
@@ -239,16 +308,18 @@ class BatchCosts:
         if seconds <= 0:
             return
         if n == 1:
-            self._single.add(seconds)
+            self._single.add(self._context, seconds)
         elif 2 <= n <= self._top and self._single.count:
             own = self._bands[self._band][n]
-            own.add(seconds / self._single.value)
+            own.add(seconds / self._single.at(self._context))
             if own.count == 1:  # the band's first sample of this size replaces the nearest band's
                 self._ratio = self._resolve()
             self._cache = None
 
     def at(self, context: int) -> None:
-        """The coming steps run with ``context`` tokens in the KV cache (chooses the band of ratios)."""
+        """The coming steps run with ``context`` tokens in the KV cache (the one-token cost's context, and the
+        band of ratios)."""
+        self._context = context
         band = band_of(context)
         if band != self._band:
             self._band = band
@@ -299,13 +370,13 @@ class BatchCosts:
         """The measured call sizes and their current estimates in seconds."""
         if not self._single.count:
             return {}
-        one = self._single.value
+        one = self._single.at(self._context)
         return {1: one} | {n: one * e.value for n, e in enumerate(self._ratio) if n >= 2 and e.count}
 
     def estimate(self, n: int) -> float | None:
         """Seconds to verify a batch of ``n`` tokens, or ``None`` before any measurement."""
         if n == 1:
-            return self._single.value if self._single.count else None
+            return self._single.at(self._context) if self._single.count else None
         curve = self.curve(n)
         return None if curve is None else float(curve[n])
 
@@ -322,7 +393,7 @@ class BatchCosts:
             return None
         if self._cache is None or len(self._cache[1]) <= n_max:
             self._cache = (n_max, self._relative(max(n_max, self.max_batch)))
-        return self._single.value * self._cache[1][: n_max + 1]
+        return self._single.at(self._context) * self._cache[1][: n_max + 1]
 
     def _relative(self, n_max: int) -> np.ndarray:
         """Every batch size's cost relative to one token, up to ``n_max`` (see :meth:`curve`)."""
@@ -406,7 +477,9 @@ class CostModel:
         try:
             v = self.verify
             for x in state["verify_single"]:
-                v._single.add(float(x))
+                # [context, seconds]; files of earlier releases kept bare seconds, from any context: not used.
+                if isinstance(x, list) and len(x) == 2:
+                    v._single.add(int(x[0]), float(x[1]))
             # Files of earlier releases kept one ratio per size for every context ("verify_ratio"): not used,
             # since they mix contexts; calibration measures afresh.
             v.restore(state.get("verify_ratio_by_context", {}))
