@@ -206,6 +206,10 @@ class StepCost:
         span: the least context between two samples for their slope to count.
     """
 
+    # The slope moves slowly: it is recomputed after this many new samples (each recomputation costs ~40 us,
+    # about a thousandth of a plain step here), and at once while it rests on few.
+    SLOPE_EVERY = 8
+
     def __init__(self, window: int, history: int = 64, span: int = 64) -> None:
         self._samples: deque[tuple[int, float]] = deque(maxlen=max(history, window))
         self.window = window
@@ -218,7 +222,8 @@ class StepCost:
         """Fold in one step of ``seconds`` taken with ``context`` tokens in the cache."""
         self._samples.append((int(context), float(seconds)))
         self.count += 1
-        self._slope = None
+        if self.count % self.SLOPE_EVERY == 0 or len(self._samples) <= self.window:
+            self._slope = None
         self._cache = None
 
     @property
@@ -298,6 +303,8 @@ class BatchCosts:
         # [band][call size]: each band's ratios (sizes 0 and 1 unused)
         self._bands = [[RollingMedian(window) for _ in range(self._top + 1)] for _ in range(len(CONTEXT_BANDS))]
         self._band = 0
+        self._ratio_version = 0
+        self._allowed: tuple[tuple[int, bool, int], tuple[bool, ...]] | None = None
         self._ratio = self._resolve()  # each call size's ratio for the current band (see _resolve)
         # The relative curve changes only when a batch is measured; it is computed once per change (a step
         # asks for it several times, and every millisecond of ours is a fortieth of a target step here).
@@ -328,6 +335,7 @@ class BatchCosts:
 
     def _resolve(self) -> list[RollingMedian]:
         """Each call size's ratio for the current band: its own samples, or the nearest band's that has any."""
+        self._ratio_version += 1  # which sizes are measured may have changed (see allowed)
         order = sorted(range(len(self._bands)), key=lambda b: (abs(b - self._band), b))
         return [
             next((self._bands[b][n] for b in order if self._bands[b][n].count), self._bands[self._band][n])
@@ -361,6 +369,15 @@ class BatchCosts:
         if not self._single.count:
             return False
         return all(c == 1 or self._ratio[c].count > 0 for c in self._calls(n))
+
+    def allowed(self, n_max: int) -> Sequence[bool]:
+        """For every batch size ``0..n_max``: whether a plan may choose it — measured, or beyond every measured
+        size (to be tried once; see :meth:`AdaptiveController.plan`)."""
+        key = (n_max, self._single.count > 0, self._ratio_version)
+        if self._allowed is None or self._allowed[0] != key:
+            top = self.largest_measured()
+            self._allowed = (key, tuple(n > top or self.has(n) for n in range(n_max + 1)))
+        return self._allowed[1]
 
     def largest_measured(self) -> int:
         """The largest batch size with a measured cost of its own (1 before any)."""
@@ -857,8 +874,7 @@ class AdaptiveController:
         shown: tuple[float, StepPlan] | None = None  # the most promising step, taken or not (for teaching)
         probe: tuple[float, float, StepPlan] | None = None  # expected loss, rate, plan
         catchup = self.costs.catchup_seconds(behind) if model_ok else 0.0
-        top = self.costs.verify.largest_measured()
-        allowed = [n > top or self.costs.verify.has(n) for n in range(limit + 2)]
+        allowed = self.costs.verify.allowed(limit + 1)
         for src, k_max, confidence in candidates:
             curves = self.curves(k_max, None if src.model else k_max, confidence, src.name)
             if curves is None:
@@ -868,7 +884,7 @@ class AdaptiveController:
             if src.model:
                 seconds[1:] += catchup
             rates = tokens / np.maximum(seconds, 1e-9)
-            speedup = tuple(float(r / rate_plain) for r in rates)
+            speedup = tuple((rates / rate_plain).tolist())
             # Batch sizes whose cost has been measured, or beyond every measured size (to be tried once): a CPU's
             # kernels make some sizes far dearer per token than their neighbours (repacked weights take rows
             # four at a time), which no curve through a few points can guess. Calibration measures a spread.
