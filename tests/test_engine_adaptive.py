@@ -413,6 +413,11 @@ def test_saved_costs_keep_their_bands_and_an_old_file_that_mixed_contexts_is_not
     old = CostModel()
     old.restore({"verify_single": [0.03], "verify_ratio": {"4": [3.7]}, "draft_call": [], "draft_catchup": []})
     assert old.verify.estimate(1) is None and not old.verify.has(4)  # its one-token costs had no context either
+    # Nor are ratios measured against such one-token costs.
+    older = {"verify_single": [0.03], "verify_ratio_by_context": {"0": {"4": [2.4]}}}
+    older |= {"draft_call": [], "draft_catchup": []}
+    old.restore(older)
+    assert not old.verify.has(4)
 
 
 def demo_step(context: int) -> float:

@@ -493,13 +493,13 @@ class CostModel:
         """
         try:
             v = self.verify
-            for x in state["verify_single"]:
-                # [context, seconds]; files of earlier releases kept bare seconds, from any context: not used.
-                if isinstance(x, list) and len(x) == 2:
-                    v._single.add(int(x[0]), float(x[1]))
-            # Files of earlier releases kept one ratio per size for every context ("verify_ratio"): not used,
-            # since they mix contexts; calibration measures afresh.
-            v.restore(state.get("verify_ratio_by_context", {}))
+            singles = state["verify_single"]
+            # Files of earlier releases kept bare seconds from any context, and ratios measured against them
+            # (or one ratio per size for every context, "verify_ratio"): not used; calibration measures afresh.
+            if all(isinstance(x, list) and len(x) == 2 for x in singles):
+                for context, seconds in singles:
+                    v._single.add(int(context), float(seconds))
+                v.restore(state.get("verify_ratio_by_context", {}))
             for x in state["draft_call"]:
                 self.draft_call.add(float(x))
             for x in state["draft_catchup"]:
