@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -448,6 +449,14 @@ def test_slow_steps_do_not_tilt_the_one_token_cost() -> None:
         cost.add(context, demo_step(context) * (3.0 if i % 9 == 0 else 1.0))  # every ninth step hit by another job
     assert cost.slope == pytest.approx((0.051 - 0.033) / 1400, rel=0.1)
     assert cost.at(400) == pytest.approx(demo_step(400), rel=0.02)
+    noisy = StepCost(15)
+    for _ in range(3):
+        noisy.add(0, demo_step(0))  # calibration, at load
+    for i, context in enumerate(range(1500, 1756)):  # a long answer on a busy machine: ±15% from step to step
+        noisy.add(context, demo_step(context) * (1.0 + 0.15 * math.sin(i * 2.4)))
+    # Its steps alone, all within 256 tokens of context, say nothing reliable about the slope: they do not
+    # set it. A rewrite of a short prompt next is planned with its own cost, not the long answer's.
+    assert noisy.at(223) == pytest.approx(demo_step(223), rel=0.1)
     flat = StepCost(15)
     for _ in range(20):
         flat.add(300, 0.04)  # one context only: no slope to learn, and none is made up

@@ -194,35 +194,42 @@ class StepCost:
     CPU: 33 ms at 100 tokens, 51 ms at 1,500), and an answer that copies its prompt takes few plain steps to
     measure it with. A median of the last samples, whatever their contexts, would carry a long answer's
     steps into the next short one (or the last session's into this one) and misjudge plain decoding against
-    the batches measured since. So each sample keeps its context: the estimate at a context is the median of
-    the last ``window`` samples, each moved to that context along the slope; the slope is the Theil-Sen
-    estimate (the median of the slopes between pairs of the last ``history`` samples at least ``span``
-    tokens of context apart, never negative; 0 until there are three such pairs), which a few slow steps
-    cannot tilt.
+    the batches measured since.
+
+    So the samples are also kept by band of ``band`` tokens of context (the last ``per_band`` of each), and
+    the slope is the Theil-Sen estimate through the bands' medians (the median of the slopes between every
+    two bands; 0 while one band has samples, never negative, and never so steep that the cost at no context
+    would fall under half the cheapest band's). The estimate at a context is the median of the last
+    ``window`` samples, each moved to that context along the slope: the level follows the machine of the
+    moment, the slope rests on medians that a few slow steps cannot move, and the steps of one long answer,
+    all within a band or two, cannot tilt it.
 
     Args:
         window: samples in the median.
-        history: samples the slope is estimated from.
-        span: the least context between two samples for their slope to count.
+        band: tokens of context per band.
+        per_band: samples kept per band.
     """
 
-    # The slope moves slowly: it is recomputed after this many new samples (each recomputation costs ~40 us,
-    # about a thousandth of a plain step here), and at once while it rests on few.
+    # The slope moves slowly: it is refit after this many new samples (a refit costs up to ~0.1 ms with many
+    # bands), and at once when a band gets its first sample.
     SLOPE_EVERY = 8
 
-    def __init__(self, window: int, history: int = 64, span: int = 64) -> None:
-        self._samples: deque[tuple[int, float]] = deque(maxlen=max(history, window))
-        self.window = window
-        self.span = span
+    def __init__(self, window: int, band: int = 256, per_band: int = 15) -> None:
+        self._recent: deque[tuple[int, float]] = deque(maxlen=window)
+        self._bands: dict[int, deque[tuple[int, float]]] = {}
+        self.band = band
+        self.per_band = per_band
         self.count = 0
         self._slope: float | None = 0.0  # None: to be recomputed
         self._cache: tuple[int, float] | None = None  # (context, estimate)
 
     def add(self, context: int, seconds: float) -> None:
         """Fold in one step of ``seconds`` taken with ``context`` tokens in the cache."""
-        self._samples.append((int(context), float(seconds)))
+        sample = (int(context), float(seconds))
+        self._recent.append(sample)
+        self._bands.setdefault(sample[0] // self.band, deque(maxlen=self.per_band)).append(sample)
         self.count += 1
-        if self.count % self.SLOPE_EVERY == 0 or len(self._samples) <= self.window:
+        if self.count % self.SLOPE_EVERY == 0 or len(self._bands[sample[0] // self.band]) == 1:
             self._slope = None
         self._cache = None
 
@@ -230,33 +237,40 @@ class StepCost:
     def slope(self) -> float:
         """Seconds per token of context."""
         if self._slope is None:
-            c = np.array([x[0] for x in self._samples], dtype=float)
-            t = np.array([x[1] for x in self._samples])
-            dc = c[None, :] - c[:, None]
-            apart = dc >= self.span  # each pair once, the later context second
-            n = int(apart.sum())
-            self._slope = max(0.0, float(np.median((t[None, :] - t[:, None])[apart] / dc[apart]))) if n >= 3 else 0.0
+            points = sorted(
+                (statistics.median(c for c, _ in kept), statistics.median(t for _, t in kept))
+                for kept in self._bands.values()
+            )
+            slopes = [
+                (t2 - t1) / (c2 - c1)
+                for i, (c1, t1) in enumerate(points)
+                for c2, t2 in points[i + 1 :]
+                if c2 > c1
+            ]
+            slope = max(0.0, statistics.median(slopes)) if slopes else 0.0
+            floor = 0.5 * min(t for _, t in points)  # the cost at no context, at the least
+            self._slope = min([slope, *((t - floor) / c for c, t in points if c > 0)])
         return self._slope
 
     def at(self, context: int) -> float:
         """The estimated step cost with ``context`` tokens in the cache (0.0 before any sample)."""
-        if not self._samples:
+        if not self._recent:
             return 0.0
         if self._cache is None or self._cache[0] != context:
             slope = self.slope
-            recent = list(self._samples)[-self.window :]
-            self._cache = (context, float(statistics.median(t + slope * (context - c) for c, t in recent)))
+            self._cache = (context, float(statistics.median(t + slope * (context - c) for c, t in self._recent)))
         return self._cache[1]
 
     @property
     def weight(self) -> float:
         """How many samples the estimate rests on."""
-        return float(min(len(self._samples), self.window))
+        return float(len(self._recent))
 
     @property
     def samples(self) -> list[list[float]]:
-        """The kept samples as ``[context, seconds]``, oldest first."""
-        return [[c, t] for c, t in self._samples]
+        """The kept samples as ``[context, seconds]``: every band's, then the most recent, oldest first."""
+        kept = [x for band in self._bands.values() for x in band if x not in self._recent]
+        return [[c, t] for c, t in [*kept, *self._recent]]
 
 
 class BatchCosts:
