@@ -212,9 +212,8 @@ class LlamaBackend:
         exact = self.params.exact
         # Repacked weights compute 4+ rows with other kernels than one row (measured: 0.4 logits apart).
         mparams.use_extra_bufts = False if exact else (extra_buffers_default() if extra is None else extra)
-        self.mapped = not (
-            mparams.use_extra_bufts and not self.params.vocab_only and self.params.n_gpu_layers == 0 and repacks()
-        )
+        offloads = self.params.n_gpu_layers != 0 and supports_gpu_offload()  # -1 on a CPU build offloads nothing
+        self.mapped = not (mparams.use_extra_bufts and not self.params.vocab_only and not offloads and repacks())
         if not self.mapped:
             # Repacked weights are copies, made from the file's mapped pages, and those pages stay resident:
             # mapped, every repacked weight would be held twice. Reading the file instead holds it once
