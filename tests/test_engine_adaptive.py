@@ -258,7 +258,7 @@ def test_shadow_drafts_notice_a_repeating_text_without_verifying_anything() -> N
 def test_the_loss_guard_bounds_what_wrong_estimates_cost() -> None:
     # A controller that cannot learn (its prior outweighs any evidence) and believes every draft is right,
     # on a text where every draft is wrong: only the guard stands between it and a batch lost every step.
-    blind = AdaptiveParams(prior_accept_free=(0.99,), prior_deep_free=0.99, prior_weight_free=1e9, caution_free=0.0)
+    blind = AdaptiveParams(prior_accept_free=(0.99,), prior_deep_free=(0.99,), prior_weight_free=1e9, caution_free=0.0)
     controller = AdaptiveController(8, [FREE], params=blind)
     for n in range(1, 10):
         controller.costs.verify.observe(n, cpu_verify(n))
@@ -330,7 +330,23 @@ def test_each_token_teaches_acceptance_once_however_many_drafts_cover_it() -> No
     counts = controller.accept(0).observations()
     assert counts[0] == 2  # first positions: "7" of the first draft, "8" of the second
     assert counts[1] == 2  # deeper: "8" of the first draft (a hit), and the edit "5" once (a miss)
-    assert controller.acceptance_by_position()[1] < AdaptiveParams().prior_deep_free
+    assert controller.acceptance_by_position()[1] < AdaptiveParams().prior_deep_free[0]
+
+
+def test_every_confidence_class_following_a_token_learns_from_it_once() -> None:
+    # A long copy: an old draft found from a short match (class 1) and newer ones made once the copy was under
+    # way (class 4) cover the same tokens. Each class learns how its own drafts go on, one observation a token;
+    # class 4 must not wait for its drafts to become the oldest to learn that the copy is still running.
+    controller = AdaptiveController(16, [FREE])
+    truth = list(range(100, 140))
+    controller.shadow_drafted(0, truth[0:16], verified=0, confidence=1)
+    for start in (2, 4):
+        controller.shadow_check(truth[:start])
+        controller.shadow_drafted(start, truth[start : start + 16], verified=0, confidence=4)
+    controller.shadow_check(truth[:12])
+    deep = [controller.accept(c).observations()[1] for c in (1, 4)]
+    assert deep == [11, 9]  # class 1 from token 1 on, class 4 from token 3 (depth 1 of the draft at 2) on
+    assert controller.acceptance_by_position(4)[1] > AdaptiveParams().prior_deep_free[4]
 
 
 def test_acceptance_by_position_converges() -> None:
