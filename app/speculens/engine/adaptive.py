@@ -92,7 +92,7 @@ class AdaptiveParams:
         prior_deep_free: a draft-free source pools positions from 1 on (see :class:`PositionRates`) with this
             prior, by confidence class: once a copy's first token is right, the next ones are. Measured for
             prompt lookup on 8 validation prompts (rewrites, chats, code; not the benchmark suite): 0.66,
-            0.91, 0.91, 0.95, 0.97 per token.
+            0.91, 0.91, 0.95, 0.97 per token (rounded here).
         accept_alpha_deep: EWMA weight of a new observation of the pooled positions.
         evidence_cap: the most observations a position's own mean is worth against its prior (the mean
             itself forgets with ``accept_alpha``; this only bounds how much the prior still pulls).
@@ -544,8 +544,9 @@ class PositionRates:
 
     With ``prior_deep``, positions from 1 on are pooled into one estimate with that prior: a copy that has got
     its first token right goes on at a rate that hardly depends on the depth (measured on code rewrites and
-    chats: 0.9–0.98 at every depth), and pooling turns every token of every shadow draft into evidence, so the
-    rate of a long copy is learnt within a few steps instead of one observation per position per step.
+    chats, by prompt lookup's confidence class: 0.66 for a guess, 0.9–0.97 for the others), and pooling turns
+    every token of every shadow draft into evidence, so the rate of a long copy is learnt within a few steps
+    instead of one observation per position per step.
 
     Args:
         n: positions tracked.
@@ -765,6 +766,9 @@ class AdaptiveController:
         self._hindsight = 0.0
         self._declined: dict[str, _Declined] = {}
         self._shadows: list[_Shadow] = []
+        # (source, confidence) -> the history positions of its last verified draft, whose acceptance observe()
+        # has learnt already: a shadow of the same class covering them must not count them again.
+        self._verified: dict[tuple[str, int], range] = {}
 
     @property
     def draft_free(self) -> bool:
@@ -1032,6 +1036,8 @@ class AdaptiveController:
         """
         name = self._source(source).name
         declined = self._declined.pop(name, None)
+        if verified:
+            self._verified[(name, confidence)] = range(history_len, history_len + verified)
         if len(tokens) > verified:
             counterfactual = declined if declined is not None and declined.k_taken == verified else None
             self._shadows.append(_Shadow(name, history_len, tuple(tokens), confidence, verified, counterfactual))
@@ -1058,12 +1064,13 @@ class AdaptiveController:
                 # have lost as much, at a higher price).
                 hits = next(i for i in range(j) if history[start + i] != tokens[i])
                 self._score_declined(shadow, hits, final=True)
-        # Token by token: every shadow that reaches a token is scored, but a token teaches each source's
-        # acceptance once — at position 0 from the newest draft, and from position 1 on once for every
-        # confidence class with a draft still following the text (the oldest of that class) — so one edit is
-        # one miss per class, not one for every overlapping draft. Each class learns how its *own* drafts go
-        # on: the deep rate of the long-copy class must not wait until its drafts are the oldest alive (an
-        # older draft from a weak match usually is), or it learns only from the verified steps.
+        # Token by token: every shadow that reaches a token is scored, but a token teaches each (source,
+        # confidence class) at most once — at position 0 from the newest draft, and from position 1 on from the
+        # oldest draft of that class still following the text, unless observe() has counted the token for that
+        # class already (it was verified) — so one edit is one miss per class, not one for every overlapping
+        # draft. Each class learns how its *own* drafts go on: the deep rate of the long-copy class must not
+        # wait until its drafts are the oldest alive (an older draft from a weak match usually is), or it
+        # learns only from the verified steps.
         position = min((sh.start + sh.scored for sh in alive), default=len(history))
         while position < len(history) and alive:
             token = history[position]
@@ -1075,7 +1082,8 @@ class AdaptiveController:
                     self.accept(newest.confidence, source).observe(0, token == newest.tokens[0])
                 deep = {sh.confidence: sh for sh in sorted(mine, key=lambda sh: sh.scored) if sh.scored > 0}  # oldest
                 for confidence, sh in deep.items():
-                    self.accept(confidence, source).observe(sh.scored, token == sh.tokens[sh.scored])
+                    if position not in self._verified.get((source, confidence), ()):
+                        self.accept(confidence, source).observe(sh.scored, token == sh.tokens[sh.scored])
             for shadow in here:
                 hit = token == shadow.tokens[shadow.scored]
                 shadow.scored += 1
