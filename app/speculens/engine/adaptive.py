@@ -692,6 +692,11 @@ class StepPlan:
     considered: str | None = None
 
 
+def _by_class(priors: Sequence[float], confidence: int) -> float:
+    """A prior of a confidence class (classes beyond the table take its last entry)."""
+    return priors[min(max(confidence, 0), len(priors) - 1)]
+
+
 class _Source:
     """What the controller knows of one draft source in this generation."""
 
@@ -711,10 +716,10 @@ class _Source:
             if self.model:
                 prior, alpha = p.prior_accept, p.accept_alpha
             else:
-                prior = p.prior_accept_free[min(max(confidence, 0), len(p.prior_accept_free) - 1)]
+                prior = _by_class(p.prior_accept_free, confidence)
                 alpha = p.accept_alpha_free
             weight = p.prior_weight if self.model else p.prior_weight_free
-            deep = None if self.model else p.prior_deep_free[min(max(confidence, 0), len(p.prior_deep_free) - 1)]
+            deep = None if self.model else _by_class(p.prior_deep_free, confidence)
             table = self.accept[confidence] = PositionRates(
                 self.n_draft, alpha, prior, weight, p.evidence_cap, deep, p.accept_alpha_deep
             )
