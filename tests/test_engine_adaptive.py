@@ -499,6 +499,35 @@ def test_slow_steps_do_not_tilt_the_one_token_cost() -> None:
     assert flat.slope == 0.0 and flat.at(2000) == pytest.approx(0.04)
 
 
+def test_a_batch_is_measured_against_the_machine_of_the_moment_not_the_last_single_steps() -> None:
+    # Seen on this VM: single steps at 50 ms at the start of an answer, then a copy verified in batches of 4
+    # for the rest of it, at 100 ms each once the machine was back at 35 ms a step (a batch of 4 costs 2.86).
+    costs = BatchCosts(32)
+    for _ in range(15):  # an earlier session's measurements: singles at 35 ms, batches of 4 and 32
+        costs.observe(1, 0.035)
+        costs.observe(4, 0.035 * 2.86)
+        costs.observe(32, 0.035 * 14.0)
+    for _ in range(8):
+        costs.observe(1, 0.050)  # a slow spell
+    for _ in range(30):
+        costs.observe(4, 0.100)  # the machine is fast again, and no single step is taken
+    costs.observe(32, 0.490)
+    one = costs.estimate(1)
+    assert one is not None
+    # Against the last single steps, a batch of 4 would read 2.0 steps and a batch of 32 9.8: every batch cheap,
+    # and the short ones cheaper than they are against the long ones.
+    assert costs.estimate(4) / one == pytest.approx(2.86, rel=0.03)
+    assert costs.estimate(32) / one == pytest.approx(14.0, rel=0.03)
+    # The speed readings follow the machine, so single steps resume against the right reference.
+    fresh = BatchCosts(32)
+    fresh.observe(1, 0.035)
+    fresh.observe(4, 0.035 * 2.86)
+    for _ in range(10):
+        fresh.observe(1, 0.050)
+        fresh.observe(4, 0.050 * 2.86)  # slower machine, same ratio: measured as such
+    assert fresh.estimate(4) / fresh.estimate(1) == pytest.approx(2.86, rel=0.01)
+
+
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
     costs = BatchCosts(32, split=lambda n: [7] * (n // 7) + ([n % 7] if n % 7 else []))
     costs.observe(1, 0.05)

@@ -291,6 +291,16 @@ class BatchCosts:
     rewrite's batches look dear, nor the other way round. A band without a sample of a size uses the nearest
     band that has one. :meth:`at` tells the costs the context of the coming steps.
 
+    A ratio sample must compare a batch with single steps of the same moment: a VM's speed drifts by a quarter
+    within minutes, and while a copy is verified batch after batch no single step is taken at all, so the last
+    single steps' cost is no reference (measured: single steps at 50 ms at the start of an answer, then batches
+    of 4 at 100 ms once the machine was back at 35 ms a step, read as 2.0 single steps instead of 2.9, and
+    the controller verified 3-token drafts for the rest of a copy that 31-token ones would have taken). So
+    every decode call of a size with a known ratio also tells the machine's speed of the moment (its time over
+    its ratio), and a new ratio sample is taken against the median of the last :attr:`SPEED_WINDOW` such
+    readings, whatever their sizes. When only one size is verified for a while, its ratio stays where it was
+    and the readings follow the machine.
+
     A size never measured is interpolated linearly between its measured neighbours, or extrapolated from the
     largest measured one with the slope of a least-squares line through the measured ratios, capped at
     ``prior_slope`` (and never negative: a bigger batch does not get cheaper). When verification is split
@@ -302,6 +312,8 @@ class BatchCosts:
         prior_slope: relative growth per extra token assumed beyond the largest measured size.
         split: the decode-call sizes a batch of ``n`` is verified in (``None``: one call).
     """
+
+    SPEED_WINDOW = 7  # decode calls whose speed readings make the reference of a new ratio sample
 
     def __init__(
         self,
@@ -315,6 +327,9 @@ class BatchCosts:
         self._split = split
         self._top = max(split(max_batch)) if split else max_batch  # the largest single call
         self._single = StepCost(window)
+        # The one-token cost each recent decode call implies (its seconds over its size's ratio), as (context,
+        # seconds): the reference of a new ratio sample.
+        self._speed: deque[tuple[int, float]] = deque(maxlen=self.SPEED_WINDOW)
         self._context = 0  # tokens in the cache for the coming steps (see at)
         # [band][call size]: each band's ratios (sizes 0 and 1 unused)
         self._bands = [[RollingMedian(window) for _ in range(self._top + 1)] for _ in range(len(CONTEXT_BANDS))]
@@ -332,12 +347,26 @@ class BatchCosts:
             return
         if n == 1:
             self._single.add(self._context, seconds)
+            self._speed.append((self._context, seconds))
         elif 2 <= n <= self._top and self._single.count:
-            own = self._bands[self._band][n]
-            own.add(seconds / self._single.at(self._context))
-            if own.count == 1:  # the band's first sample of this size replaces the nearest band's
-                self._ratio = self._resolve()
-            self._cache = None
+            known = self._ratio[n].value if self._ratio[n].count else None
+            if self._speed or known is None:  # a known size is not compared with another moment's speed
+                own = self._bands[self._band][n]
+                own.add(seconds / self._reference())
+                if own.count == 1:  # the band's first sample of this size replaces the nearest band's
+                    self._ratio = self._resolve()
+                self._cache = None
+            if known is not None:
+                self._speed.append((self._context, seconds / known))
+
+    def _reference(self) -> float:
+        """The one-token cost of the moment at the current context: the median of the recent decode calls'
+        readings (moved along the context slope), or, before any, the single steps' estimate (restored from an
+        earlier session, perhaps)."""
+        if not self._speed:
+            return self._single.at(self._context)
+        slope = self._single.slope
+        return float(statistics.median(t + slope * (self._context - c) for c, t in self._speed))
 
     def at(self, context: int) -> None:
         """The coming steps run with ``context`` tokens in the KV cache (the one-token cost's context, and the
