@@ -511,21 +511,47 @@ def test_a_batch_is_measured_against_the_machine_of_the_moment_not_the_last_sing
         costs.observe(1, 0.050)  # a slow spell
     for _ in range(30):
         costs.observe(4, 0.100)  # the machine is fast again, and no single step is taken
-    costs.observe(32, 0.490)
     one = costs.estimate(1)
     assert one is not None
-    # Against the last single steps, a batch of 4 would read 2.0 steps and a batch of 32 9.8: every batch cheap,
-    # and the short ones cheaper than they are against the long ones.
+    # Against the last single steps a batch of 4 would read 2.0 steps: short drafts cheap against long ones.
     assert costs.estimate(4) / one == pytest.approx(2.86, rel=0.03)
+    for _ in range(10):  # batches of 32 beside the batches of 4 read the machine's speed for each other
+        costs.observe(32, 0.035 * 14.0)
+        costs.observe(4, 0.100)
     assert costs.estimate(32) / one == pytest.approx(14.0, rel=0.03)
-    # The speed readings follow the machine, so single steps resume against the right reference.
-    fresh = BatchCosts(32)
-    fresh.observe(1, 0.035)
-    fresh.observe(4, 0.035 * 2.86)
+    assert costs.estimate(4) / one == pytest.approx(2.86, rel=0.03)
+
+
+def test_a_ratio_is_never_its_own_reference() -> None:
+    # A fresh start in a slow spell: the first batches of 4 are read against its single steps (2.0 instead of
+    # 2.86), which nothing can avoid. Once single steps are timed beside the batches again, it must recover.
+    costs = BatchCosts(32)
+    for _ in range(20):
+        costs.observe(1, 0.050)
+    for _ in range(40):
+        costs.observe(4, 0.100)
+        costs.observe(4, 0.100)
+        costs.observe(1, 0.035)
+    assert costs.estimate(4) / costs.estimate(1) == pytest.approx(2.86, rel=0.03)
+    # Restored costs whose only batch of 4 was measured at a long context (3.4 steps there): a short answer that
+    # verifies only batches of 4 must not copy that ratio into its own band, and measures its own once single
+    # steps are timed beside them.
+    saved = BatchCosts(32)
+    saved.observe(1, 0.030)
+    saved.at(3000)
+    saved.observe(4, 0.030 * 3.4)
+    restored = CostModel()
+    state = {"verify_single": [[64, 0.030]], "verify_ratio_by_context": saved.state()}
+    restored.restore(state | {"draft_call": [], "draft_catchup": []})
+    v = restored.verify
+    v.at(64)
     for _ in range(10):
-        fresh.observe(1, 0.050)
-        fresh.observe(4, 0.050 * 2.86)  # slower machine, same ratio: measured as such
-    assert fresh.estimate(4) / fresh.estimate(1) == pytest.approx(2.86, rel=0.01)
+        v.observe(4, 0.030 * 2.95)
+    assert "4" not in v.state().get("0", {})  # no sample: there was nothing but its own speed to compare with
+    for _ in range(10):
+        v.observe(1, 0.030)
+        v.observe(4, 0.030 * 2.95)
+    assert v.estimate(4) / v.estimate(1) == pytest.approx(2.95, rel=0.01)
 
 
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:

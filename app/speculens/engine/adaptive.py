@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,7 +260,7 @@ class StepCost:
             return 0.0
         if self._cache is None or self._cache[0] != context:
             slope = self.slope
-            self._cache = (context, float(statistics.median(t + slope * (context - c) for c, t in self._recent)))
+            self._cache = (context, _median_at(self._recent, slope, context))
         return self._cache[1]
 
     @property
@@ -293,13 +293,12 @@ class BatchCosts:
 
     A ratio sample must compare a batch with single steps of the same moment: a VM's speed drifts by a quarter
     within minutes, and while a copy is verified batch after batch no single step is taken at all, so the last
-    single steps' cost is no reference (measured: single steps at 50 ms at the start of an answer, then batches
-    of 4 at 100 ms once the machine was back at 35 ms a step, read as 2.0 single steps instead of 2.9, and
-    the controller verified 3-token drafts for the rest of a copy that 31-token ones would have taken). So
-    every decode call of a size with a known ratio also tells the machine's speed of the moment (its time over
-    its ratio), and a new ratio sample is taken against the median of the last :attr:`SPEED_WINDOW` such
-    readings, whatever their sizes. When only one size is verified for a while, its ratio stays where it was
-    and the readings follow the machine.
+    single steps' cost is no reference (a batch of 4 read 2.0 single steps instead of 2.9 that way, see the
+    README). So every decode call of a size with a known ratio also tells the machine's speed (its time over
+    its ratio), and a new ratio sample of a size is taken against the median of the readings of the *other*
+    sizes (single steps included) among the last :attr:`SPEED_WINDOW` calls. A size's own readings are never its
+    reference, or a wrong ratio would confirm itself for ever: when only one size is verified for a while, it
+    takes no samples and its ratio stays where it was, until single steps (or another size) are timed beside it.
 
     A size never measured is interpolated linearly between its measured neighbours, or extrapolated from the
     largest measured one with the slope of a least-squares line through the measured ratios, capped at
@@ -327,9 +326,9 @@ class BatchCosts:
         self._split = split
         self._top = max(split(max_batch)) if split else max_batch  # the largest single call
         self._single = StepCost(window)
-        # The one-token cost each recent decode call implies (its seconds over its size's ratio), as (context,
-        # seconds): the reference of a new ratio sample.
-        self._speed: deque[tuple[int, float]] = deque(maxlen=self.SPEED_WINDOW)
+        # The one-token cost each recent decode call implies (its seconds over its size's ratio), as (size,
+        # context, seconds): the reference of the other sizes' new ratio samples.
+        self._speed: deque[tuple[int, int, float]] = deque(maxlen=self.SPEED_WINDOW)
         self._context = 0  # tokens in the cache for the coming steps (see at)
         # [band][call size]: each band's ratios (sizes 0 and 1 unused)
         self._bands = [[RollingMedian(window) for _ in range(self._top + 1)] for _ in range(len(CONTEXT_BANDS))]
@@ -347,26 +346,26 @@ class BatchCosts:
             return
         if n == 1:
             self._single.add(self._context, seconds)
-            self._speed.append((self._context, seconds))
         elif 2 <= n <= self._top and self._single.count:
-            known = self._ratio[n].value if self._ratio[n].count else None
-            if self._speed or known is None:  # a known size is not compared with another moment's speed
+            reference = self._reference(n)
+            if reference is None and not self._ratio[n].count:
+                reference = self._single.at(self._context)  # a size never measured: the single steps must do
+            if reference is not None:
                 own = self._bands[self._band][n]
-                own.add(seconds / self._reference())
+                own.add(seconds / reference)
                 if own.count == 1:  # the band's first sample of this size replaces the nearest band's
                     self._ratio = self._resolve()
                 self._cache = None
-            if known is not None:
-                self._speed.append((self._context, seconds / known))
+        else:
+            return
+        ratio = 1.0 if n == 1 else self._ratio[n].value
+        self._speed.append((n, self._context, seconds / ratio))
 
-    def _reference(self) -> float:
-        """The one-token cost of the moment at the current context: the median of the recent decode calls'
-        readings (moved along the context slope), or, before any, the single steps' estimate (restored from an
-        earlier session, perhaps)."""
-        if not self._speed:
-            return self._single.at(self._context)
-        slope = self._single.slope
-        return float(statistics.median(t + slope * (self._context - c) for c, t in self._speed))
+    def _reference(self, n: int) -> float | None:
+        """The one-token cost of the moment at the current context as the recent decode calls of sizes other than
+        ``n`` read it (moved along the context slope), or ``None`` if there are none."""
+        others = [(c, t) for size, c, t in self._speed if size != n]
+        return _median_at(others, self._single.slope, self._context) if others else None
 
     def at(self, context: int) -> None:
         """The coming steps run with ``context`` tokens in the KV cache (the one-token cost's context, and the
@@ -479,6 +478,11 @@ class BatchCosts:
         if self._split:
             ratio = np.array([0.0] + [sum(ratio[c] for c in self._calls(k)) for k in range(1, n_max + 1)])
         return ratio[: n_max + 1]
+
+
+def _median_at(samples: Iterable[tuple[int, float]], slope: float, context: int) -> float:
+    """The median of ``(context, seconds)`` samples, each moved to ``context`` along ``slope``."""
+    return float(statistics.median(t + slope * (context - c) for c, t in samples))
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
