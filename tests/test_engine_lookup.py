@@ -217,3 +217,43 @@ def test_a_line_inserted_before_a_line_does_not_make_its_kind_an_edit() -> None:
     prompt = module(function(F, A, X1), function(G, B, X2))
     answer = [*HEAD, *function(F, A, X1, logged=True), NL, DEF, G, LP, B, RPNL]
     assert line_aware_drafts(prompt, answer)[-1].tokens[:4] == (RPNL, WS4, RET, X2)
+
+
+def test_after_an_edited_line_the_copy_goes_on_at_the_source_line_after_it() -> None:
+    # Both signatures are annotated; the bodies are copied. Right after an edited signature, its last tokens
+    # ("int ):\n") occur only in the answer's own earlier signature (or the wrong line of the prompt), so a
+    # lookup would draft another function's body; the line after the one rewritten is the body to draft.
+    prompt = module(function(F, A, X1), function(G, B, X2), function(H, C, X3))
+    answer = [*HEAD]
+    for name, param, value in ((F, A, X1), (G, B, X2), (H, C, X3)):
+        answer += [*function(name, param, value, annotated=True), NL]
+    out = line_aware_drafts(prompt, answer)
+    bodies = [i + 1 for i, t in enumerate(answer) if t == RPNL]  # the draft made before each body
+    assert [out[i].tokens[:3] for i in bodies] == [(WS4, RET, X1), (WS4, RET, X2), (WS4, RET, X3)]
+    assert all(out[i].confidence == 1 for i in bodies)  # a copy resumed across an edit, as after a substitution
+
+
+def test_a_departure_is_learnt_as_a_substitution_only_if_the_same_copy_resumes() -> None:
+    # The answer departs from a line ("4 5 6 7" -> "4 5 6 9") and goes on with another line ("5 6 9 11 ..."),
+    # not with the one it departed from: nothing tells that 7 is written 9, and a later copy keeps its 7.
+    prompt = [1, NL, 4, 5, 6, 7, 8, NL, 3, 5, 6, 9, 11, 12, 13, NL, 20, 21, 7, 22, 23, 24, NL, 2]
+    answer = [4, 5, 6, 9, 11, 12, 13, NL, 20, 21, 7, 22, 23, 24]
+    hits = follow(PromptLookupDrafter(), prompt, answer)
+    assert hits[4] == 8  # the other line was found, and its draft runs on through "20 21 7 ..."
+    assert hits[9] == 5  # after "20": 21 7 22 23 24, the 7 neither replaced nor held back
+
+
+def test_a_departure_inside_a_line_of_an_edited_kind_teaches_no_substitution() -> None:
+    # Each signature gets a return type, "-> int" then "-> str"; the second is drafted from the first (the
+    # answer's own line), departs at the type and comes back at ":\n". That is an edit, not "int" renamed
+    # "str": the last body, which returns "int", is drafted whole.
+    RPAREN, ARROW, SP, HINT, STR, COLONNL = range(57, 63)  # ")", "->", " ", "typing.", "str", ":\n"
+
+    def typed(name: int, param: int, kind: int, value: int) -> list[int]:
+        return [DEF, name, LP, param, RPAREN, ARROW, SP, HINT, kind, COLONNL, WS4, RET, value, NL]
+
+    prompt = module(function(F, A, X1), function(G, B, X2), function(H, C, INT))
+    answer = [*HEAD, *typed(F, A, INT, X1), NL, *typed(G, B, STR, X2), NL, *typed(H, C, INT, INT)]
+    drafter = PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL, COLONNL})
+    out = drafts(drafter, prompt, answer)
+    assert out[len(answer) - 4].tokens[:4] == (WS4, RET, INT, NL)

@@ -10,12 +10,14 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
 
 * **alignment**: once the answer is copying from a position, the next draft continues from where the last
   one left off instead of looking the suffix up again;
-* **substitutions**: when the answer departs from its source by one token and then follows it again (an
-  identifier renamed), the pair is learnt and applied to later drafts (``items`` → ``stock``), and forgotten
-  as soon as the answer keeps the original. A draft stops just before a substitution that has not yet been
-  confirmed :data:`SUBST_TRUST` times, or whose replacement has varied (``var`` → ``const`` here, ``let``
-  there): the target then decides that token itself, as the bonus of a fully accepted draft, instead of
-  throwing away the rest of a long batch;
+* **substitutions**: when the answer departs from its source by one token and then follows the same copy
+  again (an identifier renamed), the pair is learnt and applied to later drafts (``items`` → ``stock``), and
+  forgotten as soon as the answer keeps the original. Neither a copy found elsewhere after the departure nor
+  a departure inside a line of an edited kind (below) teaches one: ``,`` learnt as ``:`` from one annotated
+  parameter would cut every later draft at every comma. A draft stops just before a substitution that has
+  not yet been confirmed :data:`SUBST_TRUST` times, or whose replacement has varied (``var`` → ``const``
+  here, ``let`` there): the target then decides that token itself, as the bonus of a fully accepted draft,
+  instead of throwing away the rest of a long batch;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original;
 * **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
@@ -27,13 +29,18 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   remembered, and until a line of that kind is copied whole again a draft stops at the end of the line
   before one, and a draft inside one is only a guess (confidence 0). A rewrite that annotates every
   signature otherwise offers long drafts from each function body straight into the next signature, and on a
-  CPU, where a batch of 16 costs eight single steps, that failed batch costs more than the copy gained.
+  CPU, where a batch of 16 costs eight single steps, that failed batch costs more than the copy gained;
+* **line by line**: the answer's lines are matched to the source lines they rewrite, and when a line ends
+  the copy goes on at the source line after it (see ``_end_line``). After an edited line the text just
+  written occurs only in the answer's own earlier edited lines, so a lookup would draft the body of the
+  function before instead of this one's.
 
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
-following, 1 follows a copy across a single substitution or starts one from a suffix of at least
-:data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match. The adaptive controller learns acceptance for
-each separately, so it can speculate on the copies and decode plainly between them.
+following, 1 follows a copy across a single substitution, resumes the source after an edited line, or
+starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match. The
+adaptive controller learns acceptance for each separately, so it can speculate on the copies and decode
+plainly between them.
 """
 
 from __future__ import annotations
@@ -98,6 +105,13 @@ class PromptLookupDrafter:
         self._pending: tuple[int, int] | None = None
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
+        # The source line the answer's current line rewrites, as (start, end) history positions (its line break
+        # at ``end``); how many of the line's tokens followed a copy inside it; where the last one that followed
+        # a copy elsewhere was copied from (see _end_line).
+        self._line: tuple[int, int] | None = None
+        self._line_hits = 0
+        self._elsewhere: int | None = None
+        self._realigned = False  # the copy was moved to a source line by _end_line, not found by a lookup
         self._answer_from = len(prompt)
         self._extend(prompt)
 
@@ -110,6 +124,8 @@ class PromptLookupDrafter:
         for token in history[n:]:
             if len(self._history) >= self._answer_from:
                 self._follow(token)
+                if token in self.newlines:
+                    self._end_line()
             self._history.append(token)
             self._keys.append(_WS if token in self.whitespace else token)
             end = len(self._keys) - 1
@@ -135,9 +151,17 @@ class PromptLookupDrafter:
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
+        realigned, self._realigned = self._realigned, False
         if self._ptr is None or self._ptr >= len(self._history):
             self._ptr = None
             return
+        history = self._history
+        if (
+            (self._run > 0 or realigned)
+            and (not history or history[-1] in self.newlines)
+            and (self._ptr == 0 or history[self._ptr - 1] in self.newlines)
+        ):
+            self._line = self._source_line(self._ptr)  # the answer starts a line as a copy of this one
         source = self._history[self._ptr]
         if self._indentation(self._ptr) and token in self.indent and token != self._expected(self._ptr):
             # Re-indented: the copy goes on at another depth, and so will the lines after it. The draft was
@@ -165,6 +189,10 @@ class PromptLookupDrafter:
             self._pending = None
             self._suspect = None
             self._run += 1
+            if self._line is not None and self._line[0] <= self._ptr <= self._line[1]:
+                self._line_hits += 1
+            else:
+                self._elsewhere = self._ptr
             self._miss = 0
             if source in self.newlines:
                 start = self._line_start(self._ptr)
@@ -181,13 +209,51 @@ class PromptLookupDrafter:
             elif self._suspect is not None:  # two misses in a row: more than a renamed token
                 self._edited.add(self._suspect)
                 self._suspect = None
-            if source in self._subst:
+            # In a line of a kind the answer edits, a departure is an edit, not a renamed identifier.
+            edit = bool(self._edited) and self._kind(self._line_start(self._ptr)) in self._edited
+            if source in self._subst and not edit:
                 self._unsure.add(source)  # replaced, but not as learnt
-            self._pending = (source, token)
+            self._pending = None if edit else (source, token)
             self._followed = self._run if self._miss == 0 else 0
             self._run = 0
             self._miss += 1
         self._ptr += 1
+
+    def _end_line(self) -> None:
+        """The answer ended a line: the copy goes on at the source line the next one will rewrite.
+
+        A rewrite goes through its source line by line, but an edited line (an annotated signature) leaves
+        the copy elsewhere: its end occurs only in the answer's own earlier lines, so a lookup would go on
+        with the body of the function before. So a line that kept tokens of source line L is followed by
+        L + 1. One that kept none of L's rewrote another line of the prompt, the one it copied from last
+        (lines in between were dropped), and the line after that comes next; or it copied from the answer's
+        own earlier lines, and was inserted (a logging call): L comes next. A line that copied nothing at all
+        ends the alignment."""
+        line, hits, elsewhere = self._line, self._line_hits, self._elsewhere
+        self._line, self._line_hits, self._elsewhere = None, 0, None
+        if line is None or (not hits and elsewhere is None):
+            return
+        if hits:
+            nxt = line[1] + 1
+        elif elsewhere is not None and elsewhere < self._answer_from:
+            nxt = self._source_line(elsewhere)[1] + 1
+        else:
+            nxt = line[0]
+        if nxt >= len(self._history) - 1:  # the answer's own line, or beyond it: nothing to copy
+            return
+        self._line = self._source_line(nxt)
+        if self._ptr != nxt:
+            self._ptr = nxt
+            self._realigned = True
+            self._run = self._miss = 0
+            self._pending = None
+
+    def _source_line(self, start: int) -> tuple[int, int]:
+        """The line of history beginning at ``start``: ``(start, position of its line break)``."""
+        history, end = self._history, start
+        while end < len(history) - 1 and history[end] not in self.newlines:
+            end += 1
+        return start, end
 
     def _line_start(self, position: int) -> int:
         """The history position where the line holding ``position`` begins."""
@@ -235,16 +301,19 @@ class PromptLookupDrafter:
         if n_max <= 0:
             return EMPTY_DRAFT
         confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
-        if self._run == 0:
+        if self._run == 0 and not self._realigned:
             found, size = self._lookup()
             if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
                 confidence = 1  # one token differed: assume a substitution and keep copying
             elif found is not None:
                 self._ptr = found
+                self._pending = None  # a departure is a substitution only if the same copy resumes after it
                 confidence = 1 if size >= STRONG_MATCH else 0
                 self._align_indent(found, size)
             else:
                 self._ptr = None
+        if self._realigned:
+            confidence = 1
         if self._ptr is None:
             return EMPTY_DRAFT
         ptr = self._ptr
