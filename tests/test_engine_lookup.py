@@ -257,3 +257,28 @@ def test_a_departure_inside_a_line_of_an_edited_kind_teaches_no_substitution() -
     drafter = PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL, RPNL, COLONNL})
     out = drafts(drafter, prompt, answer)
     assert out[len(answer) - 4].tokens[:4] == (WS4, RET, INT, NL)
+
+
+def test_a_dropped_line_does_not_put_the_copy_a_line_behind() -> None:
+    # Twelve indented lines; the answer drops the second. Every line starts with the same indentation, which
+    # tells nothing about which line the answer rewrote: each later line is still drafted whole.
+    lines = [[WS4, 100 + 10 * i, 101 + 10 * i, 102 + 10 * i, NL] for i in range(12)]
+    prompt = [1, NL, *[t for line in lines for t in line], 2]
+    answer = [t for line in lines[:1] + lines[2:] for t in line]
+    hits = follow(PromptLookupDrafter(whitespace={WS4}, indent={WS4: 4}, newlines={NL}), prompt, answer)
+    assert [hits[i] for i in range(10, len(answer) - 5, 5)] == [8] * 8  # from the third line to the last but one
+
+
+def test_a_rename_in_signatures_the_answer_also_annotates_is_still_learnt() -> None:
+    # "items" becomes "stock" in every signature and body; every signature also gets ": int" (an edited kind
+    # of line). The rename is learnt all the same, and the last body is drafted with "stock".
+    items, stock = 61, 62
+
+    def fn(name: int, param: int, annotated: bool) -> list[int]:
+        return [DEF, name, LP, param, *([COLON, INT] if annotated else []), RPNL, WS4, RET, param, NL, NL]
+
+    names = (F, G, H, A, B, C)
+    prompt = module(*[fn(n, items, False) for n in names])
+    answer = [*HEAD, *[t for n in names for t in fn(n, stock, True)]]
+    out = line_aware_drafts(prompt, answer)
+    assert out[len(answer) - 5].tokens[:4] == (WS4, RET, stock, NL)

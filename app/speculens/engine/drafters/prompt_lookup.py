@@ -38,9 +38,9 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
 following, 1 follows a copy across a single substitution, resumes the source after an edited line, or
-starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match. The
-adaptive controller learns acceptance for each separately, so it can speculate on the copies and decode
-plainly between them.
+starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match (or the
+source line after some other departure). The adaptive controller learns acceptance for each separately, so
+it can speculate on the copies and decode plainly between them.
 """
 
 from __future__ import annotations
@@ -106,12 +106,12 @@ class PromptLookupDrafter:
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
         # The source line the answer's current line rewrites, as (start, end) history positions (its line break
-        # at ``end``); how many of the line's tokens followed a copy inside it; where the last one that followed
-        # a copy elsewhere was copied from (see _end_line).
+        # at ``end``); how many of the line's tokens (indentation aside) followed a copy, by the start of the
+        # line they were copied from, and how many were copied from the answer's own other lines (see _end_line).
         self._line: tuple[int, int] | None = None
-        self._line_hits = 0
-        self._elsewhere: int | None = None
-        self._realigned = False  # the copy was moved to a source line by _end_line, not found by a lookup
+        self._kept: dict[int, int] = {}
+        self._own = 0
+        self._realigned: int | None = None  # the confidence of a copy _end_line moved to a source line
         self._answer_from = len(prompt)
         self._extend(prompt)
 
@@ -151,7 +151,7 @@ class PromptLookupDrafter:
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
-        realigned, self._realigned = self._realigned, False
+        realigned, self._realigned = self._realigned is not None, None
         if self._ptr is None or self._ptr >= len(self._history):
             self._ptr = None
             return
@@ -189,10 +189,8 @@ class PromptLookupDrafter:
             self._pending = None
             self._suspect = None
             self._run += 1
-            if self._line is not None and self._line[0] <= self._ptr <= self._line[1]:
-                self._line_hits += 1
-            else:
-                self._elsewhere = self._ptr
+            if source not in self.whitespace:  # indentation is shared by every line of a block: it tells nothing
+                self._count_kept(self._ptr)
             self._miss = 0
             if source in self.newlines:
                 start = self._line_start(self._ptr)
@@ -219,41 +217,55 @@ class PromptLookupDrafter:
             self._miss += 1
         self._ptr += 1
 
+    def _count_kept(self, position: int) -> None:
+        """The answer's current line followed a copy at history ``position``."""
+        line = self._line
+        if line is not None and line[0] <= position <= line[1]:
+            self._kept[line[0]] = self._kept.get(line[0], 0) + 1
+        elif position < self._answer_from:
+            start = self._line_start(position)
+            self._kept[start] = self._kept.get(start, 0) + 1
+        else:
+            self._own += 1
+
     def _end_line(self) -> None:
         """The answer ended a line: the copy goes on at the source line the next one will rewrite.
 
         A rewrite goes through its source line by line, but an edited line (an annotated signature) leaves
         the copy elsewhere: its end occurs only in the answer's own earlier lines, so a lookup would go on
-        with the body of the function before. So a line that kept tokens of source line L is followed by
-        L + 1. One that kept none of L's rewrote another line of the prompt, the one it copied from last
-        (lines in between were dropped), and the line after that comes next; or it copied from the answer's
-        own earlier lines, and was inserted (a logging call): L comes next. A line that copied nothing at all
-        ends the alignment."""
-        line, hits, elsewhere = self._line, self._line_hits, self._elsewhere
-        self._line, self._line_hits, self._elsewhere = None, 0, None
-        if line is None or (not hits and elsewhere is None):
-            return
-        if hits:
-            nxt = line[1] + 1
-        elif elsewhere is not None and elsewhere < self._answer_from:
-            nxt = self._source_line(elsewhere)[1] + 1
+        with the body of the function before. So the answer's line is taken to rewrite the line it kept the
+        most tokens of (indentation aside; on a tie the line it started as a copy of, L, then the later one),
+        so lines in between were dropped, unless it copied more from the answer's own earlier lines than from
+        any line but L: then it was inserted (a logging call), and L is still to come. The copy goes on at
+        the line after the one rewritten; a line that copied nothing at all ends the alignment."""
+        line, kept, own = self._line, self._kept, self._own
+        self._line, self._kept, self._own = None, {}, 0
+        start = line[0] if line is not None else -1
+        best = max(kept, key=lambda s: (kept[s], s == start, s)) if kept else -1
+        if best >= 0 and (best == start or kept[best] >= own):
+            nxt = self._source_line(best)[1] + 1
+        elif line is not None and own:
+            nxt = start
         else:
-            nxt = line[0]
-        if nxt >= len(self._history) - 1:  # the answer's own line, or beyond it: nothing to copy
+            return
+        if nxt >= self._line_start(len(self._history)):  # the line the answer is ending: nothing to copy
             return
         self._line = self._source_line(nxt)
         if self._ptr != nxt:
+            # After a line of a kind the answer edits, the next line is the source's (confidence 1); after
+            # another departure, a guess (confidence 0: drafted, but learnt apart from the real copies).
             self._ptr = nxt
-            self._realigned = True
+            self._realigned = 1 if line is not None and self._kind(start) in self._edited else 0
             self._run = self._miss = 0
             self._pending = None
 
-    def _source_line(self, start: int) -> tuple[int, int]:
-        """The line of history beginning at ``start``: ``(start, position of its line break)``."""
-        history, end = self._history, start
+    def _source_line(self, position: int) -> tuple[int, int]:
+        """The line of history from ``position`` (usually a line's start) to its end:
+        ``(position, position of its line break)``."""
+        history, end = self._history, position
         while end < len(history) - 1 and history[end] not in self.newlines:
             end += 1
-        return start, end
+        return position, end
 
     def _line_start(self, position: int) -> int:
         """The history position where the line holding ``position`` begins."""
@@ -301,7 +313,7 @@ class PromptLookupDrafter:
         if n_max <= 0:
             return EMPTY_DRAFT
         confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
-        if self._run == 0 and not self._realigned:
+        if self._run == 0 and self._realigned is None:
             found, size = self._lookup()
             if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
                 confidence = 1  # one token differed: assume a substitution and keep copying
@@ -312,8 +324,8 @@ class PromptLookupDrafter:
                 self._align_indent(found, size)
             else:
                 self._ptr = None
-        if self._realigned:
-            confidence = 1
+        if self._realigned is not None:
+            confidence = self._realigned
         if self._ptr is None:
             return EMPTY_DRAFT
         ptr = self._ptr
