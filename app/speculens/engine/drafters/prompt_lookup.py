@@ -233,11 +233,12 @@ class PromptLookupDrafter:
 
         A rewrite goes through its source line by line, but an edited line (an annotated signature) leaves
         the copy elsewhere: its end occurs only in the answer's own earlier lines, so a lookup would go on
-        with the body of the function before. So the answer's line is taken to rewrite the line it kept the
-        most tokens of (indentation aside; on a tie the line it started as a copy of, L, then the later one),
-        so lines in between were dropped, unless it copied more from the answer's own earlier lines than from
-        any line but L: then it was inserted (a logging call), and L is still to come. The copy goes on at
-        the line after the one rewritten; a line that copied nothing at all ends the alignment."""
+        with the body of the function before. So the answer's line counts as a rewrite of the source line it
+        kept the most tokens of (indentation aside; ties go to the line it started as a copy of, L, then to
+        the later line), and any lines between L and that one were dropped. But if that line is not L and the
+        answer's line copied more tokens from the answer's own earlier lines, it was inserted (a logging
+        call), and L is still to come. The copy goes on at the line after the one rewritten; a line that
+        copied nothing at all ends the alignment."""
         line, kept, own = self._line, self._kept, self._own
         self._line, self._kept, self._own = None, {}, 0
         start = line[0] if line is not None else -1
