@@ -45,6 +45,7 @@ it can speculate on the copies and decode plainly between them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
@@ -109,7 +110,7 @@ class PromptLookupDrafter:
         # at ``end``); how many of the line's tokens (indentation aside) followed a copy, by the start of the
         # line they were copied from, and how many were copied from the answer's own other lines (see _end_line).
         self._line: tuple[int, int] | None = None
-        self._kept: dict[int, int] = {}
+        self._kept: Counter[int] = Counter()
         self._own = 0
         self._realigned: int | None = None  # the confidence of a copy _end_line moved to a source line
         self._answer_from = len(prompt)
@@ -162,7 +163,7 @@ class PromptLookupDrafter:
             and (self._ptr == 0 or history[self._ptr - 1] in self.newlines)
         ):
             self._line = self._source_line(self._ptr)  # the answer starts a line as a copy of this one
-        source = self._history[self._ptr]
+        source = history[self._ptr]
         if self._indentation(self._ptr) and token in self.indent and token != self._expected(self._ptr):
             # Re-indented: the copy goes on at another depth, and so will the lines after it. The draft was
             # wrong here all the same: confidence starts again.
@@ -197,18 +198,18 @@ class PromptLookupDrafter:
                 if self._run > self._ptr - start:
                     self._edited.discard(self._kind(start))  # a line of its kind was copied whole
         else:
+            start = self._line_start(self._ptr)
             if self._miss == 0:
                 # Only a copy that came into this line from the lines before, and kept to it past its first
                 # word, tells what the answer does with lines of its kind: a lookup that picked the wrong line
                 # tells nothing, nor does a line inserted before this one (a departure at its first word).
-                start = self._line_start(self._ptr)
                 followed = self._run >= self._ptr - start + LONG_RUN and self._ptr > self._first_word(start)
                 self._suspect = self._kind(start) if followed else None
             elif self._suspect is not None:  # two misses in a row: more than a renamed token
                 self._edited.add(self._suspect)
                 self._suspect = None
             # In a line of a kind the answer edits, a departure is an edit, not a renamed identifier.
-            edit = bool(self._edited) and self._kind(self._line_start(self._ptr)) in self._edited
+            edit = bool(self._edited) and self._kind(start) in self._edited
             if source in self._subst and not edit:
                 self._unsure.add(source)  # replaced, but not as learnt
             self._pending = None if edit else (source, token)
@@ -221,10 +222,9 @@ class PromptLookupDrafter:
         """The answer's current line followed a copy at history ``position``."""
         line = self._line
         if line is not None and line[0] <= position <= line[1]:
-            self._kept[line[0]] = self._kept.get(line[0], 0) + 1
+            self._kept[line[0]] += 1
         elif position < self._answer_from:
-            start = self._line_start(position)
-            self._kept[start] = self._kept.get(start, 0) + 1
+            self._kept[self._line_start(position)] += 1
         else:
             self._own += 1
 
@@ -240,7 +240,7 @@ class PromptLookupDrafter:
         call), and L is still to come. The copy goes on at the line after the one rewritten; a line that
         copied nothing at all ends the alignment."""
         line, kept, own = self._line, self._kept, self._own
-        self._line, self._kept, self._own = None, {}, 0
+        self._line, self._kept, self._own = None, Counter(), 0
         start = line[0] if line is not None else -1
         best = max(kept, key=lambda s: (kept[s], s == start, s)) if kept else -1
         if best >= 0 and (best == start or kept[best] >= own):
