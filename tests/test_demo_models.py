@@ -106,6 +106,31 @@ def test_fast_mode_differs_from_plain_decoding_only_at_near_ties(demo_paths: dic
     print(f"\n{differences} of {len(PROMPTS)} answers differ from plain decoding in fast mode")
 
 
+def test_divergence_reports_the_logits_plain_decoding_chose_from(demo_paths: dict) -> None:
+    """Compare explains a difference with the logits plain decoding saw: its own path, one token per decode
+    call. A prefix evaluated in one batch fills the cache with values fast mode's batched kernels round
+    differently, and the logits read after it can even rank the two candidates the other way round."""
+    config = ModelConfig(demo_paths["qwen-1.5b"], None, n_ctx=2048, n_threads=2)
+    k = 20
+    with SpeculativeEngine(config) as fast:
+        prompt = fast.target.format_chat([{"role": "user", "content": PROMPTS[0]}])
+        plain = list(fast.generate(prompt, GenerationConfig(strategy=Strategy.NONE, max_tokens=k + 4)))[-1]
+        assert isinstance(plain, FinishEvent) and len(plain.tokens) > k
+        a = list(plain.tokens)
+        row = fast.target.prefill(prompt)
+        for token in a[:k]:
+            row = fast.target.decode([token], [0])[0].copy()
+        assert int(np.argmax(row)) == a[k]  # the row plain decoding chose its token from
+        runner_up = int(np.argsort(row)[-2])
+        # What Compare's speculative run leaves behind: the same tokens in the cache, evaluated in a batch.
+        fast.target.truncate(len(prompt))
+        fast.target.decode(a[:k])
+        d = fast.divergence(prompt, a, [*a[:k], runner_up])
+    assert d is not None and d.index == k
+    assert (d.logit_a, d.logit_b) == (float(row[a[k]]), float(row[runner_up]))
+    assert d.logit_a >= d.logit_b
+
+
 def test_qwen_pair_accepts_most_drafts_on_code(engine: SpeculativeEngine) -> None:
     spec = answer(
         engine,

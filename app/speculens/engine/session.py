@@ -292,16 +292,17 @@ class SpeculativeEngine:
     def divergence(self, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         """Where answers ``a`` and ``b`` to ``prompt`` first differ, with the target's logits for both candidates
         there, as plain decoding computes them (the prompt's evaluation for the first token, one-token decoding
-        after it); ``None`` when one is a prefix of the other.
+        after it, so this costs plain decoding's time up to there); ``None`` when one is a prefix of the other.
         """
         index = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
         if index is None:
             return None
-        if index == 0:
-            row = self.target.prefill(prompt)
-        else:
-            self.target.sync([*prompt, *a[: index - 1]])
-            row = self.target.decode([a[index - 1]], [0])[0]
+        # Plain decoding's path exactly: the prompt as it evaluates it, then one token per decode call. A cache
+        # filled in one batch holds values rounded by other kernels (fast mode), and the logits read after it
+        # can even rank the two candidates the other way round from what plain decoding saw.
+        row = self.target.prefill(prompt)
+        for token in a[:index]:
+            row = self.target.decode([token], [0])[0]
         ta, tb = int(a[index]), int(b[index])
         return Divergence(index, ta, tb, self.target.piece(ta), self.target.piece(tb), float(row[ta]), float(row[tb]))
 
