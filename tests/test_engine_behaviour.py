@@ -12,7 +12,7 @@ import pytest
 from conftest import TinyModels
 from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model, repacks
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
-from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, Origin, StartEvent, StepEvent
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.engine.text import TextAssembler
@@ -154,6 +154,12 @@ def test_eog_inside_a_draft_ends_the_answer_there(tiny_model_factory) -> None:  
     # The EOG token was drafted (and accepted) with tokens after it, and none of them was emitted.
     assert any(d.id == eos and d.accepted for s in steps for d in s.drafted)
     assert all(e.id != eos for s in steps for e in s.emitted)
+    # The figures count the answer's tokens, as the token views show them: the drafts after its end are
+    # neither accepted nor rejected tokens of it.
+    shown_accepted = sum(e.origin is Origin.ACCEPTED for s in steps for e in s.emitted)
+    last = steps[-1]
+    assert finish.stats.n_accepted == shown_accepted
+    assert finish.stats.n_drafted == sum(len(s.drafted) for s in steps[:-1]) + len(last.emitted)
 
 
 def test_characters_split_across_tokens_come_out_whole(tiny: TinyModels) -> None:

@@ -109,6 +109,20 @@ def test_tokens_appear_in_order_with_their_colours(panel: LivePanel) -> None:
         assert view.token_at(position + 1).text == text
 
 
+def test_drafts_after_the_end_of_the_answer_are_not_shown(panel: LivePanel) -> None:
+    """An answer can end inside the accepted drafts (here at an end-of-generation token, the second draft):
+    the drafts after its end are not tokens of the answer, accepted or rejected."""
+    ended = StepEvent(1, 4, (d("Al", True), d("Eo", True), d("Cc", True), d("Dx", False)), (e("Al", A),),
+                      "Al", 1.0, 2.0, 0.1, stats(1, 1, 1, 1))  # fmt: skip
+    feed(panel, [ended])
+    assert [(i.text, i.kind) for i in panel.view.infos] == [("Al", K.ACCEPTED)]
+    from speculens.ui.teach_panel import explain_step
+
+    said = explain_step(ended)
+    assert "Accepted 3 of 4" in said and "ended in this step" in said and "grew by <b>1</b> token " in said
+    assert "ended in this step" not in explain_step(KNOWN_STEPS[0])
+
+
 def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS[:1])
     feed(panel, KNOWN_STEPS[1:])

@@ -282,7 +282,11 @@ class _Loop:
                 )
                 for i, t in enumerate(draft.tokens)
             )
-            stats.record(len(draft.tokens), k)
+            # An answer that ended inside the accepted drafts (end of generation, a stop string, the token
+            # limit) keeps only those before its end: the drafts after it are neither accepted nor rejected
+            # tokens of the answer, so the figures count what the token views show.
+            kept = min(k, len(emitted))
+            stats.record(len(draft.tokens) if kept == k else kept, kept)
             stats.n_generated = len(answer)
             step_end = time.perf_counter()
             draft_s = t_drafted - step_t0

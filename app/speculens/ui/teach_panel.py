@@ -137,8 +137,16 @@ def explain_step(event: StepEvent) -> str:
             f"<p><b>4. Bonus</b>: because all drafts were accepted, the same pass also gave the next token "
             f"{_quote(last.piece)} for free.</p>"
         )
+    grew = len(event.emitted)
+    if grew < k + 1:
+        after = ", and the drafts after it are not part of the answer" if n else ""
+        parts.append(
+            "<p><b>The answer ended in this step</b> (at the end-of-answer token, a stop string or the token "
+            f"limit): only the {grew} token{'s' if grew != 1 else ''} before its end {'are' if grew != 1 else 'is'} "
+            f"kept{after}.</p>"
+        )
     parts.append(
-        f"<p>The answer grew by <b>{len(event.emitted)}</b> token{'s' if len(event.emitted) != 1 else ''} "
+        f"<p>The answer grew by <b>{grew}</b> token{'s' if grew != 1 else ''} "
         f"for one target pass (plain decoding: 1).</p>"
     )
     return "".join(parts)

@@ -120,7 +120,10 @@ def step_tokens(event: StepEvent) -> list[TokenInfo]:
                 event.source,
             )
         )
-    for d in event.drafted[n_accepted:]:
+    # The answer can end inside the accepted drafts (end of generation, a stop string, the token limit): the
+    # drafts after its end are not part of it, rejected or not.
+    rejected = event.drafted[n_accepted:] if len(emitted) >= n_accepted else ()
+    for d in rejected:
         out.append(
             TokenInfo(TokenKind.REJECTED, _decode(d.piece), event.step, d.draft_prob, d.target_prob, event.source)
         )
