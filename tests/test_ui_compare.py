@@ -7,7 +7,9 @@ from PySide6.QtCore import Qt
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
-from speculens.ui.worker import Lane
+from speculens.engine.events import Divergence, FinishEvent, FinishReason, RunningStats
+from speculens.ui.compare_view import CompareView
+from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
@@ -124,3 +126,36 @@ def test_long_figures_and_strategy_names_never_widen_the_window_past_the_screen(
     assert "Automatic" in window.compare_view.headers[Lane.SPECULATIVE].text()
     assert window.compare_view.figures[Lane.PLAIN].text()
     assert window.minimumSizeHint().width() <= 1400 and window.width() <= 1600
+
+
+def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it(qtbot) -> None:
+    view = CompareView()
+    qtbot.addWidget(view)
+    plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats())
+    speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats())
+    divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
+    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    said = view.verdict.text()
+    # Which logit is whose, and which run chose which token.
+    assert "from token 2: plain decoding chose <code>« that»</code> (the target's logit 16.961" in said
+    assert "over <code>«,»</code> (16.888), a margin of 0.073; speculation chose <code>«,»</code>" in said
+    assert view.exact_button.isVisibleTo(view)
+    with qtbot.waitSignal(view.exact_requested, timeout=1_000):
+        view.exact_button.click()
+    # The old verdict and its button go: the target reloads, and the next comparison is bit-exact.
+    assert not view.exact_button.isVisibleTo(view)
+    assert "outputs differ" not in view.verdict.text() and "Reloading" in view.verdict.text()
+
+
+def test_teach_switches_bit_exact_verification_on_and_off(qtbot, tiny) -> None:
+    factory = FakeFactory()
+    window = fake_window(qtbot, tiny, factory)
+    box = window.teach_panel.exact
+    assert not box.isChecked() and not factory.last.config.exact
+    for exact in (True, False):
+        with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+            box.click()
+        assert window.store.settings.exact is exact and factory.last.config.exact is exact
+        assert box.isChecked() is exact
+        assert window.settings_panel.exact.isChecked() is exact  # one setting, shown alike everywhere

@@ -43,9 +43,9 @@ def verdict_html(c: Comparison) -> str:
     where = ""
     if d is not None:
         where = (
-            f" from token {d.index + 1}: plain decoding chose {_piece(d.piece_a)}, speculation "
-            f"{_piece(d.piece_b)}; the target's logits there were {d.logit_a:.3f} and {d.logit_b:.3f} "
-            f"(a margin of {d.margin:.3f})"
+            f" from token {d.index + 1}: plain decoding chose {_piece(d.piece_a)} (the target's logit "
+            f"{d.logit_a:.3f}, one token at a time) over {_piece(d.piece_b)} ({d.logit_b:.3f}), a margin of "
+            f"{d.margin:.3f}; speculation chose {_piece(d.piece_b)}"
         )
     if c.exact:
         return (
@@ -111,7 +111,7 @@ class CompareView(QWidget):
         self.verdict.setAccessibleName("Comparison result")
         self.exact_button = QPushButton("Switch to bit-exact verification", self)
         self.exact_button.setToolTip("Reload the target for bit-exact verification (slower; see the README)")
-        self.exact_button.clicked.connect(self.exact_requested)
+        self.exact_button.clicked.connect(self._on_exact_button_clicked)
         self.exact_button.hide()
         grid = QGridLayout()
         for col, lane in enumerate((Lane.PLAIN, Lane.SPECULATIVE)):
@@ -175,6 +175,13 @@ class CompareView(QWidget):
         self.verdict.setText("Running plain decoding first, then speculation…")
         self.exact_button.hide()
         self._set_running(True)
+
+    def _on_exact_button_clicked(self) -> None:
+        self.exact_button.hide()
+        self.verdict.setText(
+            "Reloading the target for bit-exact verification; press <b>Compare</b> again once it is loaded."
+        )
+        self.exact_requested.emit()
 
     def _set_running(self, running: bool) -> None:
         self.running = running

@@ -105,6 +105,7 @@ class MainWindow(QMainWindow):
         self.compare_view = CompareView(self)
         self.teach_panel = TeachPanel(self.series, self)
         self.teach_panel.set_n_draft(self.store.settings.n_draft)
+        self.teach_panel.set_exact(self.store.settings.exact)
         self.settings_panel = SettingsPanel(self.store, self)
         self.chat = ChatPane(self.router, self.store, self.conversations, [self.live_panel, self.teach_panel], self)
         self.conversation_list = ConversationList(self.conversations, self)
@@ -265,6 +266,7 @@ class MainWindow(QMainWindow):
         self.settings_panel.reload_requested.connect(self.load_models)
         self.teach_panel.step_mode_toggled.connect(self.router.set_step_mode)
         self.teach_panel.next_step_requested.connect(self.router.advance)
+        self.teach_panel.exact_toggled.connect(self._on_exact_toggled)
 
     # ---- actions ------------------------------------------------------------------------------------
 
@@ -343,7 +345,11 @@ class MainWindow(QMainWindow):
             self.store.update(draft_path=path)
 
     def _on_exact_requested(self) -> None:
-        self.store.update(exact=True)
+        self._on_exact_toggled(True)
+
+    def _on_exact_toggled(self, exact: bool) -> None:
+        """Switch bit-exact verification (Compare, Teach): the target reloads in the chosen mode."""
+        self.store.update(exact=exact)
         self.load_models()
 
     # ---- state → views ------------------------------------------------------------------------------
@@ -385,6 +391,7 @@ class MainWindow(QMainWindow):
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.teach_panel.set_n_draft(settings.n_draft)
+        self.teach_panel.set_exact(settings.exact)
         self._update_models()
 
     def _on_router_running_changed(self, running: bool) -> None:

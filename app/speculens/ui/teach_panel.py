@@ -162,10 +162,12 @@ class TeachPanel(QWidget):
     Signals:
         step_mode_toggled(bool): the user switched step mode.
         next_step_requested(): the user pressed *Next step*.
+        exact_toggled(bool): the user switched bit-exact verification (the target reloads in that mode).
     """
 
     step_mode_toggled = Signal(bool)
     next_step_requested = Signal()
+    exact_toggled = Signal(bool)
 
     def __init__(self, series: RunSeries, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -180,8 +182,16 @@ class TeachPanel(QWidget):
         self.next_button.setToolTip("Run the next speculation step (F10)")
         self.next_button.setEnabled(False)
         self.next_button.clicked.connect(self._on_next_button_clicked)
+        self.exact = QCheckBox("Bit-exact verification", self)
+        self.exact.setAccessibleName("Bit-exact verification")
+        self.exact.setToolTip(
+            "Verify drafts with the kernels of one-token decoding, so greedy speculation reproduces plain "
+            "decoding token for token (slower: no repacked weights; reloads the target)"
+        )
+        self.exact.clicked.connect(self.exact_toggled)
         top = QHBoxLayout()
         top.addWidget(self.step_mode)
+        top.addWidget(self.exact)
         top.addStretch(1)
         top.addWidget(self.next_button)
 
@@ -219,6 +229,10 @@ class TeachPanel(QWidget):
         layout.addLayout(top)
         layout.addWidget(splitter, 1)
         self.update_curve()
+
+    def set_exact(self, exact: bool) -> None:
+        """Show whether bit-exact verification is the chosen mode (without emitting ``exact_toggled``)."""
+        self.exact.setChecked(exact)
 
     def set_n_draft(self, n_draft: int) -> None:
         """Mark this draft length on the curve."""
