@@ -218,3 +218,27 @@ def test_a_busy_machine_marks_the_figures_noisy() -> None:
     assert "varied by 26%" in (_noise(0.05, prompts, runs(10.0, 13.0)) or "")
     share = _others_busy(0.05)
     assert share is None or 0.0 <= share <= 8.0  # a share of the CPUs (or a load average off Linux)
+
+
+def test_a_candidate_that_never_drafted_or_a_single_run_does_not_make_a_recommendation() -> None:
+    """From a user tour: a lab run cancelled after one run each recommended prompt lookup at ×1.13 on chat,
+    where it had drafted nothing at all (plain decoding under another name, and a VM's noise)."""
+    from speculens.lab import LabResult, Row
+
+    def row(key: str, speedup: float, acceptance: float | None, runs: int = 3) -> Row:
+        return Row(key, key, 10.0 * speedup, speedup, acceptance, 1.0, 0.0, True, runs, "2026-01-01")
+
+    candidates = {"none": PLAIN, "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)}
+    rows = {"chat": {"none": row("none", 1.0, None), "lookup": row("lookup", 1.13, None)}}
+    result = LabResult("t.gguf", rows=rows, candidates=candidates)
+    assert result.overall_best().key == "none" and result.best("chat").key == "none"
+    assert "no candidate found anything worth drafting" in result.recommendation()[0]
+    # Drafting, but one run each: a gain within this machine's noise is not a recommendation...
+    rows["chat"] = {"none": row("none", 1.0, None, runs=1), "lookup": row("lookup", 1.13, 0.4, runs=1)}
+    assert result.overall_best().key == "none"
+    assert "one run each" in result.recommendation()[0]
+    # ... a larger one is, and so is the same gain measured in several runs.
+    rows["chat"]["lookup"] = row("lookup", 1.40, 0.8, runs=1)
+    assert result.overall_best().key == "lookup"
+    rows["chat"] = {"none": row("none", 1.0, None), "lookup": row("lookup", 1.13, 0.4)}
+    assert result.overall_best().key == "lookup"

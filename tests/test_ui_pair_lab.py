@@ -108,3 +108,17 @@ def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
     again.export_json()
     assert json.loads(out.read_text(encoding="utf-8"))["schema"] == "speculens-lab/1"
+
+
+def test_progress_says_why_a_run_overruns_its_budget(lab) -> None:  # type: ignore[no-untyped-def]
+    """A round of every candidate on every kind of text always runs: when that is longer than the budget, the
+    ETA must not just contradict it (a user tour read 'about 11 min left' under a 5 min budget)."""
+    from speculens.lab import LabProgress
+
+    lab.budget.setValue(5)
+    lab._request = 1  # as if a run were under way
+    lab._on_worker_lab_progressed(LabProgress(2, 30, 60.0, 600.0, "Chat: Prompt lookup (round 1)"))
+    assert "about 10 min left, past the 5 min budget" in lab.status.text()
+    lab._on_worker_lab_progressed(LabProgress(3, 30, 60.0, 120.0, "Chat: Prompt lookup (round 1)"))
+    assert "budget" not in lab.status.text()
+    lab._request = None

@@ -30,7 +30,7 @@ import platform
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -385,7 +385,7 @@ class LabResult:
     def best(self, kind: str) -> Row | None:
         """The kind's candidate to recommend (see :meth:`_pick`)."""
         rows = self.rows.get(kind, {})
-        key = self._pick({k: r.speedup for k, r in rows.items() if r.speedup})
+        key = self._pick({k: r.speedup for k, r in rows.items() if r.speedup and _drafted(r)}, rows.values())
         return rows[key] if key is not None else None
 
     def overall_best(self) -> Row | None:
@@ -395,22 +395,26 @@ class LabResult:
         keys = set.intersection(*(set(self.rows[k]) for k in kinds)) if kinds else set()
         scores = {}
         for key in keys:
-            speedups = [self.rows[k][key].speedup or 0.0 for k in kinds]
-            if all(s > 0 for s in speedups):
-                scores[key] = math.exp(statistics.fmean(math.log(s) for s in speedups))
-        chosen = self._pick(scores)
+            rows = [self.rows[k][key] for k in kinds]
+            if all((r.speedup or 0.0) > 0 for r in rows) and any(_drafted(r) for r in rows):
+                scores[key] = math.exp(statistics.fmean(math.log(r.speedup or 0.0) for r in rows))
+        chosen = self._pick(scores, [r for k in kinds for r in self.rows[k].values()])
         return self.rows[kinds[0]][chosen] if chosen is not None else None
 
-    def _pick(self, scores: dict[str, float]) -> str | None:
-        """Plain decoding unless a candidate beats it by :data:`RECOMMEND_MARGIN`; among the candidates within
-        that margin of the best, the simplest (no draft model to load, the adaptive controller over a fixed
-        length), then the fastest."""
+    def _pick(self, scores: dict[str, float], rows: Iterable[Row]) -> str | None:
+        """Plain decoding unless a candidate beats it by :data:`RECOMMEND_MARGIN` (by :data:`NOISY_SPREAD` when a
+        figure rests on a single run, which this noise can move that far); among the candidates within that
+        margin of the best, the simplest (no draft model to load, the adaptive controller over a fixed
+        length), then the fastest. A candidate that never drafted decoded plainly: its figure is plain
+        decoding's, and whatever it read above 1 is noise (the caller leaves it out)."""
         if not scores:
             return None
+        single = any(r.runs < 2 for r in rows if r.key in scores)
+        margin = NOISY_SPREAD if single else RECOMMEND_MARGIN
         top = max(scores.values())
-        if top < 1.0 + RECOMMEND_MARGIN and PLAIN.key in scores:
+        if top < 1.0 + margin and PLAIN.key in scores:
             return PLAIN.key
-        close = [k for k, v in scores.items() if v >= top / (1.0 + RECOMMEND_MARGIN) and k != PLAIN.key]
+        close = [k for k, v in scores.items() if v >= top / (1.0 + margin) and k != PLAIN.key]
         return min(close, key=lambda k: (self._weight(k), -scores[k]))
 
     def _weight(self, key: str) -> int:
@@ -431,8 +435,18 @@ class LabResult:
                 acc = f", acceptance {row.acceptance:.0%}" if row.acceptance is not None else ""
                 out.append(f"For {name}, use {row.label}: ×{row.speedup:.2f} over plain decoding{acc}.")
                 continue
-            runner = next((r for r in self.ranking(kind) if r.key != PLAIN.key), None)
-            out.append(f"For {name}, plain decoding is fastest on this machine{self._why_not(runner)}.")
+            ranked = [r for r in self.ranking(kind) if r.key != PLAIN.key]
+            runner = next((r for r in ranked if _drafted(r)), None)
+            if runner is None and ranked:
+                out.append(
+                    f"For {name}, plain decoding: no candidate found anything worth drafting in this text, so their "
+                    "figures are plain decoding's own (and their differences from it, noise)."
+                )
+                continue
+            why = self._why_not(runner)
+            if runner is not None and runner.runs < 2 and (runner.speedup or 0.0) >= 1.0 + RECOMMEND_MARGIN:
+                why += f" (one run each: on this machine a difference under {NOISY_SPREAD:.0%} can be noise)"
+            out.append(f"For {name}, plain decoding is fastest on this machine{why}.")
         return out
 
     def _why_not(self, row: Row | None) -> str:
@@ -906,6 +920,11 @@ def _own_ticks() -> int:
     with open("/proc/self/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
+
+
+def _drafted(row: Row) -> bool:
+    """Whether a candidate speculated at all (plain decoding counts as itself)."""
+    return row.key == PLAIN.key or row.acceptance is not None
 
 
 def _noise(

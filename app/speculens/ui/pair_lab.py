@@ -420,6 +420,12 @@ class PairLabWindow(QMainWindow):
         self.progress.setRange(0, max(p.total, 1))
         self.progress.setValue(p.done)
         eta = f" — about {_duration(p.eta_s)} left" if p.eta_s else ""
+        if p.eta_s and p.elapsed_s + p.eta_s > 1.1 * 60.0 * self.budget.value():
+            # At least one round runs (a median needs every candidate on every prompt): say why it overruns.
+            eta += (
+                f", past the {self.budget.value()} min budget: one round of every ticked candidate on every kind "
+                "of text always runs (tick fewer to shorten it; Esc keeps what was measured)"
+            )
         self.status.setText(f"{p.what}{eta}")
 
     def _on_worker_lab_finished(self, result: LabResult) -> None:
