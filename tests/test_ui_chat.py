@@ -367,3 +367,19 @@ def test_a_failure_midway_keeps_what_was_said_and_a_failed_regenerate_keeps_the_
     window.chat.regenerate()
     qtbot.waitUntil(lambda: not window.chat.busy, timeout=10_000)
     assert [m["content"] for m in window.chat.conversation.messages][-1] == "one two "  # not lost
+
+
+def test_the_figures_line_never_shows_the_last_answers_figures_for_a_new_one(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 30, step_s=0.01)))
+    send(qtbot, window, "first")
+    assert "tokens/s" in window.chat.figures.text()
+    window.chat.input.setPlainText("second")
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+        assert window.chat.figures.text() == "Generating…"
+    assert "tokens/s" in window.chat.figures.text()
+    window.chat.input.setPlainText("stopped at once")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    window.chat.stop()
+    wait_idle(qtbot, window)
+    assert window.chat.figures.text() != "Generating…"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -373,3 +374,34 @@ def test_new_answer_clears_the_panel_and_its_figures(panel: LivePanel) -> None:
     feed(panel, [], queued=True)
     assert panel.view.toPlainText() == "" and panel.series.step == [] and panel.events == []
     assert panel.stats_strip.value_text("tokens") == "–"
+
+
+def test_step_ticks_do_not_pile_up_when_a_new_answer_starts_in_the_last_ones_range(qtbot) -> None:
+    """From a user tour: at the first step of an answer the step axes read '1234567891011…', the last answer's
+    range (one point sets none) with ticks one step apart."""
+    series = RunSeries()
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.resize(1400, 260)
+    charts.show()
+    steps = [replace(KNOWN_STEPS[0], step=i + 1) for i in range(40)]
+    series.add(steps)
+    charts.refresh()
+    qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 30, timeout=5_000)
+    series.clear()
+    series.add(steps[:1])
+    charts.refresh()
+    for plot in (charts.accept_plot, charts.length_plot):
+        lo, hi = plot.getViewBox().viewRange()[0]
+        major = plot.getAxis("bottom").tickSpacing(lo, hi, 300)[0][0]
+        assert (hi - lo) / major <= 10, (lo, hi, major)
+
+
+def test_a_rejected_drafts_line_breaks_are_shown_not_made(panel: LivePanel) -> None:
+    """The answer's own lines stay as it wrote them: a rejected draft spanning lines shows ⏎ instead."""
+    step = StepEvent(1, 2, (d("A\n", True), d("B\n    x", False)), (e("A\n", A), e("C", C)), "A\nC",
+                     1.0, 2.0, 0.1, stats(1, 2, 2, 1))  # fmt: skip
+    feed(panel, [step])
+    assert panel.view.toPlainText() == "A\nB⏎    xC"
+    assert [i.kind for i in panel.view.infos] == [K.ACCEPTED, K.REJECTED, K.CORRECTION]
+    assert panel.view.token_at(len("A\nB⏎    x")).text == "C"  # positions still land on their tokens

@@ -124,3 +124,16 @@ def test_changing_the_context_size_says_reload_and_reload_applies_it(qtbot, tiny
         panel.reload_button.click()
     assert factory.last.config.n_ctx == 8192
     assert panel.reload_note.isHidden() and "reload needed" not in window.pair_label.text()
+
+
+def test_a_narrow_dock_wraps_the_notes_instead_of_scrolling_sideways(qtbot, store: SettingsStore) -> None:
+    """From a user tour: the CPU-only GPU note ran past the dock's edge behind a horizontal scrollbar."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.set_gpu_backend(None)
+    panel.resize(380, 700)
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert panel.scroll_area.widget().width() <= panel.scroll_area.viewport().width()
+    note = panel.gpu_note
+    assert "CPU-only" in note.text() and note.height() > note.fontMetrics().height() * 1.5  # wrapped

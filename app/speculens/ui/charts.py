@@ -316,8 +316,12 @@ class ChartsPanel(QWidget):
         self.position_bars.setOpts(x=pos, height=rate)
         # Whole numbers on the axes that count things (steps, positions, tokens).
         if len(x):
-            self.accept_plot.getAxis("bottom").setTickSpacing(integer_tick_step(float(x[-1])), 1)
-            self.length_plot.getAxis("bottom").setTickSpacing(integer_tick_step(float(x[-1])), 1)
+            # Spaced for the data and for what the view shows: one point cannot set a range, so the first step
+            # of an answer is drawn in the last answer's range, and ticks one step apart would pile up there.
+            for plot in (self.accept_plot, self.length_plot):
+                shown = plot.getViewBox().viewRange()[0]
+                span = max(float(x[-1]), shown[1] - shown[0])
+                plot.getAxis("bottom").setTickSpacing(integer_tick_step(span), 1)
             top = max(float(np.max(chosen, initial=0)), float(np.max(self.series.emitted, initial=0)))
             self.length_plot.getAxis("left").setTickSpacing(integer_tick_step(max(top, 1.0), 6), 1)
         self.position_plot.getAxis("bottom").setTickSpacing(integer_tick_step(max(float(len(pos)), 1.0)), 1)

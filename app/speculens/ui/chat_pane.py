@@ -208,7 +208,9 @@ class ChatPane(QWidget):
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
         self.transcript.setAccessibleName("Conversation")
-        self.transcript.setPlaceholderText("Load a model pair, type a message and press Enter.")
+        self.transcript.setPlaceholderText(
+            "Type a message below and press Enter (no model loaded yet? Ctrl+L loads the chosen pair)."
+        )
         self.error = QLabel(self)
         self.error.setWordWrap(True)
         self.error.setTextFormat(Qt.TextFormat.RichText)
@@ -413,6 +415,7 @@ class ChatPane(QWidget):
         self.conversation.pair = self.pair
         turn = _Turn(self, self.conversation, text)
         self.turn = turn
+        self.figures.setText("Generating…")  # the last answer's figures are not this one's
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])
@@ -430,6 +433,8 @@ class ChatPane(QWidget):
     def _end_turn(self, turn: _Turn) -> None:
         if self.turn is turn:
             self.turn = None
+            if self.figures.text() == "Generating…":  # a finished answer sets its own figures after this
+                self.figures.setText("")
         self._stream_cursor = None
         self._update_buttons()
 

@@ -74,6 +74,9 @@ class SettingsPanel(QWidget):
         self.fields: dict[str, QWidget] = {}
 
         self.strategy = QComboBox()
+        # The longest strategy name would set the dock's narrowest width; the closed box elides it instead.
+        self.strategy.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.strategy.setMinimumContentsLength(14)
         for i, key in enumerate(STRATEGIES):
             self.strategy.addItem(Strategy(key).label, key)
             self.strategy.setItemData(i, STRATEGY_TIPS[key], Qt.ItemDataRole.ToolTipRole)
@@ -123,15 +126,18 @@ class SettingsPanel(QWidget):
 
         speculation = QGroupBox("Speculation")
         form = QFormLayout(speculation)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         for name in ("strategy", "n_draft", "adaptive", "n_draft_min", "p_min"):
             form.addRow(SPECS[name].label, self.fields[name])
         form.addRow(SPECS["ngram_map_path"].label, map_row)
         sampling = QGroupBox("Sampling")
         form = QFormLayout(sampling)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         for name in ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "system_prompt"):
             form.addRow(SPECS[name].label, self.fields[name])
         loading = QGroupBox("Loading (needs a reload)")
         form = QFormLayout(loading)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         for name in ("n_ctx", "threads", "n_gpu_layers", "n_gpu_layers_draft", "exact"):
             form.addRow(SPECS[name].label, self.fields[name])
         form.addRow(self.gpu_note)
@@ -146,6 +152,9 @@ class SettingsPanel(QWidget):
         scroll = QScrollArea(self)
         scroll.setWidget(body)
         scroll.setWidgetResizable(True)
+        # The panel follows the dock's width (notes wrap) rather than scrolling sideways past a clipped line.
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area = scroll
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)

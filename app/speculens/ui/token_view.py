@@ -214,7 +214,10 @@ class TokenView(QPlainTextEdit):
                 # shows once, whole, on the second.
                 text = self._decoder.decode(next(emitted).piece)
                 info = dataclasses.replace(info, text=text)
-            self._insert(cursor, info, info.text)
+                self._insert(cursor, info, info.text)
+            else:
+                # A rejected draft's line breaks are shown, not made: the answer's own lines stay as it wrote them.
+                self._insert(cursor, info, info.text.replace("\n", "⏎"))
 
     def _insert(self, cursor: QTextCursor, info: TokenInfo, text: str) -> None:
         index = len(self._infos)
