@@ -405,3 +405,25 @@ def test_a_rejected_drafts_line_breaks_are_shown_not_made(panel: LivePanel) -> N
     assert panel.view.toPlainText() == "A\nB⏎    xC"
     assert [i.kind for i in panel.view.infos] == [K.ACCEPTED, K.REJECTED, K.CORRECTION]
     assert panel.view.token_at(len("A\nB⏎    x")).text == "C"  # positions still land on their tokens
+
+
+def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
+    """Every paint counts, in processor time, and the next refresh waits until they fit PAINT_BUDGET: while
+    the window paints, it takes a core from llama.cpp's threads."""
+    from speculens.ui import charts as charts_module
+
+    series = RunSeries()
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.resize(1400, 260)
+    charts.show()
+    qtbot.waitExposed(charts)
+    series.add(KNOWN_STEPS)
+    charts.graphics.painted += 0.2  # as if the last refresh had painted for 0.2 s of CPU (a slow machine)
+    before = time.perf_counter()
+    charts._on_timer_timeout()
+    assert charts._drawn == series.version  # it refreshed
+    assert charts._next_refresh - before >= 0.2 / charts_module.PAINT_BUDGET - 0.01
+    series.add(KNOWN_STEPS[:1])
+    charts._on_timer_timeout()  # too early: the data waits
+    assert charts._drawn != series.version

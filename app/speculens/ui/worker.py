@@ -514,12 +514,17 @@ class EngineWorker(QObject):
 
 
 def gui_threads() -> int:
-    """The automatic thread count under the GUI: every core the engine would use but one.
+    """The automatic thread count under the GUI: every core the engine would use, but one when it has more
+    than two.
 
-    llama.cpp's compute threads spin at their barriers; when the window's painting takes one of their
-    cores, every barrier waits for a descheduled thread and decoding slows down many times over (measured
-    on 2 cores: 288 tokens/s with 2 threads against 3000 without the window). One core stays for the GUI.
+    llama.cpp's compute threads spin at their barriers, and while the window paints it takes a core from one
+    of them, so every barrier waits for it. With charts that keep to a twentieth of a core
+    (:data:`~speculens.ui.charts.PAINT_BUDGET`) that costs far less than a core: on 2 cores the demo target
+    decoded at 27-29 tokens/s in the window with 2 threads against 21 with 1 (31 without the window), and its
+    0.5B draft, as a target, at 38-43 against 26-29. With more cores, one stays free for the GUI: it costs
+    a quarter of the compute at most, and decoding is bound by memory before that (not measured here).
     """
     from speculens.engine.backend import default_threads
 
-    return max(1, default_threads() - 1)
+    n = default_threads()
+    return n if n <= 2 else n - 1
