@@ -190,3 +190,21 @@ def test_reload_while_step_mode_waits_stops_the_answer_instead_of_queueing_behin
         window.load_models()
     assert not window.router.running and len(factory.engines) == 2
     assert window.chat.conversation.messages[-1]["role"] == "assistant"  # the stopped answer is kept
+
+
+def test_the_toolbar_buttons_stay_put_when_the_pair_line_changes(qtbot, tiny) -> None:
+    """From a user tour: choosing Automatic lengthened the pair's line and moved Reload from under the
+    pointer, which then opened the pair report instead."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QToolBar
+
+    window = make_window(qtbot, tiny, FakeFactory())
+    bar = window.findChild(QToolBar, "ModelsToolBar")
+    button = bar.widgetForAction(window.load_action)
+    where = button.mapTo(window, QPoint(0, 0))
+    before = window.pair_label.text()
+    window.store.update(strategy="none")
+    qtbot.waitUntil(lambda: window.pair_label.text() != before, timeout=5_000)
+    qtbot.wait(50)  # the toolbar lays out again
+    now = button.mapTo(window, QPoint(0, 0))
+    assert now.x() == where.x() and abs(now.y() - where.y()) <= 2  # the bar's height may settle by a pixel

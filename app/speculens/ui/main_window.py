@@ -152,15 +152,16 @@ class MainWindow(QMainWindow):
         self.badge = QToolButton(self)
         self.badge.setAccessibleName("Pair compatibility")
         self.badge.clicked.connect(self._on_badge_clicked)
+        # The buttons first: the pair's line changes length with the strategy and the state, and buttons after
+        # it would move under the pointer.
+        bar.addAction(self.load_action)
+        bar.addAction(self.unload_action)
+        bar.addAction(self.manager_action)
+        bar.addSeparator()
         bar.addWidget(self.pair_label)
         # Widgets in a toolbar are shown and hidden through their actions (Qt overrides show()/hide()).
         self.badge_action = bar.addWidget(self.badge)
-        bar.addSeparator()
-        bar.addAction(self.load_action)
-        bar.addAction(self.unload_action)
         self.progress_action = bar.addWidget(self.progress)
-        bar.addSeparator()
-        bar.addAction(self.manager_action)
 
         stats = QToolBar("Statistics", self)
         stats.setObjectName("StatsToolBar")
