@@ -554,6 +554,39 @@ def test_a_ratio_is_never_its_own_reference() -> None:
     assert v.estimate(4) / v.estimate(1) == pytest.approx(2.95, rel=0.01)
 
 
+def test_two_sizes_verified_by_turns_do_not_confirm_each_others_wrong_ratios() -> None:
+    """Seen on a first start in the app: two of the three single steps of the calibration took 2.7 s (a stall),
+    every ratio came out at a twentieth, and through a whole session batches of 2 and 3, verified by turns, read
+    the machine's speed for each other and kept their ratios at 0.05: the Teach view promised x42."""
+    costs = BatchCosts(32)
+    for seconds in (2.75, 0.073, 2.68):
+        costs.observe(1, seconds)
+    costs.observe(12, 0.26)  # 0.1 of a stalled single step: a batch never costs less than one token
+    assert not costs.has(12)
+    wrong = {"0": {"2": [0.05] * 15, "3": [0.07] * 15}}
+    restored = CostModel()
+    restored.restore({"verify_single": [[64, 0.033]] * 15, "verify_ratio_by_context": wrong}
+                     | {"draft_call": [], "draft_catchup": []})  # fmt: skip
+    v = restored.verify
+    v.at(64)
+    for i in range(60):  # an answer verifying batches of 2 and 3 by turns, with a plain step now and then
+        v.observe(2, 0.033 * 1.94)
+        v.observe(3, 0.033 * 2.7)
+        if i % 4 == 0:
+            v.observe(1, 0.033)
+    one = v.estimate(1)
+    assert one is not None
+    assert v.estimate(2) / one == pytest.approx(1.94, rel=0.05)
+    assert v.estimate(3) / one == pytest.approx(2.7, rel=0.05)
+
+
+def test_calibration_takes_the_fastest_of_three_single_steps() -> None:
+    from speculens.engine.session import _fastest_single
+
+    calls = [(1, (1, 2.75)), (1, (1, 0.073)), (1, (1, 2.68)), (4, (4, 0.1)), (1, (1, 0.04)), (1, (1, 0.035))]
+    assert _fastest_single(calls) == [(1, 0.073), (4, 0.1), (1, 0.035)]
+
+
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
     costs = BatchCosts(32, split=lambda n: [7] * (n // 7) + ([n % 7] if n % 7 else []))
     costs.observe(1, 0.05)

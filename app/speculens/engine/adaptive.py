@@ -299,6 +299,9 @@ class BatchCosts:
     sizes (single steps included) among the last :attr:`SPEED_WINDOW` calls. A size's own readings are never its
     reference, or a wrong ratio would confirm itself for ever: when only one size is verified for a while, it
     takes no samples and its ratio stays where it was, until single steps (or another size) are timed beside it.
+    Nor may two sizes verified by turns confirm each other's wrong ratios (both measured in a stall that made
+    one single step take seconds): a reading of the other sizes more than :attr:`REFERENCE_SPREAD` away from
+    the single steps' gives way to theirs, and a sample under :attr:`RATIO_FLOOR` is dropped.
 
     A size never measured is interpolated linearly between its measured neighbours, or extrapolated from the
     largest measured one with the slope of a least-squares line through the measured ratios, capped at
@@ -313,6 +316,12 @@ class BatchCosts:
     """
 
     SPEED_WINDOW = 7  # decode calls whose speed readings make the reference of a new ratio sample
+    # The other sizes' reading of the machine's speed may differ from the last single steps' by this factor (a
+    # VM drifts by a quarter within minutes); beyond it, those readings rest on wrong ratios, and the single
+    # steps are the reference.
+    REFERENCE_SPREAD = 1.5
+    # A batch does at least one token's work: a sample under this ratio measured a stall, not the batch.
+    RATIO_FLOOR = 0.8
 
     def __init__(
         self,
@@ -348,9 +357,14 @@ class BatchCosts:
             self._single.add(self._context, seconds)
         elif 2 <= n <= self._top and self._single.count:
             reference = self._reference(n)
+            single = self._single.at(self._context)
             if reference is None and not self._ratio[n].count:
-                reference = self._single.at(self._context)  # a size never measured: the single steps must do
-            if reference is not None:
+                reference = single  # a size never measured: the single steps must do
+            elif reference is not None and not 1 / self.REFERENCE_SPREAD <= reference / single <= self.REFERENCE_SPREAD:
+                # Two sizes verified by turns would otherwise read the machine for each other, and a wrong pair
+                # of ratios (measured in a stall) would confirm itself for ever.
+                reference = single
+            if reference is not None and seconds / reference >= self.RATIO_FLOOR:
                 own = self._bands[self._band][n]
                 own.add(seconds / reference)
                 if own.count == 1:  # the band's first sample of this size replaces the nearest band's
@@ -358,8 +372,9 @@ class BatchCosts:
                 self._cache = None
         else:
             return
-        ratio = 1.0 if n == 1 else self._ratio[n].value
-        self._speed.append((n, self._context, seconds / ratio))
+        if n == 1 or self._ratio[n].count:  # a size without a ratio reads nothing of the machine's speed
+            ratio = 1.0 if n == 1 else self._ratio[n].value
+            self._speed.append((n, self._context, seconds / ratio))
 
     def _reference(self, n: int) -> float | None:
         """The one-token cost of the moment at the current context as the recent decode calls of sizes other than

@@ -159,7 +159,7 @@ class SpeculativeEngine:
         costs.verify.at(0)  # timed after a short context
         todo = [n for n in sizes if not costs.verify.has(n)]
         if todo:
-            for _, (n_call, seconds) in _time_calls(target, todo, repeats):
+            for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
         if self.draft is not None and not costs.draft_call.count:
             calibrate_draft(self.draft, costs, repeats)
@@ -329,7 +329,7 @@ def _time_calls(backend: LlamaBackend, sizes: Sequence[int], repeats: int) -> li
     The largest size is decoded first, untimed: llama.cpp grows its logits buffer the first time a call asks
     for more rows than before, and the first call of every new size would otherwise pay for the allocation
     (measured here: a batch of 4 timed at 3.8 single steps right after loading, 2.7 in an answer). The
-    one-token cost every ratio is taken against is the median of three.
+    one-token cost every ratio is taken against is the fastest of three (see :func:`_fastest_single`).
     """
     text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
     tokens = backend.tokenize(text * (2 + max(sizes) // 8))
@@ -345,9 +345,29 @@ def _time_calls(backend: LlamaBackend, sizes: Sequence[int], repeats: int) -> li
     return out
 
 
+def _fastest_single(calls: list[tuple[int, tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The timed calls as ``(tokens, seconds)``, each round's three one-token calls reduced to the fastest: a
+    stall (a disk flush, another program starting) only ever adds time, and every ratio of the round is taken
+    against them (a first start that timed two of three single steps at 2.7 s instead of 0.035 measured every
+    batch at a twentieth of its cost)."""
+    out: list[tuple[int, float]] = []
+    singles: list[float] = []
+    for n, call in calls:
+        if n == 1:
+            singles.append(call[1])
+            continue
+        if singles:
+            out.append((1, min(singles)))
+            singles = []
+        out.append(call)
+    if singles:
+        out.append((1, min(singles)))
+    return out
+
+
 def calibrate_draft(draft: LlamaBackend, costs: CostModel, repeats: int = 1) -> None:
     """Time a draft model's one-token call and its catch-up cost per missed token into ``costs``."""
-    for n, (_, seconds) in _time_calls(draft, [16], repeats):
+    for n, seconds in _fastest_single(_time_calls(draft, [16], repeats)):
         if n == 1:
             costs.draft_call.add(seconds)
         else:  # a catch-up of n tokens beyond an ordinary call
