@@ -107,12 +107,22 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     html = window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")
     assert f"seed {seed}" in html
     assert "line-through" in html or finish.stats.n_accepted == finish.stats.n_drafted
+    # The whole conversation, the user's message with it (a user tour found the answer's tokens alone).
+    assert "<h4>You</h4>" in html and "the model" in html and "<h4>Assistant</h4>" in html
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
     assert events[0]["type"] == "start" and events[0]["seed"] == seed and events[-1]["type"] == "finish"
     with window.export_csv(tmp_path / "e.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps
     assert window.export_png(tmp_path / "c.png").stat().st_size > 1000
+    # A conversation opened again has no live tokens: its messages are still exported.
+    conversation = window.chat.conversation
+    window.new_chat()
+    window.chat.open_conversation(conversation)
+    again = window.export_html(tmp_path / "again.html").read_text(encoding="utf-8")
+    assert "the model" in again and "token by token" not in again
+    window.new_chat()
+    assert window.export_html(tmp_path / "nothing.html") is None  # nothing to export: said, not an empty file
 
 
 def test_mismatched_draft_shows_the_warning_badge_and_keeps_the_settings(qtbot, tiny) -> None:
@@ -208,3 +218,20 @@ def test_the_toolbar_buttons_stay_put_when_the_pair_line_changes(qtbot, tiny) ->
     qtbot.wait(50)  # the toolbar lays out again
     now = button.mapTo(window, QPoint(0, 0))
     assert now.x() == where.x() and abs(now.y() - where.y()) <= 2  # the bar's height may settle by a pixel
+
+
+def test_the_empty_chat_says_what_to_do_first_and_another_conversation_clears_teach(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, FakeFactory(Script(expected_speedup=(1.0, 1.2, 1.1))), load=False)
+    assert "Load a model pair first" in window.chat.transcript.placeholderText()
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.load_models()
+    qtbot.waitUntil(lambda: "Load" not in window.chat.transcript.placeholderText(), timeout=5_000)
+    assert window.chat.transcript.placeholderText().startswith("Type a message")
+    send(qtbot, window, "hello")
+    assert window.teach_panel.last_step is not None and "step" in window.teach_panel.curve_label.text()
+    first = window.chat.conversation
+    window.new_chat()
+    window.chat.open_conversation(first)
+    # A reopened conversation has no live steps: Teach must not keep explaining the last answer's.
+    assert window.teach_panel.last_step is None
+    assert "The curve appears" in window.teach_panel.curve_label.text()

@@ -208,9 +208,7 @@ class ChatPane(QWidget):
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
         self.transcript.setAccessibleName("Conversation")
-        self.transcript.setPlaceholderText(
-            "Type a message below and press Enter (no model loaded yet? Ctrl+L loads the chosen pair)."
-        )
+        self.set_models_loaded(False)
         self.error = QLabel(self)
         self.error.setWordWrap(True)
         self.error.setTextFormat(Qt.TextFormat.RichText)
@@ -539,6 +537,14 @@ class ChatPane(QWidget):
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
 
+    def set_models_loaded(self, loaded: bool) -> None:
+        """Say what to do first in an empty conversation: load the pair, or type."""
+        self.transcript.setPlaceholderText(
+            "Type a message below and press Enter."
+            if loaded
+            else "Load a model pair first (Ctrl+L, or Models ▸ Load), then type a message below and press Enter."
+        )
+
     def set_generation_running(self, running: bool) -> None:
         """Disable sending while another view's generation (a comparison) runs."""
         self.send_button.setEnabled(not running and not self.busy)
@@ -624,7 +630,9 @@ class ConversationList(QWidget):
         conversation = self.selected()
         if conversation is None:
             return
-        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=conversation.title)
+        title, ok = QInputDialog.getText(
+            self, "Rename conversation", "A new title for this conversation:", text=conversation.title
+        )
         if ok and title.strip():
             self.store.rename(conversation, title)
             self.refresh()

@@ -39,7 +39,7 @@ from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
 from speculens.settings import Settings, generation_config, load_settings
 from speculens.ui.charts import ChartsPanel, RunSeries
-from speculens.ui.chat_pane import ChatPane, ConversationList
+from speculens.ui.chat_pane import ChatPane, ConversationList, render_transcript
 from speculens.ui.compare_view import CompareView
 from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.exports import write_events_csv, write_events_json
@@ -258,7 +258,7 @@ class MainWindow(QMainWindow):
         self.models.replacing.connect(self.stop)
         # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
         # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
-        self.chat.conversation_opened.connect(lambda _conversation: self.live_panel.clear())
+        self.chat.conversation_opened.connect(self._on_conversation_opened)
         self.chat.compare_requested.connect(self.compare)
         self.conversation_list.conversation_activated.connect(self._on_conversation_activated)
         self.conversation_list.conversation_deleted.connect(self._on_conversation_deleted)
@@ -370,7 +370,14 @@ class MainWindow(QMainWindow):
         if models.loaded and not models.loading and self.store.reload_needed():
             state += " — reload needed"
         self.pair_label.setText(f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>")
-        self.pair_label.setToolTip(f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}")
+        tip = f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
+        if strategy is Strategy.AUTO:
+            tip += (
+                "\nAutomatic: each step takes a free draft (prompt lookup, the n-gram cache) when one is likely "
+                "right, the draft model when it pays on this machine, and decodes plainly otherwise."
+            )
+        self.pair_label.setToolTip(tip)
+        self.chat.set_models_loaded(bool(models.loaded) and not models.loading)
         self.load_action.setText("Reload" if models.loaded else "Load")
         self.load_action.setEnabled(not models.loading)
         self.unload_action.setEnabled(models.loaded is not None and not models.loading)
@@ -389,6 +396,10 @@ class MainWindow(QMainWindow):
             self.progress.setRange(0, 0)  # llama.cpp does not report loading progress through the engine
         self.settings_panel.set_gpu_backend(models.gpu_backend)
         self.chat.pair = self.pair_label.text()
+
+    def _on_conversation_opened(self, _conversation: object) -> None:
+        self.live_panel.clear()
+        self.teach_panel.clear()
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.teach_panel.set_n_draft(settings.n_draft)
@@ -456,10 +467,24 @@ class MainWindow(QMainWindow):
         return f"Speculens answer{seed}"
 
     def export_html(self, path: Path | None = None) -> Path | None:
-        """Write the colour-coded transcript of the last answer as HTML."""
+        """Write the conversation as HTML, then its last answer token by token, colour-coded."""
+        conversation = self.chat.conversation
+        view = self.live_panel.view
+        if not conversation.messages and not view.infos:
+            self.statusBar().showMessage("Nothing to export yet: send a message first.")
+            return None
         path = path or self._save_path("Export transcript", ".html", "HTML (*.html)")
         if path:
-            path.write_text(self.live_panel.view.to_html(self._answer_title()), encoding="utf-8")
+            title = conversation.title or "Speculens conversation"
+            body = render_transcript(conversation.messages)
+            if view.infos:  # the answer generated last, in this conversation (opening another one clears it)
+                body += f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{view.html_fragment()}"
+            path.write_text(
+                "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+                f"<title>{html.escape(title)}</title></head>\n<body style='font-family: sans-serif'>"
+                f"<h1>{html.escape(title)}</h1>\n{body}</body></html>\n",
+                encoding="utf-8",
+            )
             self.statusBar().showMessage(f"Wrote {path}")
         return path
 

@@ -97,7 +97,7 @@ class SettingsPanel(QWidget):
         self.threads.setSpecialValueText("automatic")
         self.n_gpu_layers = self._spin("n_gpu_layers")
         self.n_gpu_layers_draft = self._spin("n_gpu_layers_draft")
-        self.exact = self._check("exact", "Bit-exact verification")
+        self.exact = self._check("exact", "Token for token (slower)")
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()

@@ -197,11 +197,12 @@ class TeachPanel(QWidget):
 
         self.explanation = QTextBrowser(self)
         self.explanation.setAccessibleName("Step explanation")
-        self.explanation.setHtml(
+        self._intro = (
             "<p>Turn on <b>step mode</b> and send a message (or press <b>Compare</b>): the answer stops after "
             "each speculation step and this panel explains what was proposed, what the target verified, and "
             "what was kept — or why the step decoded plainly.</p>"
         )
+        self.explanation.setHtml(self._intro)
 
         self.curve_plot = pg.PlotWidget(self, title="Expected speedup over plain decoding, as measured here")
         self.curve_plot.setBackground(None)
@@ -228,6 +229,12 @@ class TeachPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addWidget(splitter, 1)
+        self.update_curve()
+
+    def clear(self) -> None:
+        """Forget the last answer's step (another conversation is shown)."""
+        self.last_step = None
+        self.explanation.setHtml(self._intro)
         self.update_curve()
 
     def set_exact(self, exact: bool) -> None:

@@ -257,6 +257,14 @@ class TokenView(QPlainTextEdit):
 
     def to_html(self, title: str = "Speculens answer") -> str:
         """The coloured transcript as a standalone HTML document (for export)."""
+        return (
+            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"
+            f"<body style='font-family: sans-serif'><h1>{html.escape(title)}</h1>\n"
+            f"{self.html_fragment()}</body></html>\n"
+        )
+
+    def html_fragment(self) -> str:
+        """The legend and the coloured tokens, as HTML to put in a page."""
         spans = []
         for info in self._infos:
             _label, (r, g, b, a), foreground, strike = KIND_STYLE[info.kind]
@@ -274,10 +282,7 @@ class TokenView(QPlainTextEdit):
             for label, (r, g, b, a), fg, s in KIND_STYLE.values()
         )
         return (
-            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"
-            f"<body style='font-family: sans-serif'><h1>{html.escape(title)}</h1><p>{legend}</p>\n"
-            "<pre style='white-space: pre-wrap; font-family: monospace'>"
-            f"{''.join(spans)}</pre></body></html>\n"
+            f"<p>{legend}</p>\n<pre style='white-space: pre-wrap; font-family: monospace'>{''.join(spans)}</pre>\n"
         )
 
 
