@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 REFRESH_MS = 33
 # The charts may take at most this share of a core: painting four plots in software costs 10-30 ms, and
-# while the GUI paints it takes a core from llama.cpp's threads, whose barriers then wait for it (measured on
-# the demo target, 2 cores, both for llama.cpp: 21 tokens/s with a share of 0.25, 25 with 0.05).
+# while the GUI paints it takes a core from llama.cpp's threads, whose barriers then wait for it. Measured in
+# the window on 2 cores, both for llama.cpp, demo target: 20-22 tokens/s with a quarter of the GUI thread
+# counted in wall time, 27-28 with a twentieth of a core counted in processor time (31 without a window).
 PAINT_BUDGET = 0.05
 ROLLING_STEPS = 16
 
@@ -232,8 +233,7 @@ class ChartsPanel(QWidget):
         super().__init__(parent)
         self.series = series
         self._drawn = -1
-        # Antialiased lines cost several times more to paint in software; the charts update 30 times a
-        # second while the engine wants every core.
+        # Antialiased lines cost several times more to paint in software, and the engine wants every core.
         pg.setConfigOptions(antialias=False)
         self.graphics = _TimedGraphics(self)
         self.graphics.setAccessibleName("Speculation charts")

@@ -157,6 +157,8 @@ class CompareView(QWidget):
                 )
                 if record.lane is Lane.PLAIN:
                     self.verdict.setText("Plain decoding done; now speculation…")
+                else:  # where the answers part, the target's logits are recomputed as plain decoding saw them
+                    self.verdict.setText("Both answers done; comparing them…")
             elif record.kind is RecordKind.COMPARED and record.comparison is not None:
                 self._set_running(False)
                 self.comparison = record.comparison
