@@ -194,7 +194,7 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
 
 def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS)
-    page = panel.view.to_html()
+    page = panel.view.html_fragment()
     assert page.count("line-through") >= 2 + 1  # two rejected tokens and the legend
     assert 'class="bonus"' in page and "step 2" in page
 

@@ -255,16 +255,8 @@ class TokenView(QPlainTextEdit):
             return True
         return super().event(event)
 
-    def to_html(self, title: str = "Speculens answer") -> str:
-        """The coloured transcript as a standalone HTML document (for export)."""
-        return (
-            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>\n"
-            f"<body style='font-family: sans-serif'><h1>{html.escape(title)}</h1>\n"
-            f"{self.html_fragment()}</body></html>\n"
-        )
-
     def html_fragment(self) -> str:
-        """The legend and the coloured tokens, as HTML to put in a page."""
+        """The legend and the coloured tokens, as HTML to put in a page (the export's)."""
         spans = []
         for info in self._infos:
             _label, (r, g, b, a), foreground, strike = KIND_STYLE[info.kind]
