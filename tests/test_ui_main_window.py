@@ -235,3 +235,17 @@ def test_the_empty_chat_says_what_to_do_first_and_another_conversation_clears_te
     # A reopened conversation has no live steps: Teach must not keep explaining the last answer's.
     assert window.teach_panel.last_step is None
     assert "The curve appears" in window.teach_panel.curve_label.text()
+
+
+def test_the_conversation_list_highlights_the_conversation_shown(qtbot, tiny) -> None:
+    """From a user tour: after New chat the old conversation stayed highlighted in the list."""
+    window = make_window(qtbot, tiny, FakeFactory())
+    send(qtbot, window, "first question")
+    first = window.chat.conversation
+    window.conversations.flush()
+    window.conversation_list.refresh()
+    assert window.conversation_list.selected() is not None and window.conversation_list.selected().id == first.id
+    window.new_chat()
+    assert window.conversation_list.selected() is None  # the new chat is not in the list yet
+    window.chat.open_conversation(first)
+    assert window.conversation_list.selected().id == first.id

@@ -570,6 +570,7 @@ class ConversationList(QWidget):
     def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.store = store
+        self.current_id: str | None = None  # the conversation the chat shows (see show_current)
         self.list = QListWidget(self)
         self.list.setAccessibleName("Saved conversations")
         self.list.setWordWrap(True)
@@ -604,9 +605,15 @@ class ConversationList(QWidget):
         if not self._refresh_timer.isActive():
             self._refresh_timer.start()
 
+    def show_current(self, conversation: Conversation) -> None:
+        """Highlight the conversation the chat shows (none for a new one, until it is saved)."""
+        self.current_id = conversation.id
+        self.refresh()
+
     def refresh(self) -> None:
         """Redraw the list from the store."""
         selected = self.selected()
+        wanted = self.current_id if self.current_id is not None else selected.id if selected is not None else None
         self.list.clear()
         for conversation in self.store.conversations():
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.updated))
@@ -614,7 +621,7 @@ class ConversationList(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, conversation.id)
             item.setToolTip(f"{conversation.title}\n{conversation.pair}".strip())
             self.list.addItem(item)
-            if selected is not None and conversation.id == selected.id:
+            if conversation.id == wanted:
                 self.list.setCurrentItem(item)
         has = self.list.count() > 0
         self.rename_button.setEnabled(has)

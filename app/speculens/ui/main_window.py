@@ -109,6 +109,7 @@ class MainWindow(QMainWindow):
         self.settings_panel = SettingsPanel(self.store, self)
         self.chat = ChatPane(self.router, self.store, self.conversations, [self.live_panel, self.teach_panel], self)
         self.conversation_list = ConversationList(self.conversations, self)
+        self.conversation_list.show_current(self.chat.conversation)
         self.setCentralWidget(self.chat)
 
         self._build_toolbar()
@@ -397,9 +398,10 @@ class MainWindow(QMainWindow):
         self.settings_panel.set_gpu_backend(models.gpu_backend)
         self.chat.pair = self.pair_label.text()
 
-    def _on_conversation_opened(self, _conversation: object) -> None:
+    def _on_conversation_opened(self, conversation: Conversation) -> None:
         self.live_panel.clear()
         self.teach_panel.clear()
+        self.conversation_list.show_current(conversation)
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.teach_panel.set_n_draft(settings.n_draft)
