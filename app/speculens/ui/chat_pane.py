@@ -431,8 +431,7 @@ class ChatPane(QWidget):
     def _end_turn(self, turn: _Turn) -> None:
         if self.turn is turn:
             self.turn = None
-            if self.figures.text() == "Generating…":  # a finished answer sets its own figures after this
-                self.figures.setText("")
+            self.figures.setText("")  # "Generating…" goes; a finished answer sets its own figures after this
         self._stream_cursor = None
         self._update_buttons()
 

@@ -264,7 +264,7 @@ class MainWindow(QMainWindow):
         self.conversation_list.conversation_activated.connect(self._on_conversation_activated)
         self.conversation_list.conversation_deleted.connect(self._on_conversation_deleted)
         self.compare_view.stop_requested.connect(self.stop)
-        self.compare_view.exact_requested.connect(self._on_exact_requested)
+        self.compare_view.exact_requested.connect(lambda: self._on_exact_toggled(True))
         self.settings_panel.reload_requested.connect(self.load_models)
         self.teach_panel.step_mode_toggled.connect(self.router.set_step_mode)
         self.teach_panel.next_step_requested.connect(self.router.advance)
@@ -345,9 +345,6 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getOpenFileName(self, "Choose a draft model", "", "GGUF models (*.gguf)")
         if path:
             self.store.update(draft_path=path)
-
-    def _on_exact_requested(self) -> None:
-        self._on_exact_toggled(True)
 
     def _on_exact_toggled(self, exact: bool) -> None:
         """Switch bit-exact verification (Compare, Teach): the target reloads in the chosen mode."""
