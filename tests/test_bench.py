@@ -125,6 +125,20 @@ def test_overall_reports_the_median_run_to_run_spread() -> None:
     assert overall("b", noisy).spread_median == pytest.approx(0.7)  # 1.0 and 0.4
 
 
+def test_the_speedup_spread_pairs_each_repetition_with_plain_decodings_run_in_it() -> None:
+    # The machine slows down by half in the second repetition: both settings' tokens/s spread widely, but a
+    # setting that keeps its speedup over plain decoding in every repetition has no speedup spread at all.
+    plain = [result(20.0), result(10.0), result(16.0)]
+    steady = summarise_runs([result(30.0), result(15.0), result(24.0)], plain)
+    assert steady.spread == pytest.approx(15.0 / 24.0)
+    assert steady.speedup_spread == pytest.approx(0.0)
+    erratic = summarise_runs([result(30.0), result(20.0), result(16.0)], plain)  # ×1.5, ×2, ×1
+    assert erratic.speedup_spread == pytest.approx((2.0 - 1.0) / 1.5)
+    assert summarise_runs(plain).speedup_spread is None
+    assert overall("a", [steady, erratic]).speedup_spread_median == pytest.approx(1.0 / 3.0)
+    assert overall("b", [summarise_runs(plain)]).speedup_spread_median is None
+
+
 def test_settings_start_with_plain_decoding_and_cover_every_mode() -> None:
     settings = settings_for([Strategy.DRAFT, Strategy.LOOKUP], ["adaptive", "fixed"], 8, sweep=[1, 4, 16])
     labels = [s.label for s in settings]
@@ -219,6 +233,7 @@ def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:
                 "tps_max",
                 "spread",
                 "speedup",
+                "speedup_spread",
                 "acceptance",
                 "mean_accepted_length",
                 "acceptance_by_position",

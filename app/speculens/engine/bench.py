@@ -273,6 +273,10 @@ class Summary:
         spread: ``(max - min) / median`` of tokens per second.
         speedup: median tokens per second over plain decoding's median on the same prompt (``None`` when
             there is no plain baseline).
+        speedup_spread: ``(max - min) / median`` of the speedups of each repetition (this setting's run over
+            plain decoding's run of the same repetition): how much the speedup itself varies from run to run,
+            to be set against plain decoding's own ``spread``, the machine's noise (``None`` without a
+            baseline).
         acceptance: accepted / drafted over all runs.
         mean_accepted_length: tokens emitted per target pass.
         acceptance_by_position: per draft position ``j``, the share of tokens drafted there that were
@@ -292,6 +296,7 @@ class Summary:
     tps_max: float
     spread: float
     speedup: float | None
+    speedup_spread: float | None
     acceptance: float
     mean_accepted_length: float
     acceptance_by_position: tuple[float, ...]
@@ -328,10 +333,16 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         a = sum(r.accepted_by_position[j] for r in runs if j < len(r.accepted_by_position))
         by_pos.append(a / d if d else 0.0)
     chosen = [k for r in runs for k in r.n_draft_chosen]
-    speedup = identical = None
+    speedup = speedup_spread = identical = None
     if plain:
         base = statistics.median(p.tokens_per_second for p in plain)
         speedup = med / base if base > 0 else None
+        # Repetition i of every setting ran beside plain decoding's run i (the order rotates within it).
+        pairs = zip(runs, plain, strict=False)
+        paired = [r.tokens_per_second / p.tokens_per_second for r, p in pairs if p.tokens_per_second > 0]
+        if paired:
+            mid = statistics.median(paired)
+            speedup_spread = (max(paired) - min(paired)) / mid if mid > 0 else None
         identical = all(r.tokens == plain[0].tokens for r in runs)
     return Summary(
         tps_median=med,
@@ -339,6 +350,7 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         tps_max=max(tps),
         spread=(max(tps) - min(tps)) / med if med > 0 else 0.0,
         speedup=speedup,
+        speedup_spread=speedup_spread,
         acceptance=accepted / drafted if drafted else 0.0,
         mean_accepted_length=sum(r.n_generated for r in runs) / steps if steps else 0.0,
         acceptance_by_position=tuple(by_pos),
@@ -368,6 +380,8 @@ class OverallSummary:
         spread_median: the median over prompts of the spread of tokens per second across repeated runs
             (``(max - min) / median``): how stable the setting is; plain decoding's own is the machine's
             noise, against which a controller's stability is judged.
+        speedup_spread_median: the median over prompts of the spread of the speedup across repetitions
+            (``None`` without a baseline).
     """
 
     label: str
@@ -380,6 +394,7 @@ class OverallSummary:
     identical_all: bool | None
     n_prompts: int
     spread_median: float = 0.0
+    speedup_spread_median: float | None = None
 
 
 def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -> OverallSummary:
@@ -394,6 +409,7 @@ def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -
         The suite-wide summary.
     """
     speedups = [s.speedup for s in summaries if s.speedup is not None]
+    speedup_spreads = [s.speedup_spread for s in summaries if s.speedup_spread is not None]
     identical = [s.identical for s in summaries if s.identical is not None]
     return OverallSummary(
         label=label,
@@ -406,6 +422,7 @@ def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -
         identical_all=all(identical) if identical else None,
         n_prompts=len(summaries),
         spread_median=statistics.median(s.spread for s in summaries) if summaries else 0.0,
+        speedup_spread_median=statistics.median(speedup_spreads) if speedup_spreads else None,
     )
 
 
