@@ -108,8 +108,14 @@ class AdaptiveParams:
             plain decoding, net of what it won, in a generation. A step is taken only if losing *all* of it
             would stay within the budget, so a text on which the estimates are wrong costs at most this much,
             while a text on which speculation wins earns room for longer drafts.
-        loss_credit: target steps' worth of loss allowed before any budget has accrued (the first probes of
-            an answer, and the first short drafts of a rewrite).
+        loss_credit: target steps' worth of loss allowed before any budget has accrued: the first probes of
+            a draft model in an answer.
+        loss_credit_free: the same for a draft-free source's drafts, which cost no drafting: the first drafts
+            of a rewrite. It must cover one short draft lost whole. On a 2-core CPU a batch of 4 costs 3.3
+            single steps and one of 8 five, so with one step's credit only a 1-token draft could start a copy
+            (a batch of 2 costs 1.9 steps: it never pays), and a rewrite waited a dozen plain steps for
+            hindsight credit before its first draft (the JavaScript rewrite: 32-34 steps and 1.46x plain
+            decoding; with 4, 26-29 steps and 1.82x).
         hindsight_cap: target steps' worth of credit that declined drafts, scored on their shadows, can give
             the loss guard: enough to unlock the longest drafts once a copy is under way (see
             :meth:`AdaptiveController._score_declined`).
@@ -136,6 +142,7 @@ class AdaptiveParams:
     probe_every_max: int = 64
     loss_budget: float = 0.01
     loss_credit: float = 1.0
+    loss_credit_free: float = 4.0
     hindsight_cap: float = 16.0
     prior_catchup_ratio: float = 0.3
 
@@ -930,9 +937,10 @@ class AdaptiveController:
         if limit < k_min or plain is None:
             return StepPlan(0)  # nothing worth drafting, or plain decoding measured first
         rate_plain = 1.0 / plain
-        # What may still be lost in this generation; a step is affordable if losing all of it fits.
+        # What may still be lost in this generation (what it earned, plus each source's credit); a step is
+        # affordable if losing all of it fits.
         p = self.params
-        room = self._ledger + self._hindsight + p.loss_budget * self._elapsed + p.loss_credit * plain
+        earned = self._ledger + self._hindsight + p.loss_budget * self._elapsed
         candidates: list[tuple[_Source, int, int]] = [  # source, how many it offers (or may draft), confidence
             (self.sources[o.source], min(limit, o.n_tokens), o.confidence)
             for o in offers
@@ -949,6 +957,7 @@ class AdaptiveController:
         catchup = self.costs.catchup_seconds(behind) if model_ok else 0.0
         allowed = self.costs.verify.allowed(limit + 1)
         for src, k_max, confidence in candidates:
+            room = earned + (p.loss_credit if src.model else p.loss_credit_free) * plain
             curves = self.curves(k_max, None if src.model else k_max, confidence, src.name)
             if curves is None:
                 continue
