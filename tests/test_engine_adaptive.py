@@ -166,6 +166,25 @@ def test_a_draft_model_that_hardly_pays_even_when_always_right_is_soon_left_alon
     assert _slowdown(history, 0.078) <= 1.03
 
 
+def test_a_copys_winnings_do_not_pay_for_probing_a_draft_model_far_behind() -> None:
+    # The auto default on the demo pair here: prompt lookup copied a rewrite in batches of 32, and the draft
+    # model, never given the text, was 400 tokens behind. Its probe at the answer's end (expected at 0.04x
+    # plain decoding) took 1.3 s of a 5 s answer, paid from what the copy had won.
+    def near_the_end(behind: int) -> StepPlan:
+        controller = AdaptiveController(31, [FREE, MODEL])
+        for n in (1, 2, 3, 4, 8, 16, 32):
+            controller.costs.verify.observe(n, two_core_verify(n))
+        controller.costs.draft_call.add(0.0125)
+        controller.costs.draft_catchup.add(0.0032)  # 0.5B prompt processing: 1.3 s for 400 tokens
+        for _ in range(6):  # a copy verified 32 tokens at a time, all accepted
+            controller.observe(StepPlan(31, FREE, False, 4), 31, 31, two_core_verify(32), 0.0005)
+        return controller.plan(31, [], behind=behind)
+
+    assert near_the_end(behind=400).n_draft == 0
+    # It is the catch-up that is refused: in step with the text, the draft model is still probed.
+    assert near_the_end(behind=0).probe and near_the_end(behind=0).source == MODEL
+
+
 def test_a_draft_free_source_probes_only_batch_sizes_never_measured() -> None:
     controller = AdaptiveController(8, [FREE])
     machine = FakeMachine(cpu_verify, draft_call=0.0, accept=lambda j: 0.1)

@@ -956,6 +956,10 @@ class AdaptiveController:
         probe: tuple[float, float, StepPlan] | None = None  # expected loss, rate, plan
         catchup = self.costs.catchup_seconds(behind) if model_ok else 0.0
         allowed = self.costs.verify.allowed(limit + 1)
+        # A draft model's probe buys information, not tokens: it is paid from the exploration budget alone (and
+        # any loss this answer has run up), never from what the free sources won. A long copy's winnings
+        # once paid for a probe whose catch-up on 400 missed tokens took 1.3 s of a 5 s answer.
+        explore = min(self._ledger, 0.0) + p.loss_budget * self._elapsed + p.loss_credit * plain
         for src, k_max, confidence in candidates:
             room = earned + (p.loss_credit if src.model else p.loss_credit_free) * plain
             curves = self.curves(k_max, None if src.model else k_max, confidence, src.name)
@@ -990,7 +994,7 @@ class AdaptiveController:
             # was never measured.
             wanted = self._plain_run + 1 >= self._probe_interval if src.model else not self.costs.verify.has(k_top + 1)
             loss = float(seconds[k_top] - tokens[k_top] * plain)
-            if wanted and loss <= room and (probe is None or rates[k_top] > probe[1]):
+            if wanted and loss <= (explore if src.model else room) and (probe is None or rates[k_top] > probe[1]):
                 probe = (loss, float(rates[k_top]), StepPlan(k_top, src.name, True, confidence, speedup, src.name))
         if best is not None:
             for name, declined in list(self._declined.items()):
