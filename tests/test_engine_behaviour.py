@@ -12,7 +12,9 @@ import pytest
 from conftest import TinyModels
 from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model, repacks
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
+from speculens.engine.drafters.base import Draft
 from speculens.engine.events import FinishEvent, FinishReason, Origin, StartEvent, StepEvent
+from speculens.engine.generate import generate
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.engine.text import TextAssembler
@@ -151,15 +153,62 @@ def test_eog_inside_a_draft_ends_the_answer_there(tiny_model_factory) -> None:  
     assert finish.reason is FinishReason.EOG
     assert finish.tokens == answer[:position]
     steps = [e for e in events if isinstance(e, StepEvent)]
-    # The EOG token was drafted (and accepted) with tokens after it, and none of them was emitted.
+    # The EOG token was drafted (and accepted) and not emitted; the draft model stopped drafting there, since
+    # nothing after the answer's end could be used.
     assert any(d.id == eos and d.accepted for s in steps for d in s.drafted)
     assert all(e.id != eos for s in steps for e in s.emitted)
+    assert all(s.drafted[-1].id == eos for s in steps if any(d.id == eos for d in s.drafted))
     # The figures count the answer's tokens, as the token views show them: the drafts after its end are
     # neither accepted nor rejected tokens of it.
     shown_accepted = sum(e.origin is Origin.ACCEPTED for s in steps for e in s.emitted)
     last = steps[-1]
     assert finish.stats.n_accepted == shown_accepted
     assert finish.stats.n_drafted == sum(len(s.drafted) for s in steps[:-1]) + len(last.emitted)
+
+
+class _CopyPastTheEnd:
+    """A free drafter that copies the answer and runs on past its end, as prompt lookup does when the text it
+    copies from ends a chat turn (``<|im_end|>`` and the next turn's header after it)."""
+
+    name = "copy"
+
+    def __init__(self, prompt_len: int, answer: list[int], eos: int) -> None:
+        self.prompt_len = prompt_len
+        self.text = [*answer, eos, *answer[:20]]
+
+    def begin(self, prompt: object) -> None:
+        pass
+
+    def draft(self, history: list[int], n_max: int) -> Draft:
+        done = len(history) - self.prompt_len
+        return Draft(tuple(self.text[done : done + n_max]))
+
+    def end(self, history: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_free_draft_is_not_verified_past_the_end_of_the_answer(tiny_model_factory, adaptive: bool) -> None:  # type: ignore[no-untyped-def]
+    plain_model = tiny_model_factory("plain", seed=3)
+    with SpeculativeEngine(ModelConfig(plain_model, None, n_ctx=512)) as plain:
+        answer = finish_of(plain.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60))).tokens
+    position = next(i for i, t in enumerate(answer) if i >= 5 and t not in answer[:i] and t > 300)
+    eos = answer[position]
+    target = tiny_model_factory("eos-target", seed=3, eos_token_id=eos)
+    with SpeculativeEngine(ModelConfig(target, None, n_ctx=512)) as engine:
+        prompt = engine.target.tokenize(PROMPT)
+        drafter = _CopyPastTheEnd(len(prompt), answer[:position], eos)
+        config = greedy(Strategy.LOOKUP, n_draft=16, max_tokens=60, adaptive=adaptive)
+        events = list(generate(engine.target, [drafter], prompt, config, np.random.default_rng(0)))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.EOG
+    assert finish.tokens == answer[:position]
+    drafts = [[d.id for d in e.drafted] for e in events if isinstance(e, StepEvent) and e.drafted]
+    assert any(eos in d for d in drafts)
+    assert all(d.index(eos) == len(d) - 1 for d in drafts if eos in d)  # the draft ends at the EOG token
+    if adaptive:  # and the controller was offered no more than that, so it costed the batch it would verify
+        ending = [e for e in events if isinstance(e, StepEvent) and eos in [d.id for d in e.drafted]]
+        assert all(e.offered == len(e.drafted) for e in ending)
 
 
 def test_characters_split_across_tokens_come_out_whole(tiny: TinyModels) -> None:

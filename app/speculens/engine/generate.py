@@ -127,6 +127,16 @@ def generate(
     return _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact).run(prompt)
 
 
+def _to_end(draft: Draft, eog: frozenset[int]) -> Draft:
+    """The draft up to its first end-of-generation token: a copy from the prompt runs on into the chat
+    template (``<|im_end|>``, ``<|im_start|>assistant``), and verifying tokens after the answer's end only
+    makes the batch dearer."""
+    for i, token in enumerate(draft.tokens):
+        if token in eog:
+            return replace(draft, tokens=draft.tokens[: i + 1]) if i + 1 < len(draft.tokens) else draft
+    return draft
+
+
 class _Loop:
     """One generation's state; :meth:`run` is the generator :func:`generate` returns."""
 
@@ -159,7 +169,7 @@ class _Loop:
             return Draft(), None, None
         if controller is None:  # fixed length: the first free source with a draft, else the draft model
             for drafter in self.free:
-                draft = drafter.draft(history, n_max)
+                draft = _to_end(drafter.draft(history, n_max), self.target.vocab.eog)
                 if draft.tokens:
                     return replace(draft, source=drafter.name), None, None
             if model is not None:
@@ -167,7 +177,7 @@ class _Loop:
             return Draft(), None, None
         controller.shadow_check(history)
         # Free sources draft first (it costs only Python time); the controller then picks what to verify.
-        offers = {d.name: d.draft(history, n_max) for d in self.free}
+        offers = {d.name: _to_end(d.draft(history, n_max), self.target.vocab.eog) for d in self.free}
         behind = model.behind(history) if model is not None else 0
         controller.costs.verify.at(len(history))  # batch costs depend on the context (see BatchCosts)
         plan = controller.plan(n_max, [Offer(n, len(d.tokens), d.confidence) for n, d in offers.items()], behind)

@@ -96,6 +96,8 @@ class DraftModelDrafter:
                 full = np.zeros(self.n_vocab_target, dtype=np.float64)
                 full[:width] = q
                 dists.append(full)
+            if token in self.backend.vocab.eog:
+                break  # the answer would end here: whatever came after could never be used
             if i + 1 < n_max:
                 if self.backend.n_past + 1 > self.backend.n_ctx:
                     break
