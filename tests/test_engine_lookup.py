@@ -282,3 +282,17 @@ def test_a_rename_in_signatures_the_answer_also_annotates_is_still_learnt() -> N
     answer = [*HEAD, *[t for n in names for t in fn(n, stock, True)]]
     out = line_aware_drafts(prompt, answer)
     assert out[len(answer) - 5].tokens[:4] == (WS4, RET, stock, NL)
+
+
+def test_a_line_rewritten_at_its_first_word_is_drafted_from_its_own_source_line() -> None:
+    # Every print("...") becomes logging.error("..."): each message is the one in the line being rewritten,
+    # while the suffix `logging.error("` occurs last in the answer's own earlier line, with the other message.
+    PRINT, LOGGING, ERROR, LQ, RQ, M1A, M1B, M2A, M2B = range(70, 79)  # print ("  ") .error and two messages
+    prompt = [1, NL, WS4, PRINT, LQ, M1A, M1B, RQ, NL, WS4, RET, X1, NL, WS4, PRINT, LQ, M2A, M2B, RQ, NL]
+    prompt += [WS4, RET, X2, NL, 2]
+    answer = [WS4, LOGGING, ERROR, LQ, M1A, M1B, RQ, NL, WS4, RET, X1, NL, WS4, LOGGING, ERROR, LQ, M2A, M2B, RQ]
+    answer += [NL, WS4, RET, X2, NL]
+    out = line_aware_drafts(prompt, answer)
+    second = answer.index(M2A)
+    assert out[second].tokens[:5] == (M2A, M2B, RQ, NL, WS4)  # the second message, and the line after it
+    assert out[second].confidence == 1  # a copy resumed inside its line, as after a substitution

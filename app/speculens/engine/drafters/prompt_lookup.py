@@ -308,6 +308,27 @@ class PromptLookupDrafter:
                 return end, size
         return None, 0
 
+    def _in_line(self, position: int) -> bool:
+        """Whether history ``position`` lies in the source line the answer's current line rewrites."""
+        return self._line is not None and self._line[0] <= position <= self._line[1]
+
+    def _lookup_line(self) -> int | None:
+        """Where the current suffix (the longest, up to ``ngram_max`` tokens; indentation alone is no match)
+        first occurs in the source line the answer's current line rewrites: the position after it."""
+        if self._line is None:
+            return None
+        keys, (start, end) = self._keys, self._line
+        if end >= self._line_start(len(keys)):  # the answer's own current line
+            return None
+        for size in range(min(self.ngram_max, len(keys) - 1), 0, -1):
+            suffix = keys[-size:]
+            if size == 1 and suffix[0] == _WS:
+                break
+            for after in range(start + size, end + 1):
+                if keys[after - size : after] == suffix:
+                    return after
+        return None
+
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
         """Continue the copy, or find a new one for the current suffix."""
         self._extend(history)
@@ -316,8 +337,16 @@ class PromptLookupDrafter:
         confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
         if self._run == 0 and self._realigned is None:
             found, size = self._lookup()
+            here = self._lookup_line()
             if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
                 confidence = 1  # one token differed: assume a substitution and keep copying
+            elif here is not None and (found is None or not self._in_line(found)):
+                # The answer departed inside a line it rewrites (print(...) -> logging.error(...)): the rest is that
+                # source line's, not what followed the suffix's latest occurrence, which is often the answer's
+                # own earlier edited line, with another message.
+                self._ptr = here
+                self._pending = None
+                confidence = 1
             elif found is not None:
                 self._ptr = found
                 self._pending = None  # a departure is a substitution only if the same copy resumes after it
@@ -325,6 +354,14 @@ class PromptLookupDrafter:
                 self._align_indent(found, size)
             else:
                 self._ptr = None
+        elif 0 < self._run < LONG_RUN and self._ptr is not None and not self._in_line(self._ptr):
+            # A copy just found elsewhere, while the answer's line rewrites a source line that has the same
+            # text: the source line's continuation is the likelier (the answer's own earlier edited line
+            # shares its first words, logging.error(", but not its message).
+            here = self._lookup_line()
+            if here is not None:
+                self._ptr, self._run, self._pending = here, 0, None
+                confidence = 1
         if self._realigned is not None:
             confidence = self._realigned
         if self._ptr is None:
