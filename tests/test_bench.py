@@ -5,6 +5,7 @@ No timing is asserted: the tiny models decode in microseconds and machines are n
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import math
 import subprocess
@@ -147,6 +148,14 @@ def test_settings_start_with_plain_decoding_and_cover_every_mode() -> None:
     assert len(labels) == len(set(labels)) == 1 + 2 * (1 + 3)
     assert [s.label for s in settings_for([Strategy.NONE, Strategy.LOOKUP], ["fixed"], 8)] == ["none", "lookup/n=8"]
     assert BenchSetting(Strategy.NGRAM_CACHE, 4, False).label == "ngram-cache/n=4"
+
+
+def test_the_held_out_prompts_are_a_suite_apart_from_the_bench_suite() -> None:
+    text = (importlib.resources.files("speculens.resources") / "prompts/heldout.json").read_text(encoding="utf-8")
+    held_out, suite = load_suite(text), load_suite()
+    assert {p.category for p in held_out} >= {"chat", "code-generation", "code-rewrite", "summarisation"}
+    assert not {p.id for p in held_out} & {p.id for p in suite}
+    assert not {p.messages[-1]["content"] for p in held_out} & {p.messages[-1]["content"] for p in suite}
 
 
 def test_the_shipped_suite_covers_the_required_kinds_of_prompt() -> None:
