@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import TinyModels
+from speculens.engine.adaptive import AdaptiveController, Offer, StepPlan
 from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model, repacks
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.drafters.base import Draft
@@ -175,20 +176,23 @@ class _CopyPastTheEnd:
     def __init__(self, prompt_len: int, answer: list[int], eos: int) -> None:
         self.prompt_len = prompt_len
         self.text = [*answer, eos, *answer[:20]]
+        self.done = 0  # answer tokens written when it last drafted
 
     def begin(self, prompt: object) -> None:
         pass
 
     def draft(self, history: list[int], n_max: int) -> Draft:
-        done = len(history) - self.prompt_len
-        return Draft(tuple(self.text[done : done + n_max]))
+        self.done = len(history) - self.prompt_len
+        return Draft(tuple(self.text[self.done : self.done + n_max]))
 
     def end(self, history: object) -> None:
         pass
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
-def test_a_free_draft_is_not_verified_past_the_end_of_the_answer(tiny_model_factory, adaptive: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_free_draft_is_not_verified_past_the_end_of_the_answer(  # type: ignore[no-untyped-def]
+    tiny_model_factory, adaptive: bool, monkeypatch
+) -> None:
     plain_model = tiny_model_factory("plain", seed=3)
     with SpeculativeEngine(ModelConfig(plain_model, None, n_ctx=512)) as plain:
         answer = finish_of(plain.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60))).tokens
@@ -199,16 +203,26 @@ def test_a_free_draft_is_not_verified_past_the_end_of_the_answer(tiny_model_fact
         prompt = engine.target.tokenize(PROMPT)
         drafter = _CopyPastTheEnd(len(prompt), answer[:position], eos)
         config = greedy(Strategy.LOOKUP, n_draft=16, max_tokens=60, adaptive=adaptive)
+        # What the adaptive controller is offered each step (whether it drafts depends on measured timings).
+        offered: list[tuple[int, int]] = []  # (answer tokens so far, tokens offered)
+        plan = AdaptiveController.plan
+
+        def spy(self: AdaptiveController, limit: int, offers: list[Offer] = [], behind: int = 0) -> StepPlan:  # noqa: B006
+            offered.extend((drafter.done, o.n_tokens) for o in offers)
+            return plan(self, limit, offers, behind)
+
+        monkeypatch.setattr(AdaptiveController, "plan", spy)
         events = list(generate(engine.target, [drafter], prompt, config, np.random.default_rng(0)))
     finish = events[-1]
     assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.EOG
     assert finish.tokens == answer[:position]
     drafts = [[d.id for d in e.drafted] for e in events if isinstance(e, StepEvent) and e.drafted]
-    assert any(eos in d for d in drafts)
-    assert all(d.index(eos) == len(d) - 1 for d in drafts if eos in d)  # the draft ends at the EOG token
-    if adaptive:  # and the controller was offered no more than that, so it costed the batch it would verify
-        ending = [e for e in events if isinstance(e, StepEvent) and eos in [d.id for d in e.drafted]]
-        assert all(e.offered == len(e.drafted) for e in ending)
+    assert all(d.index(eos) == len(d) - 1 for d in drafts if eos in d)  # a draft ends at the EOG token
+    if adaptive:  # the controller is offered nothing past it, so it costs the batch it could verify
+        assert any(done + 16 > position for done, _ in offered)
+        assert all(n <= position + 1 - done for done, n in offered)
+    else:
+        assert any(eos in d for d in drafts)
 
 
 def test_characters_split_across_tokens_come_out_whole(tiny: TinyModels) -> None:
