@@ -137,14 +137,19 @@ def test_stop_string_ends_the_answer_before_it(engine: SpeculativeEngine) -> Non
     assert stop not in streamed and full[:20].startswith(streamed)
 
 
-def test_eog_inside_a_draft_ends_the_answer_there(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
+def _answer_ending_mid_way(tiny_model_factory) -> tuple[list[int], int, int, Path]:  # type: ignore[no-untyped-def]
+    """A tiny model's greedy answer, the position of a token it writes mid-answer (for the first time at
+    position >= 5), that token, and the same model with that token declared end-of-sequence."""
     plain_model = tiny_model_factory("plain", seed=3)
     with SpeculativeEngine(ModelConfig(plain_model, None, n_ctx=512)) as plain:
         answer = finish_of(plain.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60))).tokens
-    # Declare a token the model produces mid-answer (for the first time at position >= 5) as end-of-sequence.
     position = next(i for i, t in enumerate(answer) if i >= 5 and t not in answer[:i] and t > 300)
     eos = answer[position]
-    target = tiny_model_factory("eos-target", seed=3, eos_token_id=eos)
+    return answer, position, eos, tiny_model_factory("eos-target", seed=3, eos_token_id=eos)
+
+
+def test_eog_inside_a_draft_ends_the_answer_there(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
+    answer, position, eos, target = _answer_ending_mid_way(tiny_model_factory)
     draft = tiny_model_factory("eos-draft", seed=3, eos_token_id=eos)
     with SpeculativeEngine(ModelConfig(target, draft, n_ctx=512)) as engine:
         assert eos in engine.target.vocab.eog
@@ -193,12 +198,7 @@ class _CopyPastTheEnd:
 def test_a_free_draft_is_not_verified_past_the_end_of_the_answer(  # type: ignore[no-untyped-def]
     tiny_model_factory, adaptive: bool, monkeypatch
 ) -> None:
-    plain_model = tiny_model_factory("plain", seed=3)
-    with SpeculativeEngine(ModelConfig(plain_model, None, n_ctx=512)) as plain:
-        answer = finish_of(plain.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60))).tokens
-    position = next(i for i, t in enumerate(answer) if i >= 5 and t not in answer[:i] and t > 300)
-    eos = answer[position]
-    target = tiny_model_factory("eos-target", seed=3, eos_token_id=eos)
+    answer, position, eos, target = _answer_ending_mid_way(tiny_model_factory)
     with SpeculativeEngine(ModelConfig(target, None, n_ctx=512)) as engine:
         prompt = engine.target.tokenize(PROMPT)
         drafter = _CopyPastTheEnd(len(prompt), answer[:position], eos)

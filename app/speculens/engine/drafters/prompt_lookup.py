@@ -33,12 +33,15 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
 * **line by line**: the answer's lines are matched to the source lines they rewrite, and when a line ends
   the copy goes on at the source line after it (see ``_end_line``). After an edited line the text just
   written occurs only in the answer's own earlier edited lines, so a lookup would draft the body of the
-  function before instead of this one's.
+  function before instead of this one's. For the same reason a departure *inside* a line (``print("`` written
+  ``logging.error("``) resumes the copy in the source line being rewritten when the text just written occurs
+  there, not where it last occurred (the answer's previous rewritten line, with another message).
 
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
-following, 1 follows a copy across a single substitution, resumes the source after an edited line, or
-starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match (or the
+following, 1 follows a copy across a single substitution, resumes the source after an edited line or inside
+the line being rewritten, or starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess
+from a shorter match (or the
 source line after some other departure). The adaptive controller learns acceptance for each separately, so
 it can speculate on the copies and decode plainly between them.
 """
@@ -337,10 +340,9 @@ class PromptLookupDrafter:
         confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
         if self._run == 0 and self._realigned is None:
             found, size = self._lookup()
-            here = self._lookup_line()
             if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
                 confidence = 1  # one token differed: assume a substitution and keep copying
-            elif here is not None and (found is None or not self._in_line(found)):
+            elif (here := self._lookup_line()) is not None and (found is None or not self._in_line(found)):
                 # The answer departed inside a line it rewrites (print(...) -> logging.error(...)): the rest is that
                 # source line's, not what followed the suffix's latest occurrence, which is often the answer's
                 # own earlier edited line, with another message.
