@@ -133,7 +133,7 @@ def _to_end(draft: Draft, eog: frozenset[int]) -> Draft:
     makes the batch dearer."""
     for i, token in enumerate(draft.tokens):
         if token in eog:
-            return replace(draft, tokens=draft.tokens[: i + 1]) if i + 1 < len(draft.tokens) else draft
+            return replace(draft, tokens=draft.tokens[: i + 1])
     return draft
 
 

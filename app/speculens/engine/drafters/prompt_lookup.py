@@ -41,9 +41,8 @@ Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy 
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
 following, 1 follows a copy across a single substitution, resumes the source after an edited line or inside
 the line being rewritten, or starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess
-from a shorter match (or the
-source line after some other departure). The adaptive controller learns acceptance for each separately, so
-it can speculate on the copies and decode plainly between them.
+from a shorter match (or the source line after some other departure). The adaptive controller learns
+acceptance for each separately, so it can speculate on the copies and decode plainly between them.
 """
 
 from __future__ import annotations
