@@ -661,6 +661,19 @@ def test_position_rates_fall_back_to_the_position_before() -> None:
     assert est[1] == pytest.approx(est[0])  # never observed: inherits position 0
 
 
+def test_pooled_rates_are_the_same_at_every_depth_and_follow_each_observation() -> None:
+    rates = PositionRates(6, alpha=0.2, prior=0.5, prior_weight=2.0, prior_deep=0.9)
+    before = rates.estimates(0.5)
+    assert list(before[2:]) == [before[1]] * 4  # pooled from position 1 on
+    for _ in range(10):
+        rates.observe(3, False)  # a deep miss teaches every deep position
+    after = rates.estimates(0.5)
+    assert after[1] < before[1] and list(after[2:]) == [after[1]] * 4
+    assert after[0] == before[0]
+    assert rates.estimates() is not after and rates.estimates()[1] > after[1]  # caution is its own estimate
+    assert PositionRates(1, alpha=0.2, prior=0.5, prior_weight=2.0, prior_deep=0.9).estimates().shape == (1,)
+
+
 def test_a_new_draft_model_forgets_the_old_ones_cost() -> None:
     costs = CostModel()
     costs.verify.observe(1, 0.05)

@@ -508,10 +508,14 @@ def _median_at(samples: Iterable[tuple[int, float]], slope: float, context: int)
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    xm = float(np.average(x, weights=w))
-    ym = float(np.average(y, weights=w))
-    var = float(np.average((x - xm) ** 2, weights=w))
-    slope = float(np.average((x - xm) * (y - ym), weights=w)) / var if var > 0 else 0.0
+    # Dot products, not np.average: on a dozen points its checks cost more than the arithmetic, and this runs
+    # after every measured batch.
+    total = float(w.sum())
+    xm = float(w @ x) / total
+    ym = float(w @ y) / total
+    dx = x - xm
+    var = float(w @ (dx * dx))
+    slope = float(w @ (dx * (y - ym))) / var if var > 0 else 0.0
     return slope, ym - slope * xm
 
 
@@ -632,11 +636,15 @@ class PositionRates:
         else:
             deep = Ewma(alpha_deep)
             self._ewma = [Ewma(alpha), *[deep] * (n - 1)]
+        # The estimates change only with an observation; a step asks for them once per offer and curve (every
+        # step's Python time is taken from the target's).
+        self._cache: dict[float, np.ndarray] = {}
 
     def observe(self, position: int, success: bool) -> None:
         """Record one observation at ``position``."""
         if 0 <= position < len(self._ewma):
             self._ewma[position].add(1.0 if success else 0.0)
+            self._cache.clear()
 
     def estimates(self, caution: float = 0.0) -> np.ndarray:
         """The current estimate of every position.
@@ -644,21 +652,29 @@ class PositionRates:
         Args:
             caution: subtract this many standard errors (``sqrt(p (1 - p) / evidence)``), so a position seen
                 only a few times counts for less than its mean: a lower confidence bound.
+
+        Returns:
+            A read-only array (shared until the next observation).
         """
+        out = self._cache.get(caution)
+        if out is not None:
+            return out
+        pooled = self.prior_deep is not None
         out = np.empty(len(self._ewma))
         base = self.prior
-        for j, e in enumerate(self._ewma):
+        for j, e in enumerate(self._ewma[:2] if pooled else self._ewma):
             w = min(float(e.count), self.evidence_cap)
             if j and self.prior_deep is not None:
-                if j > 1:  # pooled: every deeper position has the same estimate
-                    out[j] = out[1]
-                    continue
                 base = self.prior_deep
                 w = min(float(e.count), 1.0 / e.alpha)
             base = (self.prior_weight * base + w * e.value) / (self.prior_weight + w)
             out[j] = base
             if caution:
                 out[j] = max(0.0, base - caution * math.sqrt(base * (1.0 - base) / (self.prior_weight + w)))
+        if pooled and len(out) > 2:
+            out[2:] = out[1]  # every deeper position has the pooled estimate
+        out.flags.writeable = False
+        self._cache[caution] = out
         return out
 
     def observations(self) -> list[int]:
@@ -867,19 +883,23 @@ class AdaptiveController:
         verify = self.costs.verify.curve(k_max + 1)
         if verify is None:
             return None
-        g = np.ones(k_max) if offered is not None else src.deliver.estimates()[:k_max]
         # A draft-free source's acceptance is judged cautiously: its shadow drafts bring evidence for free,
         # so waiting for it costs little, and speculating on a lucky few observations costs a batch each time.
         a = src.rates(confidence).estimates(0.0 if src.model else self.params.caution_free)[:k_max]
-        # tokens[k] = Σ_{i=0..k} P(accepted ≥ i),  P(accepted ≥ i) = Π_{j<i} g_j a_j.
-        tokens = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(g * a))))
-        # P(delivered ≥ i) for i = 0..k_max; a step asking for k verifies 1 + min(delivered, k) tokens.
-        at_least = np.concatenate(([1.0], np.cumprod(g)))
-        exactly_below = (at_least[:-1] - at_least[1:]) * verify[1 : k_max + 1]  # delivered d < k, batch d + 1
-        seconds = np.concatenate(([0.0], np.cumsum(exactly_below))) + at_least * verify[1 : k_max + 2]
+        if offered is not None:  # delivered already: a step asking for k verifies k + 1 tokens
+            tokens = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(a))))
+            seconds = verify[1 : k_max + 2].copy()
+        else:
+            g = src.deliver.estimates()[:k_max]
+            # tokens[k] = Σ_{i=0..k} P(accepted ≥ i),  P(accepted ≥ i) = Π_{j<i} g_j a_j.
+            tokens = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(g * a))))
+            # P(delivered ≥ i) for i = 0..k_max; a step asking for k verifies 1 + min(delivered, k) tokens.
+            at_least = np.concatenate(([1.0], np.cumprod(g)))
+            exactly_below = (at_least[:-1] - at_least[1:]) * verify[1 : k_max + 1]  # delivered d < k, batch d + 1
+            seconds = np.concatenate(([0.0], np.cumsum(exactly_below))) + at_least * verify[1 : k_max + 2]
         if src.model:
             # A draft of d < k tokens took d + 1 calls (the last one found p < p_min), a full one k calls.
-            calls = np.concatenate(([0.0], np.cumsum(at_least[:-1])))
+            calls = np.arange(k_max + 1.0) if offered is not None else np.concatenate(([0.0], np.cumsum(at_least[:-1])))
             seconds += self.costs.draft_call_seconds() * calls
         # A draft-free source's Python time is part of the overhead.
         seconds[0] += self._overhead(None)
