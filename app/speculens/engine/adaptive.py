@@ -868,7 +868,7 @@ class AdaptiveController:
         Args:
             k_max: the longest draft considered (at most ``n_draft``).
             offered: a draft-free source has already drafted this many tokens (delivery is certain up to
-                it); ``None`` for a draft model, whose delivery is estimated.
+                it); ``None`` for a draft model, whose delivery and drafting calls are estimated.
             confidence: the draft's confidence class.
             source: the source (default: the first).
 
@@ -888,7 +888,7 @@ class AdaptiveController:
         a = src.rates(confidence).estimates(0.0 if src.model else self.params.caution_free)[:k_max]
         if offered is not None:  # delivered already: a step asking for k verifies k + 1 tokens
             tokens = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(a))))
-            seconds = verify[1 : k_max + 2].copy()
+            seconds = verify[1 : k_max + 2]  # curve() returns a fresh array: ours to add to
         else:
             g = src.deliver.estimates()[:k_max]
             # tokens[k] = Σ_{i=0..k} P(accepted ≥ i),  P(accepted ≥ i) = Π_{j<i} g_j a_j.
@@ -897,10 +897,9 @@ class AdaptiveController:
             at_least = np.concatenate(([1.0], np.cumprod(g)))
             exactly_below = (at_least[:-1] - at_least[1:]) * verify[1 : k_max + 1]  # delivered d < k, batch d + 1
             seconds = np.concatenate(([0.0], np.cumsum(exactly_below))) + at_least * verify[1 : k_max + 2]
-        if src.model:
-            # A draft of d < k tokens took d + 1 calls (the last one found p < p_min), a full one k calls.
-            calls = np.arange(k_max + 1.0) if offered is not None else np.concatenate(([0.0], np.cumsum(at_least[:-1])))
-            seconds += self.costs.draft_call_seconds() * calls
+            if src.model:
+                # A draft of d < k tokens took d + 1 calls (the last one found p < p_min), a full one k calls.
+                seconds += self.costs.draft_call_seconds() * np.concatenate(([0.0], np.cumsum(at_least[:-1])))
         # A draft-free source's Python time is part of the overhead.
         seconds[0] += self._overhead(None)
         seconds[1:] += self._overhead(src)
