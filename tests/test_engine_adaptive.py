@@ -680,3 +680,38 @@ def test_a_new_draft_model_forgets_the_old_ones_cost() -> None:
     costs.draft_call.add(0.01)
     costs.forget_draft()
     assert costs.draft_call_seconds() == pytest.approx(AdaptiveParams().prior_draft_ratio * 0.05)
+
+
+def test_could_pay_keeps_its_answer_only_while_the_costs_cannot_have_changed_it() -> None:
+    # The costs drift through the bar and back (a busy machine, a draft model that gets cheaper), with noise;
+    # the kept answer must always be the one a full computation gives, and be kept on most steady steps.
+    controller = AdaptiveController(16, [MODEL])
+    costs = controller.costs
+    rng = np.random.default_rng(3)
+    full = 0
+    real_curve = costs.verify.curve
+
+    def counted(n_max: int) -> np.ndarray | None:
+        nonlocal full
+        full += 1
+        return real_curve(n_max)
+
+    costs.verify.curve = counted  # type: ignore[method-assign]
+    answers = []
+    for step in range(600):
+        single = 0.025 * (1 + 0.3 * math.sin(step / 40)) * rng.uniform(0.95, 1.05)
+        costs.verify.at(100 + step)
+        costs.verify.observe(1, single)
+        if step % 50 == 0:
+            costs.verify.observe(4, 3.0 * single)
+            costs.verify.observe(16, 6.0 * single)
+        costs.draft_call.add(0.025 * (0.35 + 0.3 * (1 + math.cos(step / 70))) * rng.uniform(0.9, 1.1))
+        controller.overhead_plain.add(rng.uniform(0.0002, 0.0006))
+        kept = controller.could_pay()
+        before = full
+        controller._pay_memo = None
+        assert controller.could_pay() == kept, f"step {step}"
+        assert full == before + 1  # and that was a full computation
+        answers.append(kept)
+    assert 50 < sum(answers) < 550  # the bar was crossed both ways
+    assert full - 600 < 300  # most steady steps kept their answer

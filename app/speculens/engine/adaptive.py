@@ -355,6 +355,7 @@ class BatchCosts:
         # The relative curve changes only when a batch is measured; it is computed once per change (a step
         # asks for it several times, and every millisecond of ours is a fortieth of a target step here).
         self._cache: tuple[int, np.ndarray] | None = None
+        self.revision = 0  # counts the changes of the relative curve (see AdaptiveController.could_pay)
 
     def observe(self, n: int, seconds: float) -> None:
         """Record one decode call of ``n`` tokens that took ``seconds``."""
@@ -376,12 +377,16 @@ class BatchCosts:
                 own.add(seconds / reference)
                 if own.count == 1:  # the band's first sample of this size replaces the nearest band's
                     self._ratio = self._resolve()
-                self._cache = None
+                self._drop_curve()
         else:
             return
         if n == 1 or self._ratio[n].count:  # a size without a ratio reads nothing of the machine's speed
             ratio = 1.0 if n == 1 else self._ratio[n].value
             self._speed.append((n, self._context, seconds / ratio))
+
+    def _drop_curve(self) -> None:
+        self._cache = None
+        self.revision += 1
 
     def _reference(self, n: int) -> float | None:
         """The one-token cost of the moment at the current context as the recent decode calls of sizes other than
@@ -397,7 +402,7 @@ class BatchCosts:
         if band != self._band:
             self._band = band
             self._ratio = self._resolve()
-            self._cache = None
+            self._drop_curve()
 
     def _resolve(self) -> list[RollingMedian]:
         """Each call size's ratio for the current band: its own samples, or the nearest band's that has any."""
@@ -425,7 +430,7 @@ class BatchCosts:
                         for x in samples:
                             self._bands[int(b)][int(n)].add(float(x))
         self._ratio = self._resolve()
-        self._cache = None
+        self._drop_curve()
 
     def _calls(self, n: int) -> Sequence[int]:
         return self._split(n) if self._split else [n]
@@ -500,6 +505,30 @@ class BatchCosts:
         if self._split:
             ratio = np.array([0.0] + [sum(ratio[c] for c in self._calls(k)) for k in range(1, n_max + 1)])
         return ratio[: n_max + 1]
+
+
+def _still(memo: tuple[int, float, float, float, float, float, float], single: float, call: float, over: float,
+           plain: float) -> bool | None:
+    """:meth:`AdaptiveController.could_pay`'s last answer if the costs have not moved enough to change it, else
+    ``None``.
+
+    With the batch curve's shape fixed, a step of ``k`` drafts costs ``D_k = single·R_k + call·k + over``. If
+    ``single``, ``call`` and ``plain`` each moved by a factor within ``[1/f, f]`` and ``over`` by ``Δ`` seconds,
+    every ``D_k`` lies within ``[D_k (1/f − δ), D_k (f + δ)]`` with ``δ = Δ / min D_k``, so the best rate over
+    the bar, ``r = max (k + 1)·plain / D_k / (1 + margin)``, lies within ``[r / (f (f + δ)), r·f / (1/f − δ)]``.
+    """
+    _, single0, call0, over0, plain0, ratio, d_min = memo
+    f = 1.0
+    for now, then in ((single, single0), (call, call0), (plain, plain0)):
+        if now <= 0.0 or then <= 0.0:
+            return None
+        f = max(f, now / then, then / now)
+    delta = abs(over - over0) / d_min
+    if 1.0 / f > delta and ratio * f / (1.0 / f - delta) < 1.0:
+        return False
+    if ratio / (f * (f + delta)) > 1.0:
+        return True
+    return None
 
 
 def _median_at(samples: Iterable[tuple[int, float]], slope: float, context: int) -> float:
@@ -845,6 +874,7 @@ class AdaptiveController:
         # (source, confidence) -> the history positions of its last verified draft, whose acceptance observe()
         # has learnt already: a shadow of the same class covering them must not count them again.
         self._verified: dict[tuple[str, int], range] = {}
+        self._pay_memo: tuple[int, float, float, float, float, float, float] | None = None  # see could_pay
 
     @property
     def draft_free(self) -> bool:
@@ -925,16 +955,33 @@ class AdaptiveController:
     def could_pay(self) -> bool:
         """Whether the draft model could beat plain decoding at all on this machine: with every draft
         accepted. A draft model that costs half a target step per token, with batches that cost several
-        single steps, loses even then; it is then neither probed nor kept in sync with the prompt."""
+        single steps, loses even then; it is then neither probed nor kept in sync with the prompt.
+
+        Asked every step, and on a CPU where the answer is a steady no it cost ~70 µs of a 25 ms step (numpy
+        on small arrays, with the caches cold after a decode call). So the last full answer is kept with its
+        inputs, and while the batch curve's shape is unchanged and the scalar costs have moved too little
+        to carry the best rate across the bar (a bound, not a guess), the answer stands.
+        """
         if self.model is None:
             return False
+        costs = self.costs
         plain = self._plain_seconds()
-        verify = self.costs.verify.curve(self.n_draft + 1)
-        if plain is None or verify is None:
+        single = costs.verify.estimate(1)
+        if plain is None or single is None:
             return True  # nothing measured yet: it might
+        call, over = costs.draft_call_seconds(), self._overhead(self.model)
+        memo = self._pay_memo
+        if memo is not None and memo[0] == costs.verify.revision:
+            answer = _still(memo, single, call, over, plain)
+            if answer is not None:
+                return answer
+        verify = costs.verify.curve(self.n_draft + 1)
+        assert verify is not None
         k = np.arange(1, self.n_draft + 1)
-        seconds = verify[2:] + self.costs.draft_call_seconds() * k + self._overhead(self.model)
-        return bool(np.max((k + 1) / seconds) > (1.0 + self.params.margin) / plain)
+        seconds = verify[2:] + call * k + over
+        ratio = float(np.max((k + 1) / seconds)) * plain / (1.0 + self.params.margin)
+        self._pay_memo = (costs.verify.revision, single, call, over, plain, ratio, float(seconds.min()))
+        return ratio > 1.0
 
     # ---- decisions ----------------------------------------------------------------------------------
 
