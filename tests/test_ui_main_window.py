@@ -222,10 +222,10 @@ def test_the_toolbar_buttons_stay_put_when_the_pair_line_changes(qtbot, tiny) ->
 
 def test_the_empty_chat_says_what_to_do_first_and_another_conversation_clears_teach(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, FakeFactory(Script(expected_speedup=(1.0, 1.2, 1.1))), load=False)
-    assert "Load a model pair first" in window.chat.transcript.placeholderText()
+    assert "the chosen models load first" in window.chat.transcript.placeholderText()
     with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
         window.load_models()
-    qtbot.waitUntil(lambda: "Load" not in window.chat.transcript.placeholderText(), timeout=5_000)
+    qtbot.waitUntil(lambda: "load first" not in window.chat.transcript.placeholderText(), timeout=5_000)
     assert window.chat.transcript.placeholderText().startswith("Type a message")
     send(qtbot, window, "hello")
     assert window.teach_panel.last_step is not None and "step" in window.teach_panel.curve_label.text()
@@ -249,3 +249,50 @@ def test_the_conversation_list_highlights_the_conversation_shown(qtbot, tiny) ->
     assert window.conversation_list.selected() is None  # the new chat is not in the list yet
     window.chat.open_conversation(first)
     assert window.conversation_list.selected().id == first.id
+
+
+def test_a_message_sent_before_load_loads_the_chosen_pair_first(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, load=False)
+    assert window.models.loaded is None
+    finish = send(qtbot, window, "def add(a, b):")
+    assert finish.reason.value != "failed" and finish.stats.n_generated > 0
+    assert window.models.loaded is not None and window.models.loaded.settings.target_path == str(tiny.target)
+    assert not window.chat.error.isVisible()
+    assert window.chat.conversation.messages[-1]["role"] == "assistant"
+
+
+def test_a_message_without_a_chosen_target_says_what_to_choose_and_keeps_the_text(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
+    assert "Choose a model pair first" in window.chat.transcript.placeholderText()
+    window.chat.input.setPlainText("hello there")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
+    assert "Models ▸ Models…" in window.chat.error.text()
+    assert window.chat.input.toPlainText() == "hello there"
+    assert window.models.loaded is None and not window.models.loading
+
+
+def test_use_the_demo_pair_from_the_menu_chooses_and_loads_it(qtbot, tiny, monkeypatch) -> None:
+    # Assembling the demo files is the worker's job (tested with the demo models); here it "finishes" at once
+    # with the tiny pair, and the menu's action must go on to load what it chose.
+    from speculens.models import demo
+    from speculens.ui.worker import DemoRequest
+
+    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
+    monkeypatch.setattr(demo, "is_installed", lambda model: True)
+    real_submit = window.worker.submit
+    asked: list[DemoRequest] = []
+
+    def submit(request: object) -> int:
+        if isinstance(request, DemoRequest):
+            asked.append(request)
+            return 0
+        return real_submit(request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(window.worker, "submit", submit)
+    window.demo_action.trigger()
+    assert len(asked) == 1
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.worker.demo_prepared.emit([str(tiny.target), str(tiny.perturbed)])
+    assert window.store.settings.target_path == str(tiny.target)
+    assert window.models.loaded is not None

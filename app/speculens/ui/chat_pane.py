@@ -208,7 +208,7 @@ class ChatPane(QWidget):
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
         self.transcript.setAccessibleName("Conversation")
-        self.set_models_loaded(False)
+        self.set_models_state(False, False)
         self.error = QLabel(self)
         self.error.setWordWrap(True)
         self.error.setTextFormat(Qt.TextFormat.RichText)
@@ -536,13 +536,16 @@ class ChatPane(QWidget):
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
 
-    def set_models_loaded(self, loaded: bool) -> None:
-        """Say what to do first in an empty conversation: load the pair, or type."""
-        self.transcript.setPlaceholderText(
-            "Type a message below and press Enter."
-            if loaded
-            else "Load a model pair first (Ctrl+L, or Models ▸ Load), then type a message below and press Enter."
-        )
+    def set_models_state(self, loaded: bool, chosen: bool) -> None:
+        """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
+        first message if it is not loaded yet)."""
+        if loaded:
+            text = "Type a message below and press Enter."
+        elif chosen:
+            text = "Type a message below and press Enter: the chosen models load first (Ctrl+L loads them now)."
+        else:
+            text = "Choose a model pair first (Models ▸ Models…, Ctrl+M), then type a message below."
+        self.transcript.setPlaceholderText(text)
 
     def set_generation_running(self, running: bool) -> None:
         """Disable sending while another view's generation (a comparison) runs."""

@@ -10,7 +10,7 @@ delivered. Cancel, step mode and "next step" also go through here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -46,6 +46,9 @@ class GenerationRouter(QObject):
     def __init__(self, worker: EngineWorker, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.worker = worker
+        # Called before a generation is queued (the main window loads the chosen pair if nothing is loaded:
+        # the worker runs its requests in order, so the answer waits behind the load).
+        self.prepare: Callable[[], None] | None = None
         self._sinks: dict[int, list[RecordSink]] = {}
         self._timer = QTimer(self)
         self._timer.setInterval(DRAIN_MS)
@@ -73,6 +76,8 @@ class GenerationRouter(QObject):
 
     def _start(self, request: ChatRequest | CompareRequest, sinks: Sequence[RecordSink]) -> int:
         was_running = self.running
+        if self.prepare is not None:
+            self.prepare()
         request_id = self.worker.submit(request)
         self._sinks[request_id] = list(sinks)
         self._timer.start()

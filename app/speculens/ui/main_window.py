@@ -96,6 +96,7 @@ class MainWindow(QMainWindow):
         self.worker = EngineWorker(engine_factory, self)
         self.router = GenerationRouter(self.worker, self)
         self.models = ModelController(self.worker, self.store, self.library, self)
+        self.router.prepare = self.models.ensure_loaded  # a message sent before Load waits for the load
         self.conversations = ConversationStore(on_change=self._on_conversations_changed)
 
         self.series = RunSeries()
@@ -242,7 +243,9 @@ class MainWindow(QMainWindow):
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
-        action.triggered.connect(slot)
+        # Not connected directly: Qt would pass ``checked`` (False) to a slot with an optional first argument
+        # (Use the demo pair then chose the pair without loading it).
+        action.triggered.connect(lambda: slot())
         menu.addAction(action)
         return action
 
@@ -375,7 +378,7 @@ class MainWindow(QMainWindow):
                 "right, the draft model when it pays on this machine, and decodes plainly otherwise."
             )
         self.pair_label.setToolTip(tip)
-        self.chat.set_models_loaded(bool(models.loaded) and not models.loading)
+        self.chat.set_models_state(bool(models.loaded) and not models.loading, bool(s.target_path))
         self.load_action.setText("Reload" if models.loaded else "Load")
         self.load_action.setEnabled(not models.loading)
         self.unload_action.setEnabled(models.loaded is not None and not models.loading)

@@ -122,11 +122,19 @@ class ModelController(QObject):
         """Load the chosen models; returns ``False`` (and says so) when no target is chosen."""
         settings = self.store.settings
         if not settings.target_path:
-            self.message.emit("Choose a target model first (Models ▸ Model manager).")
+            self.message.emit("Choose a target model first (Models ▸ Models…, Ctrl+M).")
             return False
         self.replacing.emit()
         self.worker.submit(LoadRequest(settings))
+        self.loading = True  # from now: a request submitted after this one waits for it
+        self.changed.emit()
         return True
+
+    def ensure_loaded(self) -> None:
+        """Load the chosen pair unless it is loaded or loading: the worker runs requests in order, so a message
+        sent before *Load* waits for the load instead of failing."""
+        if self.loaded is None and not self.loading:
+            self.load()
 
     def unload(self) -> None:
         """Free the models."""

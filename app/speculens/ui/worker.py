@@ -466,7 +466,8 @@ class EngineWorker(QObject):
     ) -> FinishEvent | None:
         """Run one answer into the record buffer; return its finish event, or ``None`` after a failure."""
         if self._engine is None:
-            self._record(job, lane, RecordKind.FAILED, message="No model is loaded: load a model pair first.")
+            message = "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M) and load it (Ctrl+L)."
+            self._record(job, lane, RecordKind.FAILED, message=message)
             return None
         self._gate.clear()
         finish: FinishEvent | None = None
