@@ -272,27 +272,63 @@ def test_a_message_without_a_chosen_target_says_what_to_choose_and_keeps_the_tex
     assert window.models.loaded is None and not window.models.loading
 
 
-def test_use_the_demo_pair_from_the_menu_chooses_and_loads_it(qtbot, tiny, monkeypatch) -> None:
-    # Assembling the demo files is the worker's job (tested with the demo models); here it "finishes" at once
-    # with the tiny pair, and the menu's action must go on to load what it chose.
+def _tiny_demo(monkeypatch, tiny) -> None:
+    """The demo pair "installed" and "assembled" as the tiny pair (assembling real chunks is tested with the
+    demo models); a short delay stands in for the assembly, so a message can be sent meanwhile."""
     from speculens.models import demo
-    from speculens.ui.worker import DemoRequest
 
-    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
+    files = {m.key: (tiny.target if m.role == "target" else tiny.perturbed) for m in demo.DEMO_MODELS}
+
+    def ensure(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return files[model.key]
+
     monkeypatch.setattr(demo, "is_installed", lambda model: True)
-    real_submit = window.worker.submit
-    asked: list[DemoRequest] = []
+    monkeypatch.setattr(demo, "ensure_demo_model", ensure)
 
-    def submit(request: object) -> int:
-        if isinstance(request, DemoRequest):
-            asked.append(request)
-            return 0
-        return real_submit(request)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(window.worker, "submit", submit)
-    window.demo_action.trigger()
-    assert len(asked) == 1
+def test_use_the_demo_pair_from_the_menu_chooses_and_loads_it(qtbot, tiny, monkeypatch) -> None:
+    _tiny_demo(monkeypatch, tiny)
+    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
     with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
-        window.worker.demo_prepared.emit([str(tiny.target), str(tiny.perturbed)])
+        window.demo_action.trigger()
     assert window.store.settings.target_path == str(tiny.target)
-    assert window.models.loaded is not None
+    assert window.store.settings.draft_path == str(tiny.perturbed)
+    assert window.models.loaded is not None and not window.models.loading
+
+
+def test_a_message_sent_while_the_demo_pair_is_assembled_waits_for_it(qtbot, tiny, monkeypatch) -> None:
+    # An older pair is chosen (not loaded): the message must be answered by the demo pair, once, not fail or
+    # load the old pair first.
+    _tiny_demo(monkeypatch, tiny)
+    window = make_window(qtbot, tiny, load=False, target_path=str(tiny.perturbed), draft_path="")
+    loads: list[object] = []
+    window.worker.models_loaded.connect(loads.append)
+    window.demo_action.trigger()
+    assert window.models.loading
+    finish = send(qtbot, window, "def add(a, b):")
+    assert finish.stats.n_generated > 0 and not window.chat.error.isVisible()
+    assert len(loads) == 1 and window.models.loaded is not None
+    assert window.models.loaded.settings.target_path == str(tiny.target)
+    assert "tiny" in window.chat.conversation.pair and "loaded" not in window.chat.conversation.pair
+
+
+def test_a_demo_pair_that_cannot_be_assembled_says_why_and_leaves_nothing_loading(qtbot, tiny, monkeypatch) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    from speculens.errors import OperationError
+    from speculens.models import demo
+
+    def broken(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
+        raise OperationError("a chunk package is damaged: reinstall speculens[demo]")
+
+    monkeypatch.setattr(demo, "is_installed", lambda model: True)
+    monkeypatch.setattr(demo, "ensure_demo_model", broken)
+    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: shown.append(text))
+    with qtbot.waitSignal(window.models.load_failed, timeout=10_000):
+        window.demo_action.trigger()
+    assert len(shown) == 1 and "damaged" in shown[0]
+    assert not window.models.loading and window.models.loaded is None
+    assert window.load_action.isEnabled()

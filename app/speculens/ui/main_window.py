@@ -396,7 +396,7 @@ class MainWindow(QMainWindow):
         elif models.loading:
             self.progress.setRange(0, 0)  # llama.cpp does not report loading progress through the engine
         self.settings_panel.set_gpu_backend(models.gpu_backend)
-        self.chat.pair = self.pair_label.text()
+        self.chat.pair = f"{target} ▸ {source}"  # what answered, for the record (not whether it was loaded)
 
     def _on_conversation_opened(self, conversation: Conversation) -> None:
         self.live_panel.clear()

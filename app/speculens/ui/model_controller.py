@@ -99,7 +99,7 @@ class ModelController(QObject):
         self.badge: Badge | None = None
         self.gpu_backend: str | None = None
         self.progress: tuple[str, int, int] | None = None
-        self._load_after_demo = False
+        self._demo_pending = False  # a DemoRequest (which loads the pair too) has not finished
         self._load_t0 = 0.0
         worker.load_started.connect(self._on_worker_load_started)
         worker.models_loaded.connect(self._on_worker_models_loaded)
@@ -147,16 +147,19 @@ class ModelController(QObject):
         if load:
             self.load()
 
-    def use_demo_pair(self, load: bool = True) -> None:
-        """Assemble the demo pair (the first time only), choose it and, by default, load it."""
+    def use_demo_pair(self) -> None:
+        """Assemble the demo pair (the first time only), choose it and load it."""
         from speculens.models.demo import DEMO_MODELS, is_installed
 
         keys = tuple(m.key for m in DEMO_MODELS if m.role in ("target", "draft"))
         if not all(is_installed(m) for m in DEMO_MODELS if m.key in keys):
             self.demo_missing.emit()
             return
-        self._load_after_demo = load
-        self.worker.submit(DemoRequest(keys))
+        self.replacing.emit()
+        self.worker.submit(DemoRequest(keys, self.store.settings))  # it loads them too (see DemoRequest)
+        self._demo_pending = True
+        self.loading = True
+        self.changed.emit()
 
     def check_pair(self) -> None:
         """Check the chosen pair's compatibility in the background; the badge shows the verdict."""
@@ -207,6 +210,7 @@ class ModelController(QObject):
         self.changed.emit()
 
     def _on_worker_models_loaded(self, result: LoadResult) -> None:
+        self._demo_pending = False
         self.loading = False
         self.loaded = result
         self.store.set_loaded(result.settings)
@@ -223,6 +227,7 @@ class ModelController(QObject):
         self.changed.emit()
 
     def _on_worker_load_failed(self, message: str) -> None:
+        self._demo_pending = False
         self.loading = False
         self.loaded = None
         self.store.set_loaded(None)
@@ -247,12 +252,14 @@ class ModelController(QObject):
 
     def _on_worker_demo_prepared(self, files: list[str]) -> None:
         self.progress = None
-        self.changed.emit()
         if len(files) >= 2:
-            self.set_pair(files[0], files[1], load=self._load_after_demo)
-        self._load_after_demo = False
+            self.set_pair(files[0], files[1], load=False)  # the worker loads them next, in the same request
+        self.changed.emit()
 
     def _on_worker_task_failed(self, message: str) -> None:
+        if self._demo_pending:  # the demo request failed (assembling or loading): nothing will load
+            self._demo_pending = False
+            self.loading = False
         self.progress = None
         self.message.emit(message)
         self.changed.emit()

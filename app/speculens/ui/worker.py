@@ -153,9 +153,12 @@ class CompareRequest:
 
 @dataclass(frozen=True)
 class DemoRequest:
-    """Assemble demo models (by key) from their installed chunk packages."""
+    """Assemble demo models (by key) from their installed chunk packages and, given ``settings``, load the first
+    two as the target and the draft with them. The load is part of this request, so a message sent while the
+    files are assembled waits behind the load instead of running before it."""
 
     keys: tuple[str, ...]
+    settings: Settings | None = None
 
 
 @dataclass(frozen=True)
@@ -358,8 +361,8 @@ class EngineWorker(QObject):
                 self._generate(job, Lane.CHAT, messages, config)
             case CompareRequest():
                 self._compare(job, job.request)
-            case DemoRequest(keys=keys):
-                self._demo(keys)
+            case DemoRequest(keys=keys, settings=settings):
+                self._demo(keys, settings)
             case ProbeRequest():
                 from speculens.engine.backend import gpu_backend_name
 
@@ -413,7 +416,7 @@ class EngineWorker(QObject):
         self._engine = engine
         self.models_loaded.emit(LoadResult(settings, engine.info(), draft_error, time.perf_counter() - t0))
 
-    def _demo(self, keys: Sequence[str]) -> None:
+    def _demo(self, keys: Sequence[str], settings: Settings | None) -> None:
         from speculens.models.demo import demo_model, ensure_demo_model
 
         out: list[str] = []
@@ -425,6 +428,8 @@ class EngineWorker(QObject):
                 self.task_failed.emit(exc.message)
                 return
         self.demo_prepared.emit(out)
+        if settings is not None and len(out) >= 2:
+            self._load(replace(settings, target_path=out[0], draft_path=out[1]))
 
     def _throttled_progress(self, title: str) -> Callable[[int, int], None]:
         last = [0.0]
@@ -466,7 +471,10 @@ class EngineWorker(QObject):
     ) -> FinishEvent | None:
         """Run one answer into the record buffer; return its finish event, or ``None`` after a failure."""
         if self._engine is None:
-            message = "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M) and load it (Ctrl+L)."
+            message = (
+                "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M); if one is chosen, its load "
+                "failed (the message about it says why)."
+            )
             self._record(job, lane, RecordKind.FAILED, message=message)
             return None
         self._gate.clear()
