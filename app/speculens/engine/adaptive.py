@@ -480,6 +480,8 @@ class BatchCosts:
         if not self._single.count:
             return None
         if self._cache is None or len(self._cache[1]) <= n_max:
+            if self._cache is not None:  # rebuilt longer, with the single steps' weight of now: a new shape
+                self.revision += 1
             self._cache = (n_max, self._relative(max(n_max, self.max_batch)))
         return self._single.at(self._context) * self._cache[1][: n_max + 1]
 
@@ -512,10 +514,11 @@ def _still(memo: tuple[int, float, float, float, float, float, float], single: f
     """:meth:`AdaptiveController.could_pay`'s last answer if the costs have not moved enough to change it, else
     ``None``.
 
-    With the batch curve's shape fixed, a step of ``k`` drafts costs ``D_k = single·R_k + call·k + over``. If
-    ``single``, ``call`` and ``plain`` each moved by a factor within ``[1/f, f]`` and ``over`` by ``Δ`` seconds,
-    every ``D_k`` lies within ``[D_k (1/f − δ), D_k (f + δ)]`` with ``δ = Δ / min D_k``, so the best rate over
-    the bar, ``r = max (k + 1)·plain / D_k / (1 + margin)``, lies within ``[r / (f (f + δ)), r·f / (1/f − δ)]``.
+    With the batch curve's shape fixed, a step of ``k`` drafts costs ``D_k = single·R_{k+1} + call·k + over`` (all
+    terms ≥ 0). If ``single``, ``call`` and ``plain`` each moved by a factor within ``[1/f, f]`` and ``over`` by
+    ``Δ`` seconds, every ``D_k`` lies within ``[D_k (1/f − δ), D_k (f + δ)]`` with ``δ = Δ / min D_k``, so the
+    best rate over the bar, ``r = max (k + 1)·plain / D_k / (1 + margin)``, lies within
+    ``[r / (f (f + δ)), r·f / (1/f − δ)]``.
     """
     _, single0, call0, over0, plain0, ratio, d_min = memo
     f = 1.0
