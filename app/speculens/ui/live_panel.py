@@ -137,7 +137,7 @@ class LivePanel(QWidget):
             event = record.event
             if record.kind is RecordKind.QUEUED:
                 self._request = record.request_id
-                self._reset("Waiting for the worker…")
+                self._reset("Starting…")
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self.events.append(event)
                 seed = f", seed {event.seed}" if event.seed is not None else ""
