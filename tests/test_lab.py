@@ -98,6 +98,11 @@ def test_cancel_mid_run_keeps_what_was_measured(tiny: TinyModels, library: Libra
     assert 4 <= len(seen) < 3 * 5  # stopped well before the 15 runs of a round
     assert result.rows  # the first prompts' figures are kept
     assert all(p.total >= p.done for p in seen) and seen[-1].elapsed_s > 0
+    # The prompt it stopped in had its first candidate measured before plain decoding (the order rotates): that
+    # run is kept, with its speed but without a speedup or an output comparison.
+    stopped_in = [r for r in result.rows.get("code-generation", {}).values()]
+    assert stopped_in and all(r.tokens_per_second > 0 for r in stopped_in)
+    assert all(r.speedup is None and r.identical is None for r in stopped_in)
 
 
 def test_a_draft_that_cannot_draft_is_never_run_even_if_listed_as_runnable(tiny: TinyModels) -> None:
@@ -233,6 +238,7 @@ def test_a_candidate_that_never_drafted_or_a_single_run_does_not_make_a_recommen
     result = LabResult("t.gguf", rows=rows, candidates=candidates)
     assert result.overall_best().key == "none" and result.best("chat").key == "none"
     assert "no candidate found anything worth drafting" in result.recommendation()[0]
+    assert [r.key for r in result.ranking("chat")] == ["none", "lookup"]  # nor does it top the table
     # Drafting, but one run each: a gain within this machine's noise is not a recommendation...
     rows["chat"] = {"none": row("none", 1.0, None, runs=1), "lookup": row("lookup", 1.13, 0.4, runs=1)}
     assert result.overall_best().key == "none"

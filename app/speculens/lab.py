@@ -333,7 +333,7 @@ class Row:
         mean_accepted_length: tokens per target pass.
         settled_n_draft: the draft length the adaptive controller asked for in the second half of the answers
             (median), i.e. where it settled.
-        identical: every greedy answer equals plain decoding's (``None`` when sampling).
+        identical: every greedy answer equals plain decoding's (``None`` when plain decoding was not measured).
         runs: timed runs behind the figures.
         date: when it was measured (ISO 8601).
     """
@@ -379,8 +379,10 @@ class LabResult:
     date: str = ""
 
     def ranking(self, kind: str) -> list[Row]:
-        """The kind's rows, fastest first."""
-        return sorted(self.rows.get(kind, {}).values(), key=lambda r: -(r.speedup or 0.0))
+        """The kind's rows, fastest first; candidates that drafted nothing come last, whatever their speed: they
+        decoded plainly, and their difference from plain decoding is the machine's noise (a user tour read a
+        draft model that never drafted at ×1.13 on top of the table)."""
+        return sorted(self.rows.get(kind, {}).values(), key=lambda r: (not _drafted(r), -(r.speedup or 0.0)))
 
     def best(self, kind: str) -> Row | None:
         """The kind's candidate to recommend (see :meth:`_pick`)."""
@@ -959,17 +961,33 @@ def _summarise(
         ids = [p.id for p in prompts if p.category == kind]
         rows: dict[str, Row] = {}
         for cand in candidates:
-            have = [i for i in ids if runs[i][cand.key] and runs[i][PLAIN.key]]
+            have = [i for i in ids if runs[i][cand.key]]
             if not have:
                 continue
+            # A run stopped before plain decoding was measured on a prompt keeps what was measured there: its
+            # speed, without a speedup or an output comparison for that prompt.
+            paired = [i for i in have if runs[i][PLAIN.key]]
             medians = [statistics.median(r.tokens_per_second for r in runs[i][cand.key]) for i in have]
-            plain = [statistics.median(r.tokens_per_second for r in runs[i][PLAIN.key]) for i in have]
-            ratios = [m / p for m, p in zip(medians, plain, strict=True) if p > 0 and m > 0]
+            ratios = [
+                m / p
+                for m, p in (
+                    (
+                        statistics.median(r.tokens_per_second for r in runs[i][cand.key]),
+                        statistics.median(r.tokens_per_second for r in runs[i][PLAIN.key]),
+                    )
+                    for i in paired
+                )
+                if p > 0 and m > 0
+            ]
             all_runs = [r for i in have for r in runs[i][cand.key]]
             drafted = sum(r.n_drafted for r in all_runs)
             steps = sum(r.n_steps for r in all_runs)
             late = [k for r in all_runs for k in r.n_draft_chosen[len(r.n_draft_chosen) // 2 :]]
-            identical = all(r.tokens == runs[i][PLAIN.key][0].tokens for i in have for r in runs[i][cand.key])
+            identical = (
+                all(r.tokens == runs[i][PLAIN.key][0].tokens for i in paired for r in runs[i][cand.key])
+                if paired
+                else None
+            )
             rows[cand.key] = Row(
                 key=cand.key,
                 label=cand.label,

@@ -55,6 +55,7 @@ from speculens.lab import (
     LabResult,
     LabSettings,
     PairLab,
+    Row,
     lab_prompts,
     list_candidates,
     load_saved,
@@ -73,6 +74,33 @@ NOISY_STYLE = "QLabel { background: #fff3cd; color: #664d03; padding: 8px; borde
 SWEEP = (1, 2, 4, 8)
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2")
 _COLUMNS = ("Candidate", "tok/s", "Speedup", "Acceptance", "Tokens/pass", "Draft length", "Same output", "Measured")
+
+
+def _speedup_cell(r: Row) -> tuple[str, str, bool]:
+    """The speedup column: a candidate that drafted nothing decoded plainly, and says so."""
+    if r.speedup is None:
+        return "–", "plain decoding was not measured on these prompts (the run was stopped first)", True
+    if r.key != PLAIN.key and r.acceptance is None:
+        return (
+            f"×{r.speedup:.2f}, drafted nothing",
+            "It never drafted, so it decoded plainly: its difference from ×1.00 is the machine's noise.",
+            True,
+        )
+    return f"×{r.speedup:.2f}", "over plain decoding in the same run", True
+
+
+def _same_cell(r: Row) -> tuple[str, str, bool]:
+    """The same-output column, with why an answer can differ."""
+    if r.identical is None:
+        return "–", "plain decoding was not measured on these prompts", False
+    if r.identical:
+        return "yes", "every greedy answer equals plain decoding's, token for token", False
+    return (
+        "no",
+        "Verifying a batch rounds differently from decoding one token at a time, which can tip a near-tie: both "
+        "answers are the target's. Bit-exact verification (Settings) makes them identical, at its cost.",
+        False,
+    )
 
 
 def _item(text: str, tip: str = "", align_right: bool = False) -> QTableWidgetItem:
@@ -513,11 +541,11 @@ class PairLabWindow(QMainWindow):
             values = [
                 (r.label, est.text if est is not None else "", False),
                 (f"{r.tokens_per_second:.1f}", "", True),
-                ("–" if r.speedup is None else f"×{r.speedup:.2f}", "over plain decoding in the same run", True),
+                _speedup_cell(r),
                 ("–" if r.acceptance is None else f"{r.acceptance:.0%}", "", True),
                 (f"{r.mean_accepted_length:.2f}", "tokens per target pass", True),
                 (f"{r.settled_n_draft:g}", "the draft length the adaptive controller settled on", True),
-                ("–" if r.identical is None else ("yes" if r.identical else "no"), "greedy output = plain's", False),
+                _same_cell(r),
                 (r.date.replace("T", " ")[:16], f"{r.runs} timed runs", False),
             ]
             for column, (text, tip, right) in enumerate(values):
