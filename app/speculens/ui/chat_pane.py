@@ -536,11 +536,13 @@ class ChatPane(QWidget):
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
 
-    def set_models_state(self, loaded: bool, chosen: bool) -> None:
+    def set_models_state(self, loaded: bool, chosen: bool, loading: bool = False) -> None:
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
         first message if it is not loaded yet)."""
         if loaded:
             text = "Type a message below and press Enter."
+        elif loading:
+            text = "Loading the models… Type a message below and press Enter: it is answered once they are loaded."
         elif chosen:
             text = "Type a message below and press Enter: the chosen models load first (Ctrl+L loads them now)."
         else:

@@ -371,6 +371,8 @@ class MainWindow(QMainWindow):
         if models.loaded and not models.loading and self.store.reload_needed():
             state += " — reload needed"
         self.pair_label.setText(f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>")
+        if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
+            self.pair_label.setText("<b>The demo pair</b> <i>(preparing its files and loading…)</i>")
         tip = f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
         if strategy is Strategy.AUTO:
             tip += (
@@ -378,7 +380,7 @@ class MainWindow(QMainWindow):
                 "right, the draft model when it pays on this machine, and decodes plainly otherwise."
             )
         self.pair_label.setToolTip(tip)
-        self.chat.set_models_state(bool(models.loaded) and not models.loading, bool(s.target_path))
+        self.chat.set_models_state(bool(models.loaded) and not models.loading, bool(s.target_path), models.loading)
         self.load_action.setText("Reload" if models.loaded else "Load")
         self.load_action.setEnabled(not models.loading)
         self.unload_action.setEnabled(models.loaded is not None and not models.loading)

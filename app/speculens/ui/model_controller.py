@@ -188,6 +188,11 @@ class ModelController(QObject):
 
     # ---- state --------------------------------------------------------------------------------------
 
+    @property
+    def preparing_demo(self) -> bool:
+        """The demo pair is being assembled or loaded (it is not the chosen pair until it is assembled)."""
+        return self._demo_pending
+
     @staticmethod
     def _chosen_pair(settings: Settings) -> tuple[str, str]:
         return settings.target_path, settings.draft_path
