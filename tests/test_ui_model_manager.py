@@ -221,3 +221,45 @@ def test_the_main_windows_manager_shares_its_library_hub_and_settings(qtbot, tin
     window.models.store.update(n_ctx=2048)
     assert manager.models.store.settings.n_ctx == 2048
     manager.shutdown()
+
+
+def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
+    qtbot, tiny, controller: ModelController, monkeypatch
+) -> None:
+    """From a new-user tour: Use as draft on the not-assembled Gemma demo switched to the pair picker and
+    silently kept the old draft (its file did not exist yet, so the combo had no entry for it)."""
+    import hashlib
+
+    from speculens.models import demo
+
+    data = tiny.mismatch.read_bytes()
+    fake = demo.DemoModel(
+        key="other",
+        title="Other tokenizer",
+        role="mismatch",
+        filename="other.gguf",
+        packages=("json",),
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        hub_repo="example/other",
+    )
+
+    def assemble(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
+        path = demo.demo_path(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny.mismatch, path)
+        return path
+
+    monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
+    monkeypatch.setattr(demo, "ensure_demo_model", assemble)
+    controller.library.add(tiny.target)
+    window = ModelManagerWindow(controller)
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: any(e.id == "other" for e in window.entries), timeout=10_000)
+    row = next(i for i, e in enumerate(window.entries) if e.id == "other")
+    window.library_table.selectRow(row)
+    window._on_use_draft_clicked()
+    wanted = str(demo.demo_path(fake))
+    qtbot.waitUntil(lambda: window.draft_combo.currentData() == wanted, timeout=10_000)
+    assert window.tabs.currentIndex() == 1
+    window.shutdown()

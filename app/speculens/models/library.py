@@ -546,9 +546,17 @@ class Library:
             if not demo.is_installed(model):
                 continue
             step = None if progress is None else (lambda done, total, m=model: progress(m, done, total))
-            path = demo.ensure_demo_model(model, progress=step)
-            out.append(self._add_demo_entry(model, path))
+            out.append(self.assemble_demo(model.key, step))
         return out
+
+    def assemble_demo(self, key: str, progress: Callable[[int, int], None] | None = None) -> LibraryEntry:
+        """Assemble (if needed) and register one installed demo model.
+
+        Raises:
+            DemoModelError: its chunks are damaged, not installed, or the disk is full.
+        """
+        model = demo.demo_model(key)
+        return self._add_demo_entry(model, demo.ensure_demo_model(model, progress=progress))
 
     def _add_demo_entry(self, model: demo.DemoModel, path: Path) -> LibraryEntry:
         return self.add(

@@ -157,6 +157,7 @@ class ModelManagerWindow(QMainWindow):
         self.hub = models.hub
         self.tasks = TaskRunner(self)
         self.entries: list[Any] = []
+        self._pending_pick: tuple[Any, QComboBox] | None = None  # a demo model assembled to be picked
         self.downloads: list[Download] = []
         self.report: Any = None
         self._hub_files: list[Any] = []
@@ -256,6 +257,9 @@ class ModelManagerWindow(QMainWindow):
         note = f" {len(damaged)} damaged: {damaged[0].problem}" if damaged else ""
         self._say(f"{len(entries)} models in the library.{note}")
         self._fill_pair_combos()
+        pending, self._pending_pick = self._pending_pick, None
+        if pending is not None:
+            self._pick_in_pair_tab(*pending)
 
     def _selected_entry(self) -> Any:
         rows = {i.row() for i in self.library_table.selectedIndexes()}
@@ -303,6 +307,17 @@ class ModelManagerWindow(QMainWindow):
 
     def _pick_in_pair_tab(self, entry: Any, combo: QComboBox) -> None:
         if entry is None:
+            return
+        if entry.status is EntryStatus.NOT_ASSEMBLED and entry.source.demo_key:
+            # Its file does not exist yet: build it from the installed chunks first, then pick it.
+            def done(built: Any) -> None:
+                self._say(f"{built.name} is ready.")
+                self._pending_pick = (built, combo)  # picked once the refreshed library is shown
+                self.refresh_library()
+
+            self._say(f"Assembling {entry.name} from its installed packages…")
+            key = entry.source.demo_key
+            self.tasks.run(lambda: self.library.assemble_demo(key), done, self._show_error)
             return
         index = combo.findData(str(entry.path))
         if index >= 0:
