@@ -122,3 +122,10 @@ def test_progress_says_why_a_run_overruns_its_budget(lab) -> None:  # type: igno
     lab._on_worker_lab_progressed(LabProgress(3, 30, 60.0, 120.0, "Chat: Prompt lookup (round 1)"))
     assert "budget" not in lab.status.text()
     lab._request = None
+
+
+def test_the_window_opens_within_the_screen(lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: on a 1400×900 screen the lab opened 900 px tall below the title bar, so its
+    progress line (and the time left) sat under the screen's edge."""
+    area = lab.screen().availableGeometry()
+    assert lab.width() <= area.width() and lab.height() <= area.height()

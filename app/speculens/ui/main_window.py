@@ -46,6 +46,7 @@ from speculens.ui.exports import write_events_csv, write_events_json
 from speculens.ui.generations import GenerationRouter
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
+from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.teach_panel import TeachPanel
@@ -123,7 +124,7 @@ class MainWindow(QMainWindow):
         if restore_layout:
             self._restore_layout()
         else:
-            self.resize(1280, 820)
+            resize_within_screen(self, 1280, 820)
         self.models.probe_backend()
         self.models.check_pair()
 
@@ -573,7 +574,7 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1280, 820)
+            resize_within_screen(self, 1280, 820)
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state, STATE_VERSION)
 

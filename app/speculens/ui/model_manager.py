@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 
 from speculens.models.library import EntryStatus
 from speculens.ui.model_controller import ModelController, report_html
+from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class ModelManagerWindow(QMainWindow):
         self.setWindowFlag(Qt.WindowType.Window)
         self.setWindowTitle("Models")  # Qt adds " — Speculens", the application display name
         self.setObjectName("ModelManager")
-        self.resize(1100, 680)
+        resize_within_screen(self, 1100, 680)
         self.models = models
         self.library = models.library
         self.hub = models.hub

@@ -64,6 +64,7 @@ from speculens.lab import (
     theoretical_speedup,
 )
 from speculens.ui.model_controller import ModelController
+from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
@@ -148,7 +149,7 @@ class PairLabWindow(QMainWindow):
         worker.lab_finished.connect(self._on_worker_lab_finished)
         worker.lab_failed.connect(self._on_worker_lab_failed)
         self.refresh_targets()
-        self.resize(1400, 900)
+        resize_within_screen(self, 1400, 900)
 
     # ---- layout -------------------------------------------------------------------------------------------
 
