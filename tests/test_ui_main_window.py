@@ -335,3 +335,12 @@ def test_a_demo_pair_that_cannot_be_assembled_says_why_and_leaves_nothing_loadin
     assert len(shown) == 1 and "damaged" in shown[0]
     assert not window.models.loading and window.models.loaded is None
     assert window.load_action.isEnabled()
+
+
+def test_help_lists_every_menu_shortcut(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, load=False)
+    text = window.shortcuts_html()
+    for action in (window.load_action, window.send_action, window.stop_action, window.next_step_action):
+        key = action.shortcut().toString()
+        assert key and key in text
+    assert "Pair lab" in text and "Ctrl+Shift+L" in text and "Shift+Enter" in text

@@ -263,3 +263,15 @@ def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
     qtbot.waitUntil(lambda: window.draft_combo.currentData() == wanted, timeout=10_000)
     assert window.tabs.currentIndex() == 1
     window.shutdown()
+
+
+def test_escape_closes_the_manager(qtbot, manager: ModelManagerWindow) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    manager.show()
+    qtbot.waitExposed(manager)
+    manager.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is manager, timeout=5_000)
+    qtbot.keyClick(manager, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not manager.isVisible(), timeout=5_000)

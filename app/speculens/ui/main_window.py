@@ -232,6 +232,7 @@ class MainWindow(QMainWindow):
         self._add(view_menu, "&Reset layout", self._on_reset_layout_triggered)
 
         help_menu = menu.addMenu("&Help")
+        self._add(help_menu, "&Keyboard shortcuts", self.show_shortcuts, QKeySequence.StandardKey.HelpContents)
         self._add(help_menu, "&About Speculens", self.show_about)
 
     def _add(
@@ -546,6 +547,24 @@ class MainWindow(QMainWindow):
             self.models.use_demo_pair()
         elif box.clickedButton() is manager_button:
             self.open_model_manager()
+
+    def shortcuts_html(self) -> str:
+        """Every menu command that has a shortcut, read from the menus themselves (so the list cannot go stale)."""
+        rows = ["<tr><td><b>Enter</b></td><td>Send the message (Shift+Enter: a new line)</td></tr>"]
+        for menu_action in self.menuBar().actions():
+            menu = menu_action.menu()
+            if not isinstance(menu, QMenu):
+                continue
+            for action in menu.actions():
+                key = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+                if key:
+                    what = f"{menu_action.text().replace('&', '')} ▸ {action.text().replace('&', '')}"
+                    rows.append(f"<tr><td><b>{html.escape(key)}</b></td><td>{html.escape(what)}</td></tr>")
+        return f"<table cellspacing='6'>{''.join(rows)}</table>"
+
+    def show_shortcuts(self) -> None:
+        """The keyboard shortcuts, in a dialog."""
+        QMessageBox.information(self, "Keyboard shortcuts", self.shortcuts_html())
 
     def show_about(self) -> None:
         """The About box, with the llama.cpp build this runs on."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -153,6 +153,7 @@ class ModelManagerWindow(QMainWindow):
         self.setWindowTitle("Models")  # Qt adds " — Speculens", the application display name
         self.setObjectName("ModelManager")
         resize_within_screen(self, 1100, 680)
+        QShortcut(QKeySequence("Esc"), self, self.close)  # a tool window: Esc closes it
         self.models = models
         self.library = models.library
         self.hub = models.hub
