@@ -427,3 +427,14 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     series.add(KNOWN_STEPS[:1])
     charts._on_timer_timeout()  # too early: the data waits
     assert charts._drawn != series.version
+
+
+def test_a_plain_step_of_a_speculative_strategy_is_not_called_the_none_strategy() -> None:
+    """From a walk in the app: the default's first steps (its costs still being measured) were explained as
+    'no draft source is in use (the strategy is none)' while the toolbar said free drafts."""
+    from speculens.ui.teach_panel import explain_step
+
+    first = StepEvent(1, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.1, 2.0, 0.1, stats(1, 1, 0, 0))
+    assert "strategy is <i>none</i>" in explain_step(first, "none")
+    said = explain_step(first, "lookup+ngram-cache+draft")
+    assert "strategy is" not in said and "costs are still being measured" in said

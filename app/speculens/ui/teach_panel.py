@@ -44,8 +44,14 @@ def _quote(piece: bytes) -> str:
     return f"<code>«{html.escape(text)}»</code>"
 
 
-def explain_step(event: StepEvent) -> str:
-    """An HTML paragraph saying what happened in one speculation step, for a room full of students."""
+def explain_step(event: StepEvent, strategy: str | None = None) -> str:
+    """An HTML paragraph saying what happened in one speculation step, for a room full of students.
+
+    Args:
+        event: the step.
+        strategy: the generation's draft sources as its start event names them (``none``: plain decoding;
+            ``None``: unknown, judged from the step alone).
+    """
     from speculens.engine.events import Origin
 
     n = len(event.drafted)
@@ -54,7 +60,8 @@ def explain_step(event: StepEvent) -> str:
     alone = f"{_quote(event.emitted[0].piece) if event.emitted else '—'}"
     offered = event.offered or 0
     best = max(event.expected_speedup[1:], default=None)
-    if n == 0 and event.n_draft_max == 0 and not event.expected_speedup and event.offered is None:
+    plain_only = event.n_draft_max == 0 and not event.expected_speedup and event.offered is None
+    if n == 0 and (strategy == "none" or (strategy is None and plain_only)):
         parts.append(
             "<p><b>Plain decoding</b>: no draft source is in use (the strategy is <i>none</i>), so the target "
             f"generated one token by itself: {alone}.</p>"
@@ -174,6 +181,7 @@ class TeachPanel(QWidget):
         self.series = series
         self.n_draft = 8
         self.last_step: StepEvent | None = None
+        self._strategy: str | None = None  # the running generation's sources, from its start event
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
         self.step_mode.setAccessibleName("Step mode")
         self.step_mode.toggled.connect(self.step_mode_toggled)
@@ -207,6 +215,7 @@ class TeachPanel(QWidget):
         self.curve_plot = pg.PlotWidget(self, title="Expected speedup over plain decoding, as measured here")
         self.curve_plot.setBackground(None)
         self.curve_plot.setLabel("bottom", "draft length k")
+        self.curve_plot.getAxis("bottom").setTickSpacing(1, 1)  # k counts tokens (see update_curve)
         self.curve_plot.setLabel("left", "speedup ×")
         self.curve_plot.showGrid(x=True, y=True, alpha=0.25)
         self.curve_plot.setMenuEnabled(False)
@@ -221,6 +230,9 @@ class TeachPanel(QWidget):
         lower_layout.setContentsMargins(0, 0, 0, 0)
         lower_layout.addWidget(self.curve_plot, 1)
         lower_layout.addWidget(self.curve_label)
+        # A long caption under a short dock squeezed the chart to a strip with overlapping labels.
+        self.curve_plot.setMinimumHeight(150)
+        self.explanation.setMinimumHeight(90)
 
         splitter = QSplitter(Qt.Orientation.Vertical, self)
         splitter.addWidget(self.explanation)
@@ -248,12 +260,14 @@ class TeachPanel(QWidget):
 
     def on_records(self, records: Sequence[Record]) -> None:
         """Follow a generation: explain the step it pauses on, keep the curve current."""
-        from speculens.engine.events import StepEvent
+        from speculens.engine.events import StartEvent, StepEvent
 
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
                 self.last_step = None
+            elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
+                self._strategy = event.strategy
             elif record.kind is RecordKind.STEP and isinstance(event, StepEvent):
                 self.last_step = event
             elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
@@ -265,7 +279,7 @@ class TeachPanel(QWidget):
     def show_step(self, event: StepEvent) -> None:
         """Explain a step (called when the worker pauses on it)."""
         self.last_step = event
-        self.explanation.setHtml(explain_step(event))
+        self.explanation.setHtml(explain_step(event, self._strategy))
         self.next_button.setEnabled(True)
         self.update_curve()
 
@@ -303,6 +317,9 @@ class TeachPanel(QWidget):
             )
             mark = self.n_draft
         k = np.arange(len(speedup), dtype=float)
+        # k is a count of tokens: whole-number ticks only (a 2-point curve got ticks at 0.2, 0.4, …).
+        major = max(1, int(np.ceil((len(speedup) - 1) / 8)))
+        self.curve_plot.getAxis("bottom").setTickSpacing(major, 1)
         self.curve.setData(k, speedup)
         mark = min(mark, len(speedup) - 1)
         self.marker.setData([mark], [speedup[mark]])
