@@ -12,6 +12,7 @@ import pytest
 from conftest import TinyModels
 from speculens.engine.adaptive import AdaptiveController, Offer, StepPlan
 from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model, repacks
+from speculens.engine.bench import RunResult, summarise_runs
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy
 from speculens.engine.drafters.base import Draft
 from speculens.engine.events import FinishEvent, FinishReason, Origin, StartEvent, StepEvent
@@ -403,3 +404,17 @@ def test_k_quant_batches_are_bit_identical_only_in_the_probed_sizes(tmp_path: Pa
     assert np.array_equal(split, one_by_one)
     assert not np.array_equal(whole, one_by_one)  # one call of 12: another kernel, other rounding
     assert not np.array_equal(fast_whole, fast_one_by_one)  # fast mode (repacked weights) alike
+
+
+def test_plain_decoding_reads_one_token_per_pass_including_the_end_token(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]
+    """From a user tour: a 20-token plain answer read 0.95 tokens per pass, because the pass that produced
+    the end-of-generation token counted and the token did not."""
+    answer, position, _eos, target = _answer_ending_mid_way(tiny_model_factory)
+    with SpeculativeEngine(ModelConfig(target, None, n_ctx=512)) as engine:
+        finish = finish_of(engine.generate(PROMPT, greedy(Strategy.NONE, max_tokens=60)))
+    assert finish.reason is FinishReason.EOG and finish.tokens == answer[:position]
+    stats = finish.stats
+    assert stats.n_generated == position and stats.n_steps == position + 1 and stats.n_ended == 1
+    assert stats.mean_accepted_length == 1.0
+    run = RunResult.from_stats(finish.tokens, stats)
+    assert summarise_runs([run]).mean_accepted_length == 1.0

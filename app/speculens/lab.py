@@ -994,7 +994,7 @@ def _summarise(
                 tokens_per_second=statistics.fmean(medians),
                 speedup=math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
                 acceptance=sum(r.n_accepted for r in all_runs) / drafted if drafted else None,
-                mean_accepted_length=sum(r.n_generated for r in all_runs) / steps if steps else 1.0,
+                mean_accepted_length=sum(r.n_generated + r.n_ended for r in all_runs) / steps if steps else 1.0,
                 settled_n_draft=float(statistics.median(late)) if late else 0.0,
                 identical=identical,
                 runs=len(all_runs),

@@ -167,6 +167,7 @@ class RunResult:
         drafted_by_position: drafted counts per draft position.
         n_draft_chosen: the draft length asked for at each step (the adaptive controller's choices).
         n_probes: steps the controller speculated only to re-measure.
+        n_ended: 1 when the answer ended on the target's end-of-generation token (see RunningStats).
     """
 
     tokens: tuple[int, ...]
@@ -182,6 +183,7 @@ class RunResult:
     drafted_by_position: tuple[int, ...] = ()
     n_draft_chosen: tuple[int, ...] = ()
     n_probes: int = 0
+    n_ended: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -207,6 +209,7 @@ class RunResult:
             drafted_by_position=stats.drafted_by_position,
             n_draft_chosen=tuple(chosen),
             n_probes=n_probes,
+            n_ended=stats.n_ended,
         )
 
 
@@ -352,7 +355,7 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         speedup=speedup,
         speedup_spread=speedup_spread,
         acceptance=accepted / drafted if drafted else 0.0,
-        mean_accepted_length=sum(r.n_generated for r in runs) / steps if steps else 0.0,
+        mean_accepted_length=sum(r.n_generated + r.n_ended for r in runs) / steps if steps else 0.0,
         acceptance_by_position=tuple(by_pos),
         draft_share=sum(r.draft_s for r in runs) / elapsed if elapsed > 0 else 0.0,
         verify_share=sum(r.verify_s for r in runs) / elapsed if elapsed > 0 else 0.0,

@@ -87,6 +87,8 @@ class RunningStats:
         overhead_s: everything else: our own sampling, verification and bookkeeping.
         accepted_by_position: accepted counts per draft position (index 0 = first drafted token).
         drafted_by_position: drafted counts per draft position.
+        n_ended: 1 once the target has produced the end-of-generation token (it ends the answer and is not
+            emitted, but a target pass produced it: tokens per pass count it, so plain decoding reads 1.00).
     """
 
     n_steps: int = 0
@@ -99,6 +101,7 @@ class RunningStats:
     overhead_s: float = 0.0
     accepted_by_position: tuple[int, ...] = ()
     drafted_by_position: tuple[int, ...] = ()
+    n_ended: int = 0
 
     @property
     def acceptance(self) -> float:
@@ -112,8 +115,9 @@ class RunningStats:
 
     @property
     def mean_accepted_length(self) -> float:
-        """Tokens per target pass: accepted drafts plus the target's own token (llama.cpp's figure)."""
-        return self.n_generated / self.n_steps if self.n_steps else 0.0
+        """Tokens per target pass: accepted drafts plus the target's own token (llama.cpp's figure), the
+        end-of-generation token included."""
+        return (self.n_generated + self.n_ended) / self.n_steps if self.n_steps else 0.0
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class _Stats:
     """Mutable running totals; frozen into :class:`RunningStats` for each event."""
 
     def __init__(self) -> None:
-        self.n_steps = self.n_generated = self.n_drafted = self.n_accepted = 0
+        self.n_steps = self.n_generated = self.n_drafted = self.n_accepted = self.n_ended = 0
         self.draft_s = self.verify_s = self.overhead_s = 0.0
         # Decoding time: the steps' own time, not the time the consumer held the generator between them (a
         # teaching pause waiting for "next step" is not generation time).
@@ -73,6 +73,7 @@ class _Stats:
             overhead_s=self.overhead_s,
             accepted_by_position=tuple(self.accepted_by_pos),
             drafted_by_position=tuple(self.drafted_by_pos),
+            n_ended=self.n_ended,
         )
 
 
@@ -268,6 +269,7 @@ class _Loop:
                 history.append(token)
                 if token in eog:
                     reason = FinishReason.EOG
+                    stats.n_ended = 1
                     break
                 piece = target.piece(token)
                 emitted.append(EmittedToken(token, piece, origin))

@@ -75,7 +75,7 @@ class RunSeries:
             self.generated.append(e.stats.n_generated)
             self.drafted.append(len(e.drafted))
             self.accepted.append(n_acc)
-            self.emitted.append(len(e.emitted))
+            self.emitted.append(len(e.emitted) + e.stats.n_ended)  # the end token: produced, not emitted
             self.chosen.append(e.n_draft_max)
             if e.probe:
                 self.probes.append((e.step, e.n_draft_max))
