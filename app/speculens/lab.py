@@ -967,18 +967,9 @@ def _summarise(
             # A run stopped before plain decoding was measured on a prompt keeps what was measured there: its
             # speed, without a speedup or an output comparison for that prompt.
             paired = [i for i in have if runs[i][PLAIN.key]]
-            medians = [statistics.median(r.tokens_per_second for r in runs[i][cand.key]) for i in have]
-            ratios = [
-                m / p
-                for m, p in (
-                    (
-                        statistics.median(r.tokens_per_second for r in runs[i][cand.key]),
-                        statistics.median(r.tokens_per_second for r in runs[i][PLAIN.key]),
-                    )
-                    for i in paired
-                )
-                if p > 0 and m > 0
-            ]
+            median = {i: statistics.median(r.tokens_per_second for r in runs[i][cand.key]) for i in have}
+            plain = {i: statistics.median(r.tokens_per_second for r in runs[i][PLAIN.key]) for i in paired}
+            ratios = [median[i] / plain[i] for i in paired if plain[i] > 0 and median[i] > 0]
             all_runs = [r for i in have for r in runs[i][cand.key]]
             drafted = sum(r.n_drafted for r in all_runs)
             steps = sum(r.n_steps for r in all_runs)
@@ -991,7 +982,7 @@ def _summarise(
             rows[cand.key] = Row(
                 key=cand.key,
                 label=cand.label,
-                tokens_per_second=statistics.fmean(medians),
+                tokens_per_second=statistics.fmean(median.values()),
                 speedup=math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
                 acceptance=sum(r.n_accepted for r in all_runs) / drafted if drafted else None,
                 mean_accepted_length=sum(r.n_generated + r.n_ended for r in all_runs) / steps if steps else 1.0,

@@ -372,9 +372,10 @@ class MainWindow(QMainWindow):
             state += ", bit-exact"
         if models.loaded and not models.loading and self.store.reload_needed():
             state += " — reload needed"
-        self.pair_label.setText(f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>")
+        label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
-            self.pair_label.setText("<b>The demo pair</b> <i>(preparing its files and loading…)</i>")
+            label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
+        self.pair_label.setText(label)
         tip = f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
         if strategy is Strategy.AUTO:
             tip += (
