@@ -65,7 +65,8 @@ class ModelController(QObject):
 
     Attributes:
         loaded: what the last successful load brought (``None`` when nothing is loaded).
-        loading: a load is running.
+        loading: a load is queued or running.
+        preparing_demo: the demo pair is being assembled and loaded (not the chosen pair until assembled).
         badge: the chosen pair's verdict (``None`` without a draft).
         gpu_backend: the GPU backend of the llama.cpp build, once probed (``None``: CPU only or not yet known).
         hub: the application's one hub client (it remembers that the hub answered).
@@ -99,7 +100,7 @@ class ModelController(QObject):
         self.badge: Badge | None = None
         self.gpu_backend: str | None = None
         self.progress: tuple[str, int, int] | None = None
-        self._demo_pending = False  # a DemoRequest (which loads the pair too) has not finished
+        self.preparing_demo = False
         self._load_t0 = 0.0
         worker.load_started.connect(self._on_worker_load_started)
         worker.models_loaded.connect(self._on_worker_models_loaded)
@@ -124,11 +125,14 @@ class ModelController(QObject):
         if not settings.target_path:
             self.message.emit("Choose a target model first (Models ▸ Models…, Ctrl+M).")
             return False
+        self._start_load(LoadRequest(settings))
+        return True
+
+    def _start_load(self, request: LoadRequest | DemoRequest) -> None:
         self.replacing.emit()
-        self.worker.submit(LoadRequest(settings))
+        self.worker.submit(request)
         self.loading = True  # from now: a request submitted after this one waits for it
         self.changed.emit()
-        return True
 
     def ensure_loaded(self) -> None:
         """Load the chosen pair unless it is loaded or loading: the worker runs requests in order, so a message
@@ -155,11 +159,8 @@ class ModelController(QObject):
         if not all(is_installed(m) for m in DEMO_MODELS if m.key in keys):
             self.demo_missing.emit()
             return
-        self.replacing.emit()
-        self.worker.submit(DemoRequest(keys, self.store.settings))  # it loads them too (see DemoRequest)
-        self._demo_pending = True
-        self.loading = True
-        self.changed.emit()
+        self.preparing_demo = True
+        self._start_load(DemoRequest(keys, self.store.settings))  # it loads them too (see DemoRequest)
 
     def check_pair(self) -> None:
         """Check the chosen pair's compatibility in the background; the badge shows the verdict."""
@@ -188,11 +189,6 @@ class ModelController(QObject):
 
     # ---- state --------------------------------------------------------------------------------------
 
-    @property
-    def preparing_demo(self) -> bool:
-        """The demo pair is being assembled or loaded (it is not the chosen pair until it is assembled)."""
-        return self._demo_pending
-
     @staticmethod
     def _chosen_pair(settings: Settings) -> tuple[str, str]:
         return settings.target_path, settings.draft_path
@@ -215,7 +211,7 @@ class ModelController(QObject):
         self.changed.emit()
 
     def _on_worker_models_loaded(self, result: LoadResult) -> None:
-        self._demo_pending = False
+        self.preparing_demo = False
         self.loading = False
         self.loaded = result
         self.store.set_loaded(result.settings)
@@ -232,7 +228,7 @@ class ModelController(QObject):
         self.changed.emit()
 
     def _on_worker_load_failed(self, message: str) -> None:
-        self._demo_pending = False
+        self.preparing_demo = False
         self.loading = False
         self.loaded = None
         self.store.set_loaded(None)
@@ -262,8 +258,8 @@ class ModelController(QObject):
         self.changed.emit()
 
     def _on_worker_task_failed(self, message: str) -> None:
-        if self._demo_pending:  # the demo request failed (assembling or loading): nothing will load
-            self._demo_pending = False
+        if self.preparing_demo:  # the demo request failed (assembling or loading): nothing will load
+            self.preparing_demo = False
             self.loading = False
         self.progress = None
         self.message.emit(message)
