@@ -25,6 +25,10 @@ from speculens.engine.vocab import VocabInfo
 from speculens.errors import OperationError
 
 log = logging.getLogger(__name__)
+
+# llama_get_logits as a plain address: llama-cpp-python's binding returns a ctypes pointer, and turning it into
+# an address or an array costs tens of microseconds a call (see LlamaBackend._logit_rows).
+_logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("llama_get_logits", llama_cpp.llama_cpp._lib))
 _llama_log = logging.getLogger("speculens.llama_cpp")
 
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continue the previous line.
@@ -289,6 +293,10 @@ class LlamaBackend:
         self.rollback = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.params.n_batch, 0, 1)
+        for j in range(self.params.n_batch):  # every token belongs to sequence 0, in every call
+            self._batch.n_seq_id[j] = 1
+            self._batch.seq_id[j][0] = 0
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # see _logit_rows
 
     # ---- facts -------------------------------------------------------------------------------------
 
@@ -436,8 +444,8 @@ class LlamaBackend:
                 row equals one-token decoding bit for bit; otherwise calls of up to ``n_batch`` tokens.
 
         Returns:
-            A ``(len(logits_for), n_vocab)`` float32 array. It is a view into llama.cpp's output buffer
-            when the rows are contiguous (they are, in batch order) and is valid until the next decode.
+            A ``(len(logits_for), n_vocab)`` float32 array. When one decode call computed them all, it is a view
+            into llama.cpp's output buffer, valid until the next decode.
 
         Raises:
             BackendError: the tokens do not fit in the context, or llama.cpp fails.
@@ -463,8 +471,6 @@ class LlamaBackend:
             for j, tok in enumerate(chunk):
                 b.token[j] = tok
                 b.pos[j] = self.n_past + j
-                b.n_seq_id[j] = 1
-                b.seq_id[j][0] = 0
                 out = (start + j) in want
                 b.logits[j] = out
                 if out:
@@ -481,7 +487,7 @@ class LlamaBackend:
             self.n_decoded += len(chunk)
             start += size
             if outputs:
-                rows.append(self._logit_rows(outputs))
+                rows.append(self._logit_rows(len(outputs)))
                 if start < len(tokens):  # the next call reuses llama.cpp's buffer: keep a copy
                     rows[-1] = rows[-1].copy()
         if not rows:
@@ -545,13 +551,25 @@ class LlamaBackend:
             n += 1
         return n
 
-    def _logit_rows(self, batch_indices: list[int]) -> np.ndarray:
-        n = self.n_vocab
-        ptrs = [llama_cpp.llama_get_logits_ith(self._ctx, i) for i in batch_indices]
-        addresses = [ctypes.cast(p, ctypes.c_void_p).value or 0 for p in ptrs]
-        if all(a == addresses[0] + k * n * 4 for k, a in enumerate(addresses)):
-            return np.ctypeslib.as_array(ptrs[0], shape=(len(ptrs), n))
-        return np.stack([np.ctypeslib.as_array(p, shape=(n,)).copy() for p in ptrs])
+    def _logit_rows(self, n_rows: int) -> np.ndarray:
+        """The last decode call's ``n_rows`` logits rows, as a view into llama.cpp's output buffer.
+
+        llama.cpp stores the rows a batch asked for contiguously, in batch order (``llama_get_logits``, which
+        also waits for an asynchronous backend). The view is made once per buffer address and row count: right
+        after a decode call, with the caches cold, numpy's ctypes bridge took ~100 µs a step here, a third of
+        our own time per token. A view is only handed out for the buffer at its address now, which holds at
+        least ``n_rows`` rows (it just returned them).
+        """
+        address = _logits_address(self._ctx)
+        if not address:
+            raise BackendError("llama.cpp returned no logits for the last decode call")
+        view = self._views.get((address, n_rows))
+        if view is None:
+            if any(a != address for a, _ in self._views):
+                self._views.clear()  # the buffer moved: views of the old one must never be handed out again
+            buffer = (ctypes.c_float * (n_rows * self.n_vocab)).from_address(address)
+            view = self._views[address, n_rows] = np.ctypeslib.as_array(buffer).reshape(n_rows, self.n_vocab)
+        return view
 
     def truncate(self, n_past: int) -> None:
         """Roll the KV cache back to its first ``n_past`` tokens."""

@@ -351,6 +351,8 @@ class _Loop:
 def _verify(draft: Draft, rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
     if sampling.greedy:
         verdict = verify_greedy(draft.tokens, rows)
+        if not draft.tokens:
+            return verdict
         # Show the target's belief in each judged draft token (softmax at temperature 1).
         probs = []
         for i in range(min(verdict.n_accepted + 1, len(draft.tokens))):
