@@ -248,3 +248,23 @@ def test_a_candidate_that_never_drafted_or_a_single_run_does_not_make_a_recommen
     assert result.overall_best().key == "lookup"
     rows["chat"] = {"none": row("none", 1.0, None), "lookup": row("lookup", 1.13, 0.4)}
     assert result.overall_best().key == "lookup"
+
+
+def test_the_settled_draft_length_is_that_of_the_steps_that_drafted() -> None:
+    """From a user tour: lookup drafted at 94% acceptance on a rewrite, yet its 'draft length' read 0, the median
+    over every late step, most of them plain (between the copies)."""
+    from speculens.engine.bench import RunResult
+    from speculens.lab import _summarise, lab_prompts
+
+    prompts = lab_prompts(["code-rewrite"])[:1]
+    chosen = (0,) * 40 + (0, 0, 0, 8, 0, 0, 16, 0, 0, 8) * 4
+    runs = {
+        prompts[0].id: {
+            "none": [RunResult((1,), 100, 10.0, 0, 9.5, 0.5, 100, 0, 0)],
+            "lookup": [RunResult((1,), 100, 8.0, 0.1, 7.4, 0.5, 70, 40, 37, n_draft_chosen=chosen)],
+        }
+    }
+    lookup = Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)
+    rows = _summarise(prompts, [PLAIN, lookup], runs, "2026-01-01")["code-rewrite"]
+    assert rows["lookup"].settled_n_draft == 8.0 and rows["lookup"].acceptance == pytest.approx(37 / 40)
+    assert rows["none"].settled_n_draft == 0.0  # plain decoding never drafts

@@ -98,7 +98,8 @@ def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, 
         lab.run_button.click()
         qtbot.waitSignal(lab.worker.lab_progressed, timeout=60_000).wait()
         qtbot.keyClick(lab, Qt.Key.Key_Escape)
-    assert "Stopped" in lab.status.text() and "Cancelled" in lab.noisy.text()
+    assert "Stopped" in lab.status.text() and lab.noisy.text().endswith("Cancelled before the end.")
+    assert lab.isVisible()  # Esc stopped the run; it closes the window only when nothing runs
     # A new window for the same target shows what was saved, with its date.
     again = PairLabWindow(lab.worker, lab.store, lab.models)
     qtbot.addWidget(again)
@@ -129,3 +130,34 @@ def test_the_window_opens_within_the_screen(lab) -> None:  # type: ignore[no-unt
     progress line (and the time left) sat under the screen's edge."""
     area = lab.screen().availableGeometry()
     assert lab.width() <= area.width() and lab.height() <= area.height()
+
+
+def test_esc_closes_an_idle_lab(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: Esc did nothing in an idle lab, while it closes the model manager."""
+    assert lab.isVisible()
+    qtbot.keyClick(lab, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not lab.isVisible(), timeout=2_000)
+
+
+def test_the_headline_says_one_setting_for_all_kinds_when_a_kind_has_its_own_best(lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: 'Recommended for these kinds of text: Plain decoding' above 'For code rewrite, use
+    Automatic: ×1.22' read as a contradiction; the headline is the one setting Apply sets for all of them."""
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row
+
+    def row(key: str, speedup: float, acceptance: float | None) -> Row:
+        return Row(key, key, 10.0 * speedup, speedup, acceptance, 1.0, 0.0, True, 3, "2026-01-01")
+
+    candidates = {"none": PLAIN, "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)}
+    rows = {
+        "chat": {"none": row("none", 1.0, None), "lookup": row("lookup", 0.9, 0.3)},
+        "code-rewrite": {"none": row("none", 1.0, None), "lookup": row("lookup", 1.12, 0.9)},
+    }
+    lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates, noisy="something else used the CPUs"))
+    text = lab.recommendation.text()
+    assert "One setting for all these kinds of text together: none" in text and "own best is below" in text
+    assert "For code rewrite, use lookup" in text
+    assert lab.noisy.text() == "⚠ Something else used the CPUs."
+    rows.pop("chat")
+    lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
+    assert "Recommended: lookup" in lab.recommendation.text()

@@ -77,6 +77,12 @@ PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2")
 _COLUMNS = ("Candidate", "tok/s", "Speedup", "Acceptance", "Tokens/pass", "Draft length", "Same output", "Measured")
 
 
+def _sentence(text: str) -> str:
+    """A note as a sentence of its own (the lab's notes are clauses, also printed by the CLI)."""
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith(".") else text + "."
+
+
 def _speedup_cell(r: Row) -> tuple[str, str, bool]:
     """The speedup column: a candidate that drafted nothing decoded plainly, and says so."""
     if r.speedup is None:
@@ -279,7 +285,7 @@ class PairLabWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction("&Close", QKeySequence.StandardKey.Close, self.close)
         QShortcut(QKeySequence("Ctrl+Return"), self, self.run)
-        QShortcut(QKeySequence("Esc"), self, self.cancel)
+        QShortcut(QKeySequence("Esc"), self, self._on_escape)
 
     # ---- target and candidates ----------------------------------------------------------------------------
 
@@ -430,6 +436,13 @@ class PairLabWindow(QMainWindow):
             self.worker.cancel(self._request)
             self.status.setText("Stopping after the current answer…")
 
+    def _on_escape(self) -> None:
+        """Esc stops a run or an estimate; with nothing running it closes the window, as in the model manager."""
+        if self._request is not None:
+            self.cancel()
+        else:
+            self.close()
+
     def _set_running(self, running: bool) -> None:
         for w in (
             self.estimate_button,
@@ -517,13 +530,20 @@ class PairLabWindow(QMainWindow):
         )
         self.header.setToolTip(result.llama_build)
         shown = latest or result
-        notes = [n for n in (shown.noisy, "Cancelled before the end." if shown.cancelled else None) if n]
+        notes = [_sentence(n) for n in (shown.noisy, "cancelled before the end" if shown.cancelled else None) if n]
         self.noisy.setText("⚠ " + " ".join(notes) if notes else "")
         self.noisy.setVisible(bool(notes))
         best = result.overall_best()
         lines = [html.escape(s) for s in result.recommendation()]
         if best is not None:
-            lines.insert(0, f"<b>Recommended for these kinds of text: {html.escape(best.label)}</b>")
+            kinds = [k for k in result.rows if result.rows[k]]
+            if len(kinds) == 1:
+                head = f"Recommended: {html.escape(best.label)}"
+            else:  # one setting for all of them may differ from each kind's own best, listed below
+                head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
+                if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
+                    head += " (Apply sets it; each kind's own best is below)"
+            lines.insert(0, f"<b>{head}</b>")
         self.recommendation.setText("<br>".join(lines))
         self.apply_button.setEnabled(best is not None)
         for kind in result.rows:
@@ -545,7 +565,7 @@ class PairLabWindow(QMainWindow):
                 _speedup_cell(r),
                 ("–" if r.acceptance is None else f"{r.acceptance:.0%}", "", True),
                 (f"{r.mean_accepted_length:.2f}", "tokens per target pass", True),
-                (f"{r.settled_n_draft:g}", "the draft length the adaptive controller settled on", True),
+                (f"{r.settled_n_draft:g}", "the draft length the adaptive controller settled on when it drafted", True),
                 _same_cell(r),
                 (r.date.replace("T", " ")[:16], f"{r.runs} timed runs", False),
             ]
