@@ -265,6 +265,25 @@ def test_a_message_sent_before_load_loads_the_chosen_pair_first(qtbot, tiny) -> 
     assert window.chat.conversation.messages[-1]["role"] == "assistant"
 
 
+def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny) -> None:
+    """From a new-user tour: with prompt lookup loaded, choosing a draft-model strategy and sending answered
+    without the draft (only the toolbar's 'reload needed' said why). A reload the answer needs comes first; a
+    draft merely left unused is not worth one."""
+    factory = FakeFactory()
+    window = make_window(qtbot, tiny, factory, strategy="lookup")
+    assert len(factory.engines) == 1 and factory.last.draft is None
+    window.store.update(strategy="auto")
+    send(qtbot, window, "first")
+    assert len(factory.engines) == 2 and factory.last.draft == tiny.perturbed
+    window.store.update(strategy="lookup")  # the draft stays loaded, unused
+    send(qtbot, window, "second")
+    assert len(factory.engines) == 2
+    window.store.update(n_ctx=4096)
+    send(qtbot, window, "third")
+    assert len(factory.engines) == 3 and factory.last.config.n_ctx == 4096
+    assert [m["role"] for m in window.chat.conversation.messages] == ["user", "assistant"] * 3
+
+
 def test_a_message_without_a_chosen_target_says_what_to_choose_and_keeps_the_text(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
     assert "Choose a model pair first" in window.chat.transcript.placeholderText()

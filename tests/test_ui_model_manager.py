@@ -73,12 +73,33 @@ def test_pair_picker_shows_an_unmissable_mismatch_warning(qtbot, manager: ModelM
 def test_compatible_pair_can_be_chosen(qtbot, manager: ModelManagerWindow, tiny) -> None:
     pick(manager, tiny.target, tiny.identical)
     qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
+    assert "Compatible" in manager.banner.text() and not manager.banner.isHidden()
+    pick(manager, tiny.target, tiny.mismatch)  # while it is checked, the last pair's verdict is not shown
+    assert manager.report is None and manager.banner.isHidden()
+    pick(manager, tiny.target, tiny.identical)
+    qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
     assert manager.report.compatible and manager.use_pair_button.isEnabled()
     with qtbot.waitSignal(manager.pair_chosen) as blocker:
         manager.use_pair_button.click()
     assert blocker.args == [str(tiny.target), str(tiny.identical)]
     settings = manager.models.store.settings  # the one store the main window reads too
     assert (settings.target_path, settings.draft_path) == (str(tiny.target), str(tiny.identical))
+
+
+def test_a_pair_chosen_under_a_draft_free_strategy_switches_to_one_that_uses_the_draft(
+    qtbot, manager: ModelManagerWindow, tiny
+) -> None:
+    """From a new-user tour: with prompt lookup set, 'Use this pair' loaded the target alone, the draft unused."""
+    store = manager.models.store
+    store.update(strategy="lookup")
+    pick(manager, tiny.target, tiny.identical)
+    qtbot.waitUntil(lambda: manager.report is not None and manager.use_pair_button.isEnabled(), timeout=10_000)
+    manager.use_pair_button.click()
+    assert store.settings.strategy == "auto" and store.settings.uses_draft
+    assert "Automatic" in manager.message.text()
+    store.update(strategy="none")
+    manager.use_target_only_button.click()  # the target alone: the strategy is the user's business
+    assert store.settings.strategy == "none"
 
 
 @pytest.fixture()

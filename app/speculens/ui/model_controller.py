@@ -135,10 +135,23 @@ class ModelController(QObject):
         self.changed.emit()
 
     def ensure_loaded(self) -> None:
-        """Load the chosen pair unless it is loaded or loading: the worker runs requests in order, so a message
-        sent before *Load* waits for the load instead of failing."""
-        if self.loaded is None and not self.loading:
+        """Load the chosen pair before an answer, unless it is loading: when nothing is loaded, or when a setting
+        changed that only a reload applies (a draft-model strategy chosen while no draft is loaded, the context
+        size, the threads…; a tour's answer ran without the draft its strategy named). The worker runs requests
+        in order, so the message waits for the load instead of failing or running on the old settings. A draft
+        that is loaded but no longer used is not worth a reload."""
+        if self.loading:
+            return
+        if self.loaded is None or self.stale():
             self.load()
+
+    def stale(self) -> bool:
+        """Whether the loaded models differ from the settings in a way the next answer would notice."""
+        pending = self.store.reload_needed()
+        loaded = self.store.loaded
+        if loaded is not None and loaded.uses_draft and not self.store.settings.uses_draft:
+            pending -= {"strategy", "draft_path", "n_gpu_layers_draft"}  # the draft just goes unused
+        return bool(pending)
 
     def unload(self) -> None:
         """Free the models."""

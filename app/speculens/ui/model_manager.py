@@ -42,7 +42,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speculens.engine.config import Strategy
 from speculens.models.library import EntryStatus
+from speculens.settings import DRAFT_STRATEGIES
 from speculens.ui.model_controller import ModelController, report_html
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
@@ -445,8 +447,8 @@ class ModelManagerWindow(QMainWindow):
         self.report = None
         self.use_pair_button.setEnabled(False)
         self.use_target_only_button.setEnabled(bool(target))
+        self.banner.hide()  # the last pair's verdict, until this one's arrives
         if not target or not draft:
-            self.banner.hide()
             self.report_view.setHtml(
                 "<p>Choose a target and a draft to see whether they can work together.</p>"
                 if not target
@@ -476,8 +478,16 @@ class ModelManagerWindow(QMainWindow):
         )
 
     def _on_use_pair_clicked(self) -> None:
-        self._choose(self.target_combo.currentData() or "", self.draft_combo.currentData() or "")
-        self._say("Pair chosen; loading it in the main window.")
+        draft = self.draft_combo.currentData() or ""
+        store = self.models.store
+        note = ""
+        if draft and store.settings.strategy not in DRAFT_STRATEGIES:
+            # A pair is chosen for its draft: under a draft-free strategy it would be loaded without it, unused
+            # (a tour chose a pair with prompt lookup set and got the target alone, with no word why).
+            store.update(strategy=Strategy.AUTO.value)
+            note = " The strategy is now Automatic, which drafts with it when that pays."
+        self._choose(self.target_combo.currentData() or "", draft)
+        self._say("Pair chosen; loading it in the main window." + note)
 
     def _on_use_target_only_clicked(self) -> None:
         self._choose(self.target_combo.currentData() or "", "")
