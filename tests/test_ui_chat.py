@@ -196,6 +196,19 @@ def test_a_killed_app_keeps_the_streamed_part(qtbot, tiny, monkeypatch: pytest.M
     wait_idle(qtbot, window)
 
 
+def test_the_app_opens_where_it_was_left(qtbot, tiny) -> None:
+    """From a new-user tour: after a restart the chat was empty, the last conversation only listed."""
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "first chat")
+    window.new_chat()
+    send(qtbot, window, "second chat")
+    window.conversations.flush()
+    again = fake_window(qtbot, tiny)
+    assert again.chat.conversation.messages[0]["content"] == "second chat"
+    assert "second chat" in again.chat.transcript.toPlainText()
+    assert again.conversation_list.list.currentItem() is not None  # and the list shows which one it is
+
+
 # ---- item 12: the conversations list -----------------------------------------------------------------------
 
 
@@ -383,3 +396,16 @@ def test_the_figures_line_never_shows_the_last_answers_figures_for_a_new_one(qtb
     window.chat.stop()
     wait_idle(qtbot, window)
     assert window.chat.figures.text() != "Generating…"
+
+
+def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
+    """From a new-user tour: an answer stopped midway read like a finished one ('66 tokens · 1.0 tokens/s')."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 5_000, step_s=0.002)))
+    send(qtbot, window, "short")
+    assert "stopped" not in window.chat.figures.text()
+    window.chat.input.setPlainText("long")
+    window.chat.send()
+    qtbot.waitUntil(lambda: len(window.live_panel.view.toPlainText()) > 20, timeout=10_000)
+    window.chat.stop()
+    wait_idle(qtbot, window)
+    assert window.chat.figures.text().endswith("· stopped") and "tokens/s" in window.chat.figures.text()

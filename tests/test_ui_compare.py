@@ -72,6 +72,9 @@ def test_a_running_compare_can_be_stopped_with_its_button_and_with_esc(qtbot, ti
             qtbot.keyClick(window.chat.input, Qt.Key.Key_Escape)
         wait_idle(qtbot, window, timeout=10_000)
         assert "stopped" in view.verdict.text().lower()
+        # Stopped in the plain run: it says so, and the speculative side, never reached, no longer waits.
+        assert view.figures[Lane.PLAIN].text().endswith("· stopped")
+        assert view.figures[Lane.SPECULATIVE].text() == "not run"
         assert not view.stop_button.isEnabled()
         assert window.chat.send_button.isEnabled()
         assert window.statusBar().currentMessage() != "Stopping…"  # the status bar does not stay stuck

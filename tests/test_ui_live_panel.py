@@ -397,6 +397,27 @@ def test_step_ticks_do_not_pile_up_when_a_new_answer_starts_in_the_last_ones_ran
         assert (hi - lo) / major <= 10, (lo, hi, major)
 
 
+def test_position_ticks_do_not_pile_up_when_an_answer_drafts_nothing(qtbot) -> None:
+    """From a new-user tour: after an answer with drafts at 34 positions, one that drafted nothing kept that range
+    on the 'Acceptance by draft position' axis with ticks one apart: '1234567891011…' in one smear."""
+    series = RunSeries()
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.resize(1400, 260)
+    charts.show()
+    series.add(KNOWN_STEPS)
+    series.set_stats(replace(stats(3, 7, 6, 4), drafted_by_position=(4,) * 34, accepted_by_position=(2,) * 34))
+    charts.refresh()
+    qtbot.waitUntil(lambda: charts.position_plot.getViewBox().viewRange()[0][1] > 30, timeout=5_000)
+    series.clear()
+    series.add(KNOWN_STEPS[2:])
+    series.set_stats(replace(stats(1, 1, 0, 0), drafted_by_position=(), accepted_by_position=()))
+    charts.refresh()
+    lo, hi = charts.position_plot.getViewBox().viewRange()[0]
+    major = charts.position_plot.getAxis("bottom").tickSpacing(lo, hi, 300)[0][0]
+    assert (hi - lo) / major <= 10, (lo, hi, major)
+
+
 def test_a_rejected_drafts_line_breaks_are_shown_not_made(panel: LivePanel) -> None:
     """The answer's own lines stay as it wrote them: a rejected draft spanning lines shows ⏎ instead."""
     step = StepEvent(1, 2, (d("A\n", True), d("B\n    x", False)), (e("A\n", A), e("C", C)), "A\nC",

@@ -338,7 +338,11 @@ class ChartsPanel(QWidget):
                 plot.getAxis("bottom").setTickSpacing(integer_tick_step(span), 1)
             top = max(float(np.max(chosen, initial=0)), float(np.max(self.series.emitted, initial=0)))
             self.length_plot.getAxis("left").setTickSpacing(integer_tick_step(max(top, 1.0), 6), 1)
-        self.position_plot.getAxis("bottom").setTickSpacing(integer_tick_step(max(float(len(pos)), 1.0)), 1)
+        # Spaced for what the view shows too: with no bars yet (nothing drafted) it keeps its last range, and
+        # a tour read 1…34 there one unit apart, a smear of digits.
+        shown = self.position_plot.getViewBox().viewRange()[0]
+        span = max(float(len(pos)), shown[1] - shown[0], 1.0)
+        self.position_plot.getAxis("bottom").setTickSpacing(integer_tick_step(span), 1)
 
     def _on_timer_timeout(self) -> None:
         # Hidden plots (a closed dock) skip the work; they catch up when shown.

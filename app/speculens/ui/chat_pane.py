@@ -455,7 +455,8 @@ class ChatPane(QWidget):
             seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
             drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
             tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
-            self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}")
+            stopped = " · stopped" if finish.reason is FinishReason.CANCELLED else ""
+            self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}{stopped}")
         self.turn_finished.emit(finish)
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")

@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from speculens.engine.events import FinishEvent, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, StepEvent
 from speculens.ui.token_view import TokenView
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
+
+_WAITING = "waiting…"  # a lane's figures until its answer starts
 
 
 def _piece(piece: bytes) -> str:
@@ -152,8 +154,9 @@ class CompareView(QWidget):
                 self._start()
             elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
                 s = event.stats
+                stopped = " · stopped" if event.reason is FinishReason.CANCELLED else ""
                 self.figures[record.lane].setText(
-                    f"{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} tokens/s"
+                    f"{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} tokens/s{stopped}"
                 )
                 if record.lane is Lane.PLAIN:
                     self.verdict.setText("Plain decoding done; now speculation…")
@@ -168,12 +171,15 @@ class CompareView(QWidget):
             elif record.kind is RecordKind.FAILED:
                 self._set_running(False)
                 self.verdict.setText(html.escape(record.message))
+                for label in self.figures.values():
+                    if label.text() == _WAITING:  # a lane the comparison never reached
+                        label.setText("not run")
 
     def _start(self) -> None:
         self.comparison = None
         for lane, view in self.views.items():
             view.clear_tokens()
-            self.figures[lane].setText("waiting…")
+            self.figures[lane].setText(_WAITING)
         self.verdict.setText("Running plain decoding first, then speculation…")
         self.exact_button.hide()
         self._set_running(True)
