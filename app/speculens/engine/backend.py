@@ -25,16 +25,16 @@ from speculens.engine.vocab import VocabInfo
 from speculens.errors import OperationError
 
 log = logging.getLogger(__name__)
-
-# llama_get_logits as a plain address: llama-cpp-python's binding returns a ctypes pointer, and turning it into
-# an address or an array costs tens of microseconds a call (see LlamaBackend._logit_rows).
-_logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("llama_get_logits", llama_cpp.llama_cpp._lib))
 _llama_log = logging.getLogger("speculens.llama_cpp")
 
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continue the previous line.
 _LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _log_level = [logging.DEBUG]  # the level of the line being assembled
 _log_line: list[str] = []
+
+# llama_get_logits as a plain address: llama-cpp-python's binding returns a ctypes pointer, and turning it into
+# an address or an array costs tens of microseconds a call (see LlamaBackend._logit_rows).
+_logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("llama_get_logits", llama_cpp.llama_cpp._lib))
 
 
 @llama_cpp.llama_log_callback
