@@ -46,6 +46,16 @@ def e(text: str, origin: Origin) -> EmittedToken:
     return EmittedToken(ord(text[0]), text.encode(), origin)
 
 
+def shown_charts(qtbot) -> tuple[RunSeries, ChartsPanel]:  # type: ignore[no-untyped-def]
+    """An empty series and its charts, shown at a main window's width."""
+    series = RunSeries()
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.resize(1400, 260)
+    charts.show()
+    return series, charts
+
+
 A, C = Origin.ACCEPTED, Origin.CORRECTION
 KNOWN_STEPS = [
     # Two drafts accepted, two rejected; the target corrects the third.
@@ -379,11 +389,7 @@ def test_new_answer_clears_the_panel_and_its_figures(panel: LivePanel) -> None:
 def test_step_ticks_do_not_pile_up_when_a_new_answer_starts_in_the_last_ones_range(qtbot) -> None:
     """From a user tour: at the first step of an answer the step axes read '1234567891011…', the last answer's
     range (one point sets none) with ticks one step apart."""
-    series = RunSeries()
-    charts = ChartsPanel(series)
-    qtbot.addWidget(charts)
-    charts.resize(1400, 260)
-    charts.show()
+    series, charts = shown_charts(qtbot)
     steps = [replace(KNOWN_STEPS[0], step=i + 1) for i in range(40)]
     series.add(steps)
     charts.refresh()
@@ -400,11 +406,7 @@ def test_step_ticks_do_not_pile_up_when_a_new_answer_starts_in_the_last_ones_ran
 def test_position_ticks_do_not_pile_up_when_an_answer_drafts_nothing(qtbot) -> None:
     """From a new-user tour: after an answer with drafts at 34 positions, one that drafted nothing kept that range
     on the 'Acceptance by draft position' axis with ticks one apart: '1234567891011…' in one smear."""
-    series = RunSeries()
-    charts = ChartsPanel(series)
-    qtbot.addWidget(charts)
-    charts.resize(1400, 260)
-    charts.show()
+    series, charts = shown_charts(qtbot)
     series.add(KNOWN_STEPS)
     series.set_stats(replace(stats(3, 7, 6, 4), drafted_by_position=(4,) * 34, accepted_by_position=(2,) * 34))
     charts.refresh()
@@ -433,11 +435,7 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     the window paints, it takes a core from llama.cpp's threads."""
     from speculens.ui import charts as charts_module
 
-    series = RunSeries()
-    charts = ChartsPanel(series)
-    qtbot.addWidget(charts)
-    charts.resize(1400, 260)
-    charts.show()
+    series, charts = shown_charts(qtbot)
     qtbot.waitExposed(charts)
     series.add(KNOWN_STEPS)
     charts.graphics.painted += 0.2  # as if the last refresh had painted for 0.2 s of CPU (a slow machine)
