@@ -119,3 +119,14 @@ def speculens_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("SPECULENS_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def gui_thread_garbage_collection(request: pytest.FixtureRequest) -> None:
+    """Qt tests collect garbage on the GUI thread only, as the app does (``ui.app.create_app``): a cycle holding
+    a closed window's widgets, collected in the engine's thread, once hung a whole run."""
+    if request.node.get_closest_marker("gui") is not None:
+        request.getfixturevalue("qapp")
+        from speculens.ui.app import collect_garbage_on_the_gui_thread
+
+        collect_garbage_on_the_gui_thread()

@@ -14,6 +14,26 @@ from speculens.ui.qt_compat import check_binding, check_platform_libraries
 
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 
+_collector: object | None = None  # see collect_garbage_on_the_gui_thread
+
+
+def collect_garbage_on_the_gui_thread() -> None:
+    """Run Python's cyclic garbage collector on the GUI thread only, from now on (idempotent; needs the
+    ``QApplication``).
+
+    The collector otherwise runs in whichever thread allocates when a threshold is crossed. When it frees a Qt
+    object there (a closed window's menu, held in a reference cycle) while the GUI thread deletes widgets, each
+    waits for the other: a test run hung with the engine's thread in ``gc_collect`` → ``QMenu::~QMenu`` → Shiboken
+    waiting for the GIL, and the GUI thread in ``QObject::~QObject`` waiting for a Qt mutex. pyqtgraph's
+    ``GarbageCollector`` turns automatic collection off and collects, generation by generation as the thresholds
+    would, from a one-second timer on the GUI thread (the approach of calibre and qutebrowser).
+    """
+    global _collector
+    if _collector is None:
+        from pyqtgraph.util.garbage_collector import GarbageCollector
+
+        _collector = GarbageCollector(interval=1.0)
+
 
 def app_icon() -> QIcon:
     """The application icon at every size the icons package has (Qt picks the sharpest for the DPI)."""
@@ -79,6 +99,7 @@ def create_app(argv: Sequence[str] | None = None) -> QApplication:
     """
     existing = QApplication.instance()
     if isinstance(existing, QApplication):
+        collect_garbage_on_the_gui_thread()
         return existing
     check_binding()
     args = list(argv) if argv is not None else sys.argv[:1]
@@ -98,6 +119,7 @@ def create_app(argv: Sequence[str] | None = None) -> QApplication:
     app.setWindowIcon(app_icon())
     apply_color_scheme(app)
     QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_color_scheme(app))
+    collect_garbage_on_the_gui_thread()  # before the engine's thread starts
     return app
 
 
