@@ -138,6 +138,9 @@ def _check_gui(log: Callable[[str], None]) -> str | None:
     if not _module_exists("speculens.ui.main_window"):
         log("speculens.ui.main_window is not part of this build: only Qt itself was checked")
         return None
+    from speculens.ui.app import collect_garbage_on_the_gui_thread
+
+    collect_garbage_on_the_gui_thread()  # as the app does: a build must carry pyqtgraph's collector too
     module = importlib.import_module("speculens.ui.main_window")
     window = module.MainWindow()
     window.show()
