@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,14 @@ def test_switching_to_a_draft_free_strategy_needs_a_reload_only_when_the_draft_w
         "strategy"
     }
     assert Settings(target_path="/t.gguf", draft_path="/d.gguf", strategy="auto").needs_reload(loaded) == set()
+
+
+def test_an_answer_needs_a_reload_for_a_draft_it_would_use_not_for_one_left_idle() -> None:
+    draft_free = Settings(target_path="/t.gguf", draft_path="/d.gguf", strategy="lookup")
+    with_draft = Settings(target_path="/t.gguf", draft_path="/d.gguf", strategy="auto")
+    assert with_draft.needs_reload_to_answer(draft_free) == {"strategy"}  # the draft is not loaded
+    assert draft_free.needs_reload_to_answer(with_draft) == set()  # it is, and just goes unused
+    assert replace(draft_free, n_ctx=1024).needs_reload_to_answer(with_draft) == {"n_ctx"}
 
 
 def test_one_table_of_ranges_agrees_with_the_engine() -> None:

@@ -176,6 +176,14 @@ class Settings:
             changed.add("strategy")
         return changed
 
+    def needs_reload_to_answer(self, loaded: Settings) -> set[str]:
+        """The changes of :meth:`needs_reload` the next answer would notice: a draft that is loaded but no longer
+        used only sits idle until a reload, and is not worth one before an answer."""
+        changed = self.needs_reload(loaded)
+        if loaded.uses_draft and not self.uses_draft:
+            changed -= {"strategy", "n_gpu_layers_draft"}
+        return changed
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: the fields plus ``schema_version``."""
         return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}

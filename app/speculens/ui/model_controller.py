@@ -147,11 +147,8 @@ class ModelController(QObject):
 
     def stale(self) -> bool:
         """Whether the loaded models differ from the settings in a way the next answer would notice."""
-        pending = self.store.reload_needed()
         loaded = self.store.loaded
-        if loaded is not None and loaded.uses_draft and not self.store.settings.uses_draft:
-            pending -= {"strategy", "draft_path", "n_gpu_layers_draft"}  # the draft just goes unused
-        return bool(pending)
+        return loaded is not None and bool(self.store.settings.needs_reload_to_answer(loaded))
 
     def unload(self) -> None:
         """Free the models."""
