@@ -682,6 +682,24 @@ def test_a_new_draft_model_forgets_the_old_ones_cost() -> None:
     assert costs.draft_call_seconds() == pytest.approx(AdaptiveParams().prior_draft_ratio * 0.05)
 
 
+def test_a_draft_model_could_pay_only_at_an_acceptance_it_can_reach() -> None:
+    # The demo pair's saved costs on this VM: a draft call 0.525 of a target step, batches of 16 and 32 cheap for
+    # their size. With every one of 31 drafts accepted it would beat plain decoding by 1%, so the draft model
+    # was given every prompt (15-25 s before a long prompt's first token) and never drafted.
+    def could_pay(ratios: dict[int, float], call: float, ceiling: float) -> bool:
+        controller = AdaptiveController(32, [FREE, MODEL], params=AdaptiveParams(accept_ceiling=ceiling))
+        for n, ratio in ratios.items():
+            controller.costs.verify.observe(n, 0.0404 * ratio)
+        controller.costs.draft_call.add(0.0404 * call)
+        return controller.could_pay()
+
+    cpu = {1: 1.0, 2: 2.0, 3: 2.68, 4: 2.81, 8: 6.46, 12: 8.38, 16: 8.76, 24: 12.29, 32: 14.54}
+    assert could_pay(cpu, 0.525, ceiling=1.0)  # the bound it used to be
+    assert not could_pay(cpu, 0.525, ceiling=AdaptiveParams().accept_ceiling)
+    gpu = {n: 1.0 + 0.01 * (n - 1) for n in (1, 2, 3, 4, 8, 16, 32)}
+    assert could_pay(gpu, 0.15, ceiling=AdaptiveParams().accept_ceiling)
+
+
 def test_could_pay_keeps_its_answer_only_while_the_costs_cannot_have_changed_it() -> None:
     # The costs drift through the bar and back (a busy machine, a draft model that gets cheaper), with noise.
     # One controller keeps its answers as it would in use; a twin on the same costs computes each one afresh.
