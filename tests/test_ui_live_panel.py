@@ -285,6 +285,26 @@ def test_teach_curve_is_the_controllers_estimate_and_agrees_with_its_choice(qtbo
     assert re.search(r"would not pay\. [A-Z]", text)  # the next sentence starts as one
 
 
+def test_a_step_near_the_answers_end_does_not_shrink_the_teach_curve(qtbot) -> None:
+    """From a new-user tour: after the last step the chart shrank to k = 0..1, the answer's end being a token
+    away; the chart keeps the widest k of this answer and says why the curve stops short."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    teach.resize(600, 500)
+    wide, last = declined_step(4, (1.0, 0.93, 0.81, 0.7, 0.62, 0.6, 0.55)), declined_step(5, (1.0, 0.9))
+    feed(teach, [wide, last], queued=True)  # type: ignore[arg-type]
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=wide)])
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=last)])
+    assert list(teach.curve.getData()[1]) == [1.0, 0.9]
+    assert teach.curve_plot.getViewBox().viewRange()[0][1] >= 6
+    assert "at most k = 1" in teach.curve_label.text()
+    feed(teach, [last], queued=True)  # type: ignore[arg-type]  # a new answer starts afresh
+    teach.on_records([Record(2, Lane.CHAT, RecordKind.PAUSED, event=last)])
+    assert teach.curve_plot.getViewBox().viewRange()[0][1] < 3 and "at most" not in teach.curve_label.text()
+
+
 def test_a_plain_step_says_which_kind_of_plain_step_it_is() -> None:
     from speculens.ui.teach_panel import explain_step
 

@@ -180,6 +180,9 @@ class TeachPanel(QWidget):
         super().__init__(parent)
         self.series = series
         self.n_draft = 8
+        # The longest draft an estimate of this answer has covered: the chart keeps that width, so a step near
+        # the answer's end (whose estimate stops at k = 1) does not shrink it.
+        self._k_seen = 0
         self.last_step: StepEvent | None = None
         self._strategy: str | None = None  # the running generation's sources, from its start event
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
@@ -246,6 +249,7 @@ class TeachPanel(QWidget):
     def clear(self) -> None:
         """Forget the last answer's step (another conversation is shown)."""
         self.last_step = None
+        self._k_seen = 0
         self.explanation.setHtml(self._intro)
         self.update_curve()
 
@@ -266,6 +270,7 @@ class TeachPanel(QWidget):
             event = record.event
             if record.kind is RecordKind.QUEUED:
                 self.last_step = None
+                self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy = event.strategy
             elif record.kind is RecordKind.STEP and isinstance(event, StepEvent):
@@ -299,6 +304,12 @@ class TeachPanel(QWidget):
                 "and drafting costs it measured on this machine and the acceptance it has learnt"
             )
             mark = step.n_draft_max
+            if len(speedup) - 1 < self._k_seen:
+                how += (
+                    f" (this step could verify at most k = {len(speedup) - 1}: the length of the draft on offer, "
+                    "or the tokens left before the answer's end)"
+                )
+            self._k_seen = max(self._k_seen, len(speedup) - 1)
         else:
             curve = self.series.speedup_curve(max(MAX_GAMMA, self.n_draft))
             if curve is None:
@@ -321,6 +332,7 @@ class TeachPanel(QWidget):
         major = max(1, int(np.ceil((len(speedup) - 1) / 8)))
         self.curve_plot.getAxis("bottom").setTickSpacing(major, 1)
         self.curve.setData(k, speedup)
+        self.curve_plot.setXRange(0, max(self._k_seen, len(speedup) - 1, 1), padding=0.05)
         mark = min(mark, len(speedup) - 1)
         self.marker.setData([mark], [speedup[mark]])
         best = int(np.argmax(speedup))
