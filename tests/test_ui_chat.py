@@ -389,7 +389,8 @@ def test_the_figures_line_never_shows_the_last_answers_figures_for_a_new_one(qtb
     window.chat.input.setPlainText("second")
     with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
         qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
-        assert window.chat.figures.text() == "Generating…"
+        assert window.chat.figures.text() == "Reading the prompt…"  # until the start event: then tokens follow
+        qtbot.waitUntil(lambda: window.chat.figures.text() == "Generating…", timeout=10_000)
     assert "tokens/s" in window.chat.figures.text()
     window.chat.input.setPlainText("stopped at once")
     qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
@@ -409,3 +410,14 @@ def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
     window.chat.stop()
     wait_idle(qtbot, window)
     assert window.chat.figures.text().endswith("· stopped") and "tokens/s" in window.chat.figures.text()
+
+
+def test_a_message_sent_before_the_models_are_loaded_says_it_waits_for_them(qtbot, tiny) -> None:
+    """From a new-user tour: on the first start the figures line said "Generating…" under an empty answer while
+    the demo models were still being assembled and loaded."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 30, step_s=0.01)), load=False)
+    window.chat.input.setPlainText("hello")
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+        assert window.chat.figures.text() == "Waiting for the models to load…"
+    assert "tokens/s" in window.chat.figures.text()

@@ -146,6 +146,7 @@ class _Turn:
         for record in records:
             if record.kind is RecordKind.STARTED and isinstance(record.event, StartEvent):
                 self.seed = record.event.seed
+                self.pane._turn_started(self)
             elif record.kind is RecordKind.STEP and isinstance(record.event, StepEvent):
                 chunk += record.event.text
             elif record.kind is RecordKind.FINISHED and isinstance(record.event, FinishEvent):
@@ -198,6 +199,7 @@ class ChatPane(QWidget):
         self.router = router
         self.settings = settings
         self.store = store
+        self._models_ready = False  # see set_models_state
         self.observers = list(observers)
         self.conversation = Conversation()
         self.pair = ""
@@ -413,11 +415,16 @@ class ChatPane(QWidget):
         self.conversation.pair = self.pair
         turn = _Turn(self, self.conversation, text)
         self.turn = turn
-        self.figures.setText("Generating…")  # the last answer's figures are not this one's
+        # The last answer's figures are not this one's; until its first token, say what it waits for.
+        self.figures.setText("Reading the prompt…" if self._models_ready else "Waiting for the models to load…")
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])
         self._update_buttons()
+
+    def _turn_started(self, turn: _Turn) -> None:
+        if self.turn is turn:  # the prompt is read: tokens follow
+            self.figures.setText("Generating…")
 
     def _stream(self, turn: _Turn, chunk: str) -> None:
         if turn.conversation is not self.conversation or self._stream_cursor is None:
@@ -540,6 +547,7 @@ class ChatPane(QWidget):
     def set_models_state(self, loaded: bool, chosen: bool, loading: bool = False) -> None:
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
         first message if it is not loaded yet)."""
+        self._models_ready = loaded
         if loaded:
             text = "Type a message below and press Enter."
         elif loading:
