@@ -68,6 +68,23 @@ def test_estimate_fills_the_estimates_and_unticks_hopeless_candidates(qtbot, lab
     assert lab.status.text().startswith("Estimated.")
 
 
+def test_estimate_rows_grow_when_the_window_narrows_so_no_text_is_cut(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: estimates were cut mid-sentence; the rows were sized once, before the window's
+    final width, and the text wraps to more lines as the stretched column narrows."""
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    table = lab.candidate_table
+    row = next(i for i, c in enumerate(lab.candidates) if c.runnable and not c.is_plain)
+    lab.resize(1600, 800)
+    table.setColumnWidth(0, 60)  # the candidate column narrow: the estimate column stretches wide
+    qtbot.waitUntil(lambda: table.columnWidth(1) > 250, timeout=5_000)
+    wide, width = table.rowHeight(row), table.columnWidth(1)
+    table.setColumnWidth(0, 300)  # dragged wider: the estimate column narrows
+    qtbot.waitUntil(lambda: table.columnWidth(1) < width - 150, timeout=5_000)
+    assert table.rowHeight(row) > wide
+    assert table.rowHeight(row) >= table.sizeHintForRow(row)
+
+
 def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     progressed: list[object] = []
     lab.worker.lab_progressed.connect(progressed.append)

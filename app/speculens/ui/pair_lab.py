@@ -179,6 +179,9 @@ class PairLabWindow(QMainWindow):
         self.candidate_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.candidate_table.verticalHeader().setVisible(False)
         self.candidate_table.setWordWrap(True)
+        # Rows are as tall as their wrapped text at the columns' widths of the moment: the estimate column
+        # stretches with the window, so the heights follow it (they were cut off mid-sentence after a resize).
+        header.sectionResized.connect(lambda *_: self.candidate_table.resizeRowsToContents())
         left.addWidget(QLabel("<b>Candidates</b> (tick what to measure; plain decoding always runs)", setup))
         left.addWidget(self.candidate_table, 3)
 
