@@ -276,9 +276,13 @@ def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny
     send(qtbot, window, "first")
     assert len(factory.engines) == 2 and factory.last.draft == tiny.perturbed
     window.store.update(strategy="lookup")  # the draft stays loaded, unused
+    # Nothing says a reload is needed: only that one would free the idle draft.
+    assert "reload needed" not in window.pair_label.text() and "draft idle" in window.pair_label.text()
+    assert "answers go on without a reload" in window.settings_panel.reload_note.text()
     send(qtbot, window, "second")
     assert len(factory.engines) == 2
     window.store.update(n_ctx=4096)
+    assert "reload needed" in window.pair_label.text() and "context size" in window.settings_panel.reload_note.text()
     send(qtbot, window, "third")
     assert len(factory.engines) == 3 and factory.last.config.n_ctx == 4096
     assert [m["role"] for m in window.chat.conversation.messages] == ["user", "assistant"] * 3
@@ -367,3 +371,4 @@ def test_help_lists_every_menu_shortcut(qtbot, tiny) -> None:
         key = action.shortcut().toString()
         assert key and key in text
     assert "Pair lab" in text and "Ctrl+Shift+L" in text and "Shift+Enter" in text
+    assert "Models window: close it" in text and "stop a run" in text  # the tool windows' Esc

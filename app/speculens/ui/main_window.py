@@ -374,7 +374,7 @@ class MainWindow(QMainWindow):
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
         if models.loaded and not models.loading and self.store.reload_needed():
-            state += " — reload needed"
+            state += " — draft idle: Reload frees it" if self.store.reload_frees_draft_only() else " — reload needed"
         label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
             label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
@@ -564,6 +564,11 @@ class MainWindow(QMainWindow):
                 if key:
                     what = f"{menu_action.text().replace('&', '')} ▸ {action.text().replace('&', '')}"
                     rows.append(f"<tr><td><b>{html.escape(key)}</b></td><td>{html.escape(what)}</td></tr>")
+        rows.append(  # the tool windows' own shortcuts (not in the menus)
+            "<tr><td><b>Esc</b></td><td>In the Models window: close it. In the Pair lab: stop a run, or close "
+            "the lab when none is running</td></tr>"
+            "<tr><td><b>Ctrl+Enter</b></td><td>In the Pair lab: run</td></tr>"
+        )
         return f"<table cellspacing='6'>{''.join(rows)}</table>"
 
     def show_shortcuts(self) -> None:

@@ -297,7 +297,12 @@ class SettingsPanel(QWidget):
 
     def _update_reload_note(self) -> None:
         fields = sorted(self.store.reload_needed())
-        if fields:
+        if fields and self.store.reload_frees_draft_only():
+            self.reload_note.setText(
+                "The draft model stays loaded, but this strategy does not use it: answers go on without a reload. "
+                "Reload the models to free its memory."
+            )
+        elif fields:
             names = ", ".join(SPECS[f].label.lower() if f in SPECS else f for f in fields)
             self.reload_note.setText(f"Changed since the models were loaded: {names}. Reload the models to apply.")
         self.reload_note.setVisible(bool(fields))

@@ -96,6 +96,13 @@ class SettingsStore(QObject):
         """The changed fields that only take effect once the models are loaded again (none when unloaded)."""
         return self._settings.needs_reload(self._loaded) if self._loaded is not None else set()
 
+    def reload_frees_draft_only(self) -> bool:
+        """Whether all a reload would do is unload a draft model the chosen strategy no longer uses: answers go
+        on without it (see :meth:`Settings.needs_reload_to_answer`), and a reload only frees its memory."""
+        if self._loaded is None:
+            return False
+        return bool(self.reload_needed()) and not self._settings.needs_reload_to_answer(self._loaded)
+
     def flush(self) -> None:
         """Write any unsaved change now and wait for it (the window is closing)."""
         self._timer.stop()
