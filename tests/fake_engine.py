@@ -46,6 +46,7 @@ class Script:
         fail_after: after this many pieces the engine raises an OperationError (a decode failure midway).
         prompt_s: how long the prompt takes before the first step (cancel is looked at only afterwards, as
             the real engine does).
+        threads: each step's thread count, by step (cycled; empty: 2 for every step).
     """
 
     answer: Sequence[str] = ("Hello", " there", ",", " friend", ".")
@@ -57,6 +58,7 @@ class Script:
     n_draft_max: int = 2
     fail_after: int | None = None
     prompt_s: float = 0.0
+    threads: Sequence[int] = ()
 
 
 @dataclass
@@ -147,6 +149,7 @@ class FakeEngine:
                 source="draft" if drafted else None,
                 expected_speedup=self.script.expected_speedup,
                 considered="draft" if self.script.expected_speedup else None,
+                threads=self.script.threads[i % len(self.script.threads)] if self.script.threads else 2,
             )
         else:
             if len(self.script.answer) > config.max_tokens:

@@ -121,3 +121,14 @@ def test_a_prompt_file_loses_one_trailing_newline_as_in_llama_cpp(tiny: TinyMode
 
     assert n_prompt("-f", str(prompt)) == n_prompt("one two three") == n_prompt("one two three\n")
     assert n_prompt("one two three\n\n") > n_prompt("one two three")
+
+
+def test_the_summary_says_when_fewer_threads_decoded() -> None:
+    from collections import Counter
+
+    from speculens.cli.generate_cmd import summary
+    from speculens.engine.events import RunningStats
+
+    stats = RunningStats(3, 3, 0, 0, 0.1, 0.0, 0.1, 0.0, (), (), 0)
+    assert "threads" not in summary(stats, None, "max_tokens", Counter({2: 3}))
+    assert "threads: 2 for 1 steps, 1 for 2 steps" in summary(stats, None, "max_tokens", Counter({2: 1, 1: 2}))

@@ -421,3 +421,14 @@ def test_a_message_sent_before_the_models_are_loaded_says_it_waits_for_them(qtbo
         qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
         assert window.chat.figures.text() == "Waiting for the models to load…"
     assert "tokens/s" in window.chat.figures.text()
+
+
+def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> None:
+    factory = FakeFactory(Script(answer=["word "] * 6, threads=(2, 2, 1, 1, 1, 1)))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "busy machine")
+    assert "1 thread for 4 of 6 steps (another program was busy)" in window.chat.figures.text()
+    window.chat.new_chat()
+    factory.last.script.threads = ()
+    send(qtbot, window, "quiet machine")
+    assert "thread" not in window.chat.figures.text()

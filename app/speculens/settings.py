@@ -297,6 +297,7 @@ def model_config(settings: Settings) -> ModelConfig:
         draft=Path(settings.draft_path) if settings.uses_draft else None,
         n_ctx=settings.n_ctx,
         n_threads=settings.threads,
+        adaptive_threads=not settings.threads,
         n_gpu_layers=settings.n_gpu_layers,
         n_gpu_layers_draft=settings.n_gpu_layers_draft,
         ngram_map=Path(settings.ngram_map_path) if settings.ngram_map_path else None,

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import threading
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
@@ -37,7 +38,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--target", required=True, help="target model: a .gguf path or a demo name (qwen-1.5b)")
     p.add_argument("-d", "--draft", help="draft model for --strategy draft: a .gguf path or a demo name (qwen-0.5b)")
     p.add_argument("--ctx", type=int, default=DEFAULT_N_CTX, help=f"context size in tokens (default {DEFAULT_N_CTX})")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: automatic)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads (default: automatic: the cores this process may use, fewer while another program keeps "
+        "one busy)",
+    )
     p.add_argument("--ngl", type=int, default=0, help="target layers offloaded to the GPU (-1 = all)")
     p.add_argument("--ngl-draft", type=int, default=0, help="draft layers offloaded to the GPU (-1 = all)")
     p.add_argument("--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map")
@@ -110,6 +117,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         draft=resolve(args.draft) if args.draft else None,
         n_ctx=args.ctx,
         n_threads=args.threads,
+        adaptive_threads=not args.threads,
         n_gpu_layers=args.ngl,
         n_gpu_layers_draft=args.ngl_draft,
         ngram_map=args.ngram_map,
@@ -133,8 +141,8 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
     )
 
 
-def summary(stats: RunningStats, start: StartEvent | None, reason: str) -> str:
-    """llama.cpp-style closing figures."""
+def summary(stats: RunningStats, start: StartEvent | None, reason: str, threads: Counter[int] | None = None) -> str:
+    """llama.cpp-style closing figures (``threads``: steps by the target's thread count, shown when it changed)."""
     lines = []
     if start is not None:
         lines.append(
@@ -150,13 +158,20 @@ def summary(stats: RunningStats, start: StartEvent | None, reason: str) -> str:
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
         f"stopped: {reason}",
     ]
+    if threads is not None and len(threads) > 1:
+        counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.items(), reverse=True))
+        lines.append(f"threads: {counts} (fewer while another program kept a core busy)")
     return "\n".join(lines)
 
 
-def consume(events: object, out: IO[str], color: bool, log: IO[str] | None) -> tuple[FinishEvent, StartEvent | None]:
-    """Print a generation's text as it streams; return its finish (and start) event."""
+def consume(
+    events: object, out: IO[str], color: bool, log: IO[str] | None
+) -> tuple[FinishEvent, StartEvent | None, Counter[int]]:
+    """Print a generation's text as it streams; return its finish (and start) event and its steps by thread
+    count."""
     start: StartEvent | None = None
     finish: FinishEvent | None = None
+    threads: Counter[int] = Counter()
     for event in events:  # type: ignore[attr-defined]
         assert isinstance(event, StartEvent | StepEvent | FinishEvent)
         if log is not None:
@@ -166,10 +181,11 @@ def consume(events: object, out: IO[str], color: bool, log: IO[str] | None) -> t
         elif isinstance(event, StepEvent):
             out.write(_render_colored(event) if color else event.text)
             out.flush()
+            threads[event.threads] += 1
         else:
             finish = event
     assert finish is not None
-    return finish, start
+    return finish, start, threads
 
 
 def _render_colored(event: StepEvent) -> str:
@@ -212,10 +228,10 @@ def run(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         try:
             if not args.chat:
-                finish, start = consume(engine.generate(prompt, config, cancel), sys.stdout, args.color, log)
+                finish, start, threads = consume(engine.generate(prompt, config, cancel), sys.stdout, args.color, log)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
-                print(summary(finish.stats, start, finish.reason.value), file=sys.stderr)
+                print(summary(finish.stats, start, finish.reason.value, threads), file=sys.stderr)
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
@@ -227,10 +243,11 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 if not line.strip():
                     continue
-                finish, start = consume(chat.send(line.rstrip("\n"), config, cancel), sys.stdout, args.color, log)
+                events = chat.send(line.rstrip("\n"), config, cancel)
+                finish, start, threads = consume(events, sys.stdout, args.color, log)
                 sys.stdout.write("\n")
                 sys.stdout.flush()
-                print(summary(finish.stats, start, finish.reason.value), file=sys.stderr)
+                print(summary(finish.stats, start, finish.reason.value, threads), file=sys.stderr)
         except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -254,6 +254,8 @@ class LlamaBackend:
         self.n_decoded = 0  # tokens evaluated (for tests and statistics)
         self.n_decode_calls = 0  # llama_decode calls (the adaptive controller costs a draft per call)
         self.last_calls: list[tuple[int, float]] = []  # the last decode()'s calls: (tokens, seconds)
+        self.last_cpu = 0.0  # the process's CPU time during the last decode call (see engine.threads)
+        self.n_threads = self.params.n_threads or default_threads()  # see set_threads
         # The last prompt prefill() evaluated, and where its final decode call began (see prefill).
         self._last_prefill: tuple[tuple[int, ...], int] | None = None
         if self.params.vocab_only:
@@ -262,9 +264,8 @@ class LlamaBackend:
         cparams.n_ctx = self.params.n_ctx
         cparams.n_batch = self.params.n_batch
         cparams.n_ubatch = self.params.n_batch
-        threads = self.params.n_threads or default_threads()
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
         if self.recurrent:
             cparams.n_rs_seq = self.params.rollback
@@ -475,9 +476,10 @@ class LlamaBackend:
                 b.logits[j] = out
                 if out:
                     outputs.append(j)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, b)
             seconds = time.perf_counter() - t0
+            self.last_cpu = time.process_time() - c0
             self.decode_seconds += seconds
             self.last_calls.append((len(chunk), seconds))
             self.n_decode_calls += 1
@@ -493,6 +495,12 @@ class LlamaBackend:
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def set_threads(self, n: int) -> None:
+        """Decode with ``n`` CPU threads from the next call on (one-token and batch calls alike)."""
+        if n != self.n_threads and self._ctx is not None:
+            llama_cpp.llama_set_n_threads(self._ctx, n, n)
+            self.n_threads = n
 
     def _plain_split(self, n: int) -> list[int]:
         full, rest = divmod(n, self.params.n_batch)

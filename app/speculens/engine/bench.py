@@ -249,7 +249,9 @@ def run_once(
     chosen: list[int] = []
     probes = 0
     finish: FinishEvent | None = None
-    events = generate(engine.target, drafters, prompt, config, rng, cancel, costs or engine.costs, engine.config.exact)
+    events = generate(
+        engine.target, drafters, prompt, config, rng, cancel, costs or engine.costs, engine.config.exact, engine.threads
+    )
     for event in events:
         if isinstance(event, StepEvent):
             chosen.append(event.n_draft_max)

@@ -139,6 +139,9 @@ class ModelConfig:
         ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
         costs_dir: where the adaptive controller's measured costs are kept between sessions, per model pair
             and load configuration (``None``: measured afresh each session).
+        adaptive_threads: decode with fewer threads while another program keeps a core busy, and with all of
+            ``n_threads`` again once it stops (:mod:`speculens.engine.threads`); for an automatic thread count.
+            Not in bit-exact mode, nor with layers on a GPU.
         exact: bit-exact verification: load the target in a configuration whose batched logits equal its
             one-token logits (measured at load) and verify in those batch sizes, so greedy speculation
             reproduces plain decoding token for token, at a measured cost in speed. Off (the default), the
@@ -156,3 +159,4 @@ class ModelConfig:
     ngram_cache_dir: Path | None = None
     costs_dir: Path | None = None
     exact: bool = False
+    adaptive_threads: bool = False

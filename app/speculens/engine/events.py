@@ -163,6 +163,8 @@ class StepEvent:
             ``k = 0..`` drafts of ``considered`` (the source it chose, or the most promising one it declined),
             from the costs and acceptance it had measured; empty without the controller.
         considered: the source ``expected_speedup`` is about.
+        threads: the CPU threads the target decoded with this step (fewer than the automatic count while
+            another program keeps a core busy, see :mod:`speculens.engine.threads`; 0: not known).
     """
 
     step: int
@@ -179,6 +181,7 @@ class StepEvent:
     source: str | None = None
     expected_speedup: tuple[float, ...] = ()
     considered: str | None = None
+    threads: int = 0
 
     @property
     def n_accepted(self) -> int:

@@ -33,6 +33,7 @@ from speculens.engine.events import (
 )
 from speculens.engine.sampling import SamplingParams, transform
 from speculens.engine.text import TextAssembler
+from speculens.engine.threads import ThreadGovernor
 from speculens.engine.verify import Verdict, verify_greedy, verify_rejection, verify_sample_compare
 from speculens.errors import InvalidInputError
 
@@ -86,6 +87,7 @@ def generate(
     cancel: threading.Event | None = None,
     costs: CostModel | None = None,
     exact: bool = False,
+    threads: ThreadGovernor | None = None,
 ) -> Iterator[Event]:
     """Generate from ``prompt`` with speculation, yielding a start event, one event per step and a finish.
 
@@ -101,6 +103,7 @@ def generate(
         costs: the session's measured costs for the adaptive controller (kept by the caller across
             generations; a fresh model when ``None``).
         exact: verify in the target's bit-exact decode-call sizes (:meth:`LlamaBackend.split`).
+        threads: the session's thread governor (``None``: the models' thread counts stay as loaded).
 
     Returns:
         The events, lazily: nothing runs until the first one is taken.
@@ -125,7 +128,7 @@ def generate(
     if config.adaptive and drafters:
         names = [d.name for d in drafters]
         controller = AdaptiveController(config.n_draft, names, costs, config.n_draft_min)
-    return _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact).run(prompt)
+    return _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact, threads).run(prompt)
 
 
 def _to_end(draft: Draft, eog: frozenset[int]) -> Draft:
@@ -152,6 +155,7 @@ class _Loop:
         limit: int,
         controller: AdaptiveController | None,
         exact: bool,
+        threads: ThreadGovernor | None = None,
     ) -> None:
         self.target = target
         self.free = [d for d in drafters if d is not model]
@@ -162,6 +166,7 @@ class _Loop:
         self.limit = limit
         self.controller = controller
         self.exact = exact
+        self.threads = threads
 
     def _draft(self, history: list[int], n_max: int) -> tuple[Draft, StepPlan | None, int | None]:
         """This step's draft, the controller's plan for it, and how long the chosen free draft was."""
@@ -229,6 +234,11 @@ class _Loop:
             if room < 0:
                 reason = FinishReason.CONTEXT
                 break
+            if self.threads is not None:  # fewer threads while another program keeps a core busy
+                n_threads = self.threads.threads()
+                target.set_threads(n_threads)
+                if draft_backend is not None:
+                    draft_backend.set_threads(n_threads)
             step_t0 = time.perf_counter()
             target_dec0 = target.decode_seconds
             draft_dec0 = draft_backend.decode_seconds if draft_backend is not None else 0.0
@@ -254,6 +264,8 @@ class _Loop:
                 verify_calls = target.last_calls if draft.tokens else []
                 pending = None
             t_verified_dec = target.decode_seconds
+            if self.threads is not None and len(verify_calls) == 1 and verify_calls[0][0] == 1:
+                self.threads.observe(verify_calls[0][1], target.last_cpu)
             verdict = _verify(draft, rows, sampling, self.rng)
             target.truncate(len(history) + verdict.n_accepted)
 
@@ -338,6 +350,7 @@ class _Loop:
                 source=draft.source if draft.tokens else None,
                 expected_speedup=plan.expected_speedup if plan is not None else (),
                 considered=plan.considered if plan is not None else None,
+                threads=target.n_threads,
             )
 
         for drafter in self.free:

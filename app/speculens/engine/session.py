@@ -29,6 +29,7 @@ from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent
 from speculens.engine.generate import generate
 from speculens.engine.protocol import EngineInfo, Messages
+from speculens.engine.threads import ThreadGovernor
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
 from speculens.errors import InvalidInputError
 
@@ -71,6 +72,11 @@ class SpeculativeEngine:
                 self.target.close()
                 raise
         self.draft: LlamaBackend | None = None
+        # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
+        # measured its invariance with its own count).
+        self.threads: ThreadGovernor | None = None
+        if config.adaptive_threads and not config.exact and not config.n_gpu_layers and self.target.n_threads > 1:
+            self.threads = ThreadGovernor(self.target.n_threads)
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
         # kept across generations (acceptance is per text and starts afresh each time), and across sessions
         # when there is a costs folder.
@@ -250,7 +256,9 @@ class SpeculativeEngine:
             config = replace(config, sampling=replace(config.sampling, seed=secrets.randbelow(2**31)))
         rng = np.random.default_rng(config.sampling.seed)
         drafters = self.drafters(config, rng)
-        return generate(self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact)
+        return generate(
+            self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads
+        )
 
     def chat(
         self, messages: Messages, config: GenerationConfig, cancel: threading.Event | None = None

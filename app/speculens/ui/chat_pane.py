@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
@@ -140,6 +141,7 @@ class _Turn:
         self.discarded = False  # its conversation was deleted: nothing of it is saved
         self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
         self._last_save = time.monotonic()
+        self.threads: Counter[int] = Counter()  # steps by the target's thread count (see engine.threads)
 
     def on_records(self, records: Sequence[Record]) -> None:
         chunk = ""
@@ -149,6 +151,7 @@ class _Turn:
                 self.pane._turn_started(self)
             elif record.kind is RecordKind.STEP and isinstance(record.event, StepEvent):
                 chunk += record.event.text
+                self.threads[record.event.threads] += 1
             elif record.kind is RecordKind.FINISHED and isinstance(record.event, FinishEvent):
                 self.pane._finish_turn(self, record.event)
                 return
@@ -463,7 +466,14 @@ class ChatPane(QWidget):
             drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
             tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
             stopped = " · stopped" if finish.reason is FinishReason.CANCELLED else ""
-            self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}{stopped}")
+            threads = ""
+            if len(turn.threads) > 1:  # the engine took threads back while another program kept a core busy
+                fewest = min(turn.threads)
+                threads = (
+                    f" · {fewest} thread{'s' if fewest != 1 else ''} for {turn.threads[fewest]} of "
+                    f"{turn.threads.total()} steps (another program was busy)"
+                )
+            self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}{threads}{stopped}")
         self.turn_finished.emit(finish)
         reason = finish.reason.value
         self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")

@@ -1,0 +1,92 @@
+"""Fewer threads while another program keeps a core busy.
+
+llama.cpp's CPU threads meet at a barrier after every operation, so one thread the operating system holds back
+holds them all back: on this project's 2-core VM, with one core kept busy by another process, the demo target
+decoded 7.9 tokens/s with 2 threads and 13.6–17.7 with 1 (it decodes ~26 with 2 on a quiet machine). A user's
+desktop is rarely quiet (a browser, a build, an indexer), and a fixed thread count cannot know.
+
+The sign is in our own process: while llama.cpp decodes, each of its threads works or spins at a barrier, so the
+process uses ``n`` cores' worth of CPU time per second of a decode call with ``n`` threads on a quiet machine
+(1.99 measured with 2 threads), and less when the system gives its threads less (1.43 with one core busy). So
+:class:`ThreadGovernor` watches the CPU time of one-token decode calls: when the last few got less than ``n`` minus
+a third of a core, it tries ``n − 1`` threads for a few steps and keeps them if they decode faster. While fewer
+than the full count, it tries one more now and then (less and less often while that loses), so the threads come
+back when the other program stops. The answer never depends on it: thread counts change the speed of llama.cpp's
+kernels, not their results (each output row is computed by one thread). Only automatic thread counts are governed
+(an explicit ``--threads`` is the user's), and never in bit-exact mode, whose invariance was measured with its
+thread count.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+
+class ThreadGovernor:
+    """The thread count for the next decode call, from the speed and CPU share of the last one-token calls.
+
+    Args:
+        full: the automatic thread count (the most it uses).
+    """
+
+    WINDOW = 5  # one-token calls whose CPU share and median time describe the present count
+    TRIAL = 3  # one-token calls a trial of another count takes
+    SHORT = 0.35  # cores' worth of CPU time missing per second of decoding that makes a trial of one thread fewer
+    WIN = 0.95  # a trial wins when its median time is under this fraction of the present count's
+    BACKOFF_FIRST = 32  # one-token calls before the next trial after a trial lost (doubling while they lose)
+    BACKOFF_MAX = 512
+
+    def __init__(self, full: int) -> None:
+        self.full = max(1, full)
+        self.count = self.full
+        self._wall: deque[float] = deque(maxlen=self.WINDOW)
+        self._cpu: deque[float] = deque(maxlen=self.WINDOW)
+        self._trial: tuple[int, list[float]] | None = None  # the count tried and its calls' times
+        self._before = 0.0  # the present count's median time when the trial began
+        self._since = 0  # one-token calls at the present count since the last change or trial
+        self._wait = {-1: 0, +1: self.BACKOFF_FIRST}  # calls to wait before a trial down / up
+        self.trials = 0  # trials begun (for tests and the figures)
+
+    def threads(self) -> int:
+        """The thread count for the next decode call."""
+        return self._trial[0] if self._trial is not None else self.count
+
+    def observe(self, seconds: float, cpu_seconds: float) -> None:
+        """A one-token decode call at :meth:`threads` took ``seconds``, and the process used ``cpu_seconds`` of
+        CPU time meanwhile."""
+        if seconds <= 0.0:
+            return
+        if self._trial is not None:
+            count, times = self._trial
+            times.append(seconds)
+            if len(times) >= self.TRIAL:
+                self._end_trial(count, statistics.median(times))
+            return
+        self._wall.append(seconds)
+        self._cpu.append(cpu_seconds)
+        self._since += 1
+        if len(self._wall) < self.WINDOW:
+            return
+        share = sum(self._cpu) / sum(self._wall)  # cores' worth of CPU time per second of decoding
+        if self.count > 1 and share < self.count - self.SHORT and self._since >= self._wait[-1]:
+            self._begin_trial(self.count - 1)
+        elif self.count < self.full and self._since >= self._wait[+1]:
+            self._begin_trial(self.count + 1)
+
+    def _begin_trial(self, count: int) -> None:
+        self._before = statistics.median(self._wall)
+        self._trial = (count, [])
+        self.trials += 1
+
+    def _end_trial(self, count: int, median: float) -> None:
+        self._trial = None
+        self._since = 0
+        direction = -1 if count < self.count else +1
+        if median < self.WIN * self._before:
+            self.count = count
+            self._wall.clear()
+            self._cpu.clear()
+            self._wait = {-1: 0, +1: self.BACKOFF_FIRST}
+        else:
+            self._wait[direction] = min(max(2 * self._wait[direction], self.BACKOFF_FIRST), self.BACKOFF_MAX)

@@ -1,0 +1,112 @@
+"""The thread governor on a simulated CPU: fewer threads while other programs keep cores busy, all of them back
+when they stop, and nothing tried on a quiet machine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from speculens.engine.threads import ThreadGovernor
+
+
+class Cpu:
+    """``cores`` cores, ``busy`` of them kept busy by other programs. A one-token step with ``n`` threads takes
+    ``0.036 · (2 / n) ** 0.4`` s on a quiet machine (the demo target here: 36 ms with 2 threads, 46 with 1); when
+    ``n + busy`` threads want more cores than there are, each gets a share, and llama.cpp's barriers make the
+    whole step wait for the slowest (64 ms with 2 threads and one busy core, measured; 47 ms with 1)."""
+
+    def __init__(self, cores: int, seed: int = 0) -> None:
+        self.cores = cores
+        self.busy = 0
+        self.rng = np.random.default_rng(seed)
+
+    def step(self, n: int) -> tuple[float, float]:
+        quiet = 0.036 * (2 / n) ** 0.4
+        share = min(1.0, self.cores / (n + self.busy))
+        seconds = quiet / share * (1.2 if share < 1.0 else 1.0) * self.rng.uniform(0.9, 1.15)
+        return seconds, seconds * n * share * self.rng.uniform(0.97, 1.0)
+
+
+def run(governor: ThreadGovernor, cpu: Cpu, steps: int) -> tuple[list[int], float]:
+    counts, total = [], 0.0
+    for _ in range(steps):
+        n = governor.threads()
+        seconds, cpu_seconds = cpu.step(n)
+        governor.observe(seconds, cpu_seconds)
+        counts.append(n)
+        total += seconds
+    return counts, total
+
+
+def test_a_quiet_machine_keeps_every_thread_and_tries_nothing() -> None:
+    governor = ThreadGovernor(2)
+    counts, _ = run(governor, Cpu(2), 2000)
+    assert set(counts) == {2} and governor.trials == 0
+
+
+def test_a_busy_core_takes_a_thread_and_it_comes_back_when_the_core_is_free() -> None:
+    cpu = Cpu(2)
+    governor = ThreadGovernor(2)
+    run(governor, cpu, 50)
+    cpu.busy = 1
+    counts, governed = run(governor, cpu, 400)
+    assert counts.index(1) <= ThreadGovernor.WINDOW  # noticed within one window
+    assert np.mean(np.array(counts[20:]) == 1) > 0.9  # and kept, but for the trials of two now and then
+    kept = Cpu(2, seed=1)
+    kept.busy = 1
+    assert governed < 0.85 * sum(kept.step(2)[0] for _ in range(400))  # against two threads all along
+    cpu.busy = 0
+    counts, _ = run(governor, cpu, 700)
+    back = next(i for i, n in enumerate(counts) if all(m == 2 for m in counts[i:]))
+    assert back <= ThreadGovernor.BACKOFF_MAX + ThreadGovernor.WINDOW  # the next trial of two threads
+
+
+def test_an_eight_core_machine_gives_up_one_thread_per_busy_core() -> None:
+    cpu = Cpu(8)
+    governor = ThreadGovernor(8)
+    cpu.busy = 2
+    counts, _ = run(governor, cpu, 300)
+    assert counts[-1] == 6 and np.mean(np.array(counts[100:]) == 6) > 0.9
+
+
+def test_a_low_cpu_share_that_fewer_threads_do_not_cure_is_tried_ever_less_often() -> None:
+    """A CPU share that reads low while fewer threads are no faster (a coarse process clock, a machine slow for
+    another reason): trials back off, so they cost next to nothing."""
+
+    class Odd(Cpu):
+        def step(self, n: int) -> tuple[float, float]:
+            seconds = 0.036 * (2 / n) ** 0.4 * self.rng.uniform(0.9, 1.15)
+            return seconds, seconds * 1.2  # always short of a whole core per thread
+
+    governor = ThreadGovernor(2)
+    counts, _ = run(governor, Odd(2), 4000)
+    assert governor.trials <= 5 + 4000 // ThreadGovernor.BACKOFF_MAX  # 32, 64, 128, 256, then every 512 steps
+    assert np.mean(np.array(counts) == 2) > 0.99
+
+
+def test_the_engine_governs_an_automatic_thread_count_only_and_threads_never_change_the_answer(tiny) -> None:  # type: ignore[no-untyped-def]
+    from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
+    from speculens.engine.events import FinishEvent, StepEvent
+    from speculens.engine.session import SpeculativeEngine
+
+    class Alternating(ThreadGovernor):
+        """Two threads and one by turns, as trials and a busy spell would switch them."""
+
+        def threads(self) -> int:
+            self.calls = getattr(self, "calls", 0) + 1
+            return 1 + self.calls % 2
+
+    config = GenerationConfig(strategy=Strategy.LOOKUP, max_tokens=40)
+    fixed = ModelConfig(tiny.target, n_ctx=512, n_threads=2)
+    with SpeculativeEngine(fixed) as engine:
+        assert engine.threads is None  # a count the user gave is kept
+        events = list(engine.generate("def add(a, b):", config))
+        assert {e.threads for e in events if isinstance(e, StepEvent)} == {2}
+        plain = next(e for e in events if isinstance(e, FinishEvent)).tokens
+    with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=512, n_threads=2, exact=True, adaptive_threads=True)) as e:
+        assert e.threads is None  # bit-exact mode measured its invariance with its own count
+    with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=512, n_threads=2, adaptive_threads=True)) as engine:
+        assert isinstance(engine.threads, ThreadGovernor) and engine.threads.full == 2
+        engine.threads = Alternating(2)
+        events = list(engine.generate("def add(a, b):", config))
+        assert {e.threads for e in events if isinstance(e, StepEvent)} == {1, 2}
+        assert next(e for e in events if isinstance(e, FinishEvent)).tokens == plain
