@@ -234,11 +234,8 @@ class _Loop:
             if room < 0:
                 reason = FinishReason.CONTEXT
                 break
-            if self.threads is not None:  # fewer threads while another program keeps a core busy
-                n_threads = self.threads.threads()
-                target.set_threads(n_threads)
-                if draft_backend is not None:
-                    draft_backend.set_threads(n_threads)
+            if self.threads is not None and draft_backend is not None:  # fewer while another program is busy
+                draft_backend.set_threads(self.threads.count)
             step_t0 = time.perf_counter()
             target_dec0 = target.decode_seconds
             draft_dec0 = draft_backend.decode_seconds if draft_backend is not None else 0.0
@@ -251,6 +248,11 @@ class _Loop:
             if len(draft.tokens) < max(config.n_draft_min, 1):
                 draft = Draft()
             t_drafted = time.perf_counter()
+
+            # A trial of another thread count is timed on one-token steps only: a copy's batches keep the count
+            # the governor has settled on, or a trial could last a whole copy.
+            if self.threads is not None:
+                target.set_threads(self.threads.count if draft.tokens else self.threads.threads())
 
             # 2. Verify all drafted positions in one target pass (after the prompt, its last token's row is
             # already known: only the drafts are evaluated).
