@@ -98,6 +98,8 @@ def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, 
     assert table.rowCount() >= 5 and "Plain decoding" in [table.item(r, 0).text() for r in range(table.rowCount())]
     assert "For chat" in lab.recommendation.text()
     assert lab.speedup_plot.plotItem.items  # bars were drawn
+    legend, view = lab.speedup_plot.plotItem.legend, lab.speedup_plot.plotItem.getViewBox()
+    assert legend.boundingRect().width() <= view.boundingRect().width()  # a tour saw it cut at the plot's edge
     saved = load_saved(tiny.target)
     assert saved is not None and "chat" in saved.rows
     lab.apply_button.click()

@@ -73,6 +73,7 @@ SUITE_KINDS = [k for k in KINDS if k != "custom"]
 DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
 NOISY_STYLE = "QLabel { background: #fff3cd; color: #664d03; padding: 8px; border-radius: 4px }"
 SWEEP = (1, 2, 4, 8)
+LEGEND_CHARS = 24  # the longest candidate label in the speedup chart's legend
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2")
 _COLUMNS = ("Candidate", "tok/s", "Speedup", "Acceptance", "Tokens/pass", "Draft length", "Same output", "Measured")
 
@@ -261,7 +262,8 @@ class PairLabWindow(QMainWindow):
         self.speedup_plot.setBackground("w")
         self.speedup_plot.showGrid(y=True, alpha=0.3)
         self.speedup_plot.setLabel("left", "×")
-        self.speedup_plot.addLegend(offset=(10, 5), colCount=2)
+        # Two columns of short labels in a small font: a tour saw 30-character labels run past the plot's edge.
+        self.speedup_plot.addLegend(offset=(10, 5), colCount=2, labelTextSize="8pt")
         self.sweep_plot = pg.PlotWidget(charts, title="Draft length: theory vs measured")
         self.sweep_plot.setBackground("w")
         self.sweep_plot.showGrid(x=True, y=True, alpha=0.3)
@@ -591,11 +593,12 @@ class PairLabWindow(QMainWindow):
             ys = [(result.rows[kind][key].speedup or 0.0) if key in result.rows[kind] else 0.0 for kind in kinds]
             top = max(top, *ys)
             label = result.candidates[key].label if key in result.candidates else key
-            label = label if len(label) <= 30 else label[:29] + "…"
+            label = label if len(label) <= LEGEND_CHARS else label[: LEGEND_CHARS - 1] + "…"
             color = PALETTE[i % len(PALETTE)]
             self.speedup_plot.addItem(pg.BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color, name=label))
         self.speedup_plot.addLine(y=1.0, pen=pg.mkPen("#444", style=Qt.PenStyle.DashLine))
-        self.speedup_plot.setYRange(0, top * 1.45, padding=0)  # room for the legend above the bars
+        rows = (len(keys) + 1) // 2  # the legend's rows, above the bars
+        self.speedup_plot.setYRange(0, top * (1.2 + 0.15 * rows), padding=0)
         self.speedup_plot.setXRange(-0.5, len(kinds) - 0.5, padding=0)
         axis = self.speedup_plot.getAxis("bottom")
         axis.setTicks([[(i, KINDS.get(k, k)) for i, k in enumerate(kinds)]])
