@@ -264,6 +264,9 @@ class PairLabWindow(QMainWindow):
         self.speedup_plot.setLabel("left", "×")
         # Two columns of short labels in a small font: a tour saw 30-character labels run past the plot's edge.
         self.speedup_plot.addLegend(offset=(10, 5), colCount=2, labelTextSize="8pt")
+        self._legend_names: list[str] = []
+        # Labels are shortened to the plot's width, whatever the fonts: CI's fonts ran 7 px past it at 24 characters.
+        self.speedup_plot.plotItem.getViewBox().sigResized.connect(self._fit_legend)
         self.sweep_plot = pg.PlotWidget(charts, title="Draft length: theory vs measured")
         self.sweep_plot.setBackground("w")
         self.sweep_plot.showGrid(x=True, y=True, alpha=0.3)
@@ -593,15 +596,31 @@ class PairLabWindow(QMainWindow):
             ys = [(result.rows[kind][key].speedup or 0.0) if key in result.rows[kind] else 0.0 for kind in kinds]
             top = max(top, *ys)
             label = result.candidates[key].label if key in result.candidates else key
-            label = label if len(label) <= LEGEND_CHARS else label[: LEGEND_CHARS - 1] + "…"
             color = PALETTE[i % len(PALETTE)]
             self.speedup_plot.addItem(pg.BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color, name=label))
+        self._legend_names = [result.candidates[k].label if k in result.candidates else k for k in keys]
+        self._fit_legend()
         self.speedup_plot.addLine(y=1.0, pen=pg.mkPen("#444", style=Qt.PenStyle.DashLine))
         rows = (len(keys) + 1) // 2  # the legend's rows, above the bars
         self.speedup_plot.setYRange(0, top * (1.2 + 0.15 * rows), padding=0)
         self.speedup_plot.setXRange(-0.5, len(kinds) - 0.5, padding=0)
         axis = self.speedup_plot.getAxis("bottom")
         axis.setTicks([[(i, KINDS.get(k, k)) for i, k in enumerate(kinds)]])
+
+    def _fit_legend(self) -> None:
+        """Shorten the speedup legend's labels (to LEGEND_CHARS at most) until it fits inside the plot."""
+        legend = self.speedup_plot.plotItem.legend
+        if legend is None or len(legend.items) != len(self._legend_names):
+            return
+        room = self.speedup_plot.plotItem.getViewBox().boundingRect().width() - 20  # the legend's offset, twice
+        for chars in range(LEGEND_CHARS, 5, -1):
+            for (_, label), name in zip(legend.items, self._legend_names, strict=True):
+                label.setText(name if len(name) <= chars else name[: chars - 1] + "…")
+            legend.setGeometry(0, 0, 0, 0)  # else the layout stretches the labels to the legend's old width
+            legend.layout.activate()
+            legend.updateSize()
+            if legend.boundingRect().width() <= room:
+                return
 
     def _plot_sweep(self, result: LabResult) -> None:
         """The best draft model's theoretical speedup (its measured acceptance and costs, Leviathan's formula)
