@@ -143,6 +143,18 @@ def test_estimates_follow_leviathans_formula() -> None:
     assert free.cost_ratio == 0.0 and free.best[0.9][1] > cheap.best[0.9][1]
 
 
+def test_a_draft_model_that_pays_only_at_full_acceptance_is_hopeless_as_the_engine_says() -> None:
+    # Batch costs measured on this project's 2-core VM; a draft token at 0.43 of a target step wins only if every
+    # one of 15 drafted tokens is accepted, which the engine's controller never grants a draft model (99%).
+    profile = CostProfile(0.03, {1: 1.0, 2: 1.97, 4: 3.33, 8: 7.41, 16: 8.99}, {"draft:near": 0.43})
+    assert max(theoretical_speedup(1.0, k, 0.43, profile) for k in range(1, 17)) > 1.0
+    assert max(theoretical_speedup(0.99, k, 0.43, profile) for k in range(1, 17)) < 1.0
+    near = estimate(Candidate("draft:near", "near", Strategy.DRAFT), profile)
+    assert near.hopeless and near.breakeven is None and "99% of its tokens accepted" in near.text
+    auto = estimate(Candidate("draft:near", "auto", Strategy.AUTO), profile)
+    assert not auto.hopeless and "its draft model" in auto.text and "cannot win here" in auto.text
+
+
 def test_the_cli_ranks_and_writes_json_and_csv(tiny: TinyModels, tmp_path: Path) -> None:
     out, table = tmp_path / "lab.json", tmp_path / "lab.csv"
     proc = subprocess.run(

@@ -40,7 +40,7 @@ import numpy as np
 
 from speculens import paths
 from speculens.atomic import write_json_atomic
-from speculens.engine.adaptive import CostModel
+from speculens.engine.adaptive import AdaptiveParams, CostModel
 from speculens.engine.backend import BackendParams, LlamaBackend, system_info
 from speculens.engine.bench import BenchPrompt, RunResult, load_suite, run_once
 from speculens.engine.config import DEFAULT_N_DRAFT, GenerationConfig, ModelConfig, Strategy
@@ -260,14 +260,18 @@ def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> E
         candidates = ((k, theoretical_speedup(alpha, k, cost, profile)) for k in range(1, n_draft + 1))
         return max(candidates, key=lambda x: x[1])
 
+    # A draft model is granted the acceptance the engine's controller grants it (99%, not 100%): the two must not
+    # disagree on whether it can pay. A free source's copies can be accepted whole.
+    ceiling = AdaptiveParams().accept_ceiling
+    top = ceiling if candidate.strategy is Strategy.DRAFT else 1.0
     best = {a: best_at(a) for a in ESTIMATE_ALPHAS}
-    hopeless = best_at(1.0)[1] < 1.0
+    hopeless = best_at(top)[1] < 1.0
     breakeven = None if hopeless else _breakeven(best_at, ratio)
     k, s = best[0.7]
     if hopeless:
         text = (
-            f"a draft token costs {ratio:.2f} of a target step: even if every draft were accepted it would be "
-            f"×{best_at(1.0)[1]:.2f}, so it cannot win here"
+            f"a draft token costs {ratio:.2f} of a target step: even with {top:.0%} of its tokens accepted it would "
+            f"be ×{best_at(top)[1]:.2f}, so it cannot win here"
         )
     elif candidate.strategy is Strategy.DRAFT:
         text = (
@@ -280,7 +284,7 @@ def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> E
         )
         draft_cost = profile.draft_call.get(candidate.key)
         if candidate.strategy is Strategy.AUTO and draft_cost is not None:
-            if best_at(1.0, draft_cost)[1] < 1.0:
+            if best_at(ceiling, draft_cost)[1] < 1.0:
                 text += f"; its draft model (a token costs {draft_cost:.2f} of a target step) cannot win here"
             else:
                 text += f"; its draft model pays from {_breakeven(best_at, draft_cost):.0%} acceptance"
