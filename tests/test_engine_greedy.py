@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speculens.engine import session
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.base import Draft
 from speculens.engine.drafters.ngram_table import build_table
@@ -200,3 +201,20 @@ def test_ngram_cache_persists_between_runs(family: dict, tmp_path: Path) -> None
     assert second.tokens == first.tokens
     # The second run drafts from what the first one saw: more drafted and accepted tokens.
     assert second.stats.n_accepted > first.stats.n_accepted
+
+
+def test_saved_costs_belong_to_the_cpu(family: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The VM this project runs on came up on another host with the same instruction sets, and the old host's
+    # batch costs kept the controller from drafts that paid on the new one (see backend.cpu_model).
+    target = next(family["folder"].glob("tiny-target-*.gguf"))
+    engine = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, costs_dir=tmp_path))
+    try:
+        engine.save_costs()
+        here = engine._costs_path()
+        monkeypatch.setattr(session, "cpu_model", lambda: "Another CPU × 2")
+        there = engine._costs_path()
+        assert here is not None and here.exists()
+        assert there is not None and there != here and not there.exists()
+    finally:
+        monkeypatch.undo()
+        engine.close()

@@ -19,7 +19,14 @@ import numpy as np
 
 from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import CostModel
-from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, gpu_backend_name, system_info
+from speculens.engine.backend import (
+    BackendError,
+    BackendParams,
+    LlamaBackend,
+    cpu_model,
+    gpu_backend_name,
+    system_info,
+)
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy, recurrent_refusal
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
@@ -123,11 +130,11 @@ class SpeculativeEngine:
         self.costs.forget_draft()
 
     def _costs_path(self) -> Path | None:
-        """The saved costs of this pair, keyed by the files, the load settings and llama.cpp's build."""
+        """The saved costs of this pair, keyed by the files, the load settings, llama.cpp's build and the CPU."""
         c = self.config
         if c.costs_dir is None:
             return None
-        key: list[object] = [c.n_threads, c.n_gpu_layers, c.n_gpu_layers_draft, c.exact, system_info()]
+        key: list[object] = [c.n_threads, c.n_gpu_layers, c.n_gpu_layers_draft, c.exact, system_info(), cpu_model()]
         for path in (c.target, c.draft if self.draft is not None else None):
             if path is not None:
                 stat = path.stat()
