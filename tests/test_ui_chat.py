@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QFont, QTextCursor
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
 
 from fake_engine import FakeFactory, Script
@@ -78,19 +78,24 @@ def test_the_users_line_breaks_are_kept(qtbot, tiny) -> None:
     assert "first line\nsecond line\n    indented *not emphasis*" in text
 
 
-def test_a_streaming_answer_starts_on_its_own_line_and_is_not_bold(qtbot, tiny) -> None:
-    factory = FakeFactory(Script(answer=["```python\n", "x = 1\n"] + ["y "] * 400, step_s=0.005))
-    window = fake_window(qtbot, tiny, factory)
+def test_a_streaming_answer_is_rendered_as_markdown_on_its_own_line(qtbot, tiny) -> None:
+    answer = ["Some **bold** words.\n\n", "```python\n", "x = 1\n"] + ["y "] * 400
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=answer, step_s=0.005)))
     window.chat.input.setPlainText("code please")
     window.chat.send()
     qtbot.waitUntil(lambda: "x = 1" in transcript_text(window), timeout=10_000)
+    qtbot.waitUntil(lambda: "```" not in transcript_text(window), timeout=5_000)  # the next render
+    assert window.chat.turn is not None  # still streaming: rendered as it grows, not only at the end
     text = transcript_text(window)
-    assert "Assistant\n```python" in text  # not "Assistant```python"
-    block = window.chat.transcript.document().find("x = 1").block()
+    assert "Assistant\nSome bold words." in text and "**" not in text  # its own line, Markdown rendered
+    document = window.chat.transcript.document()
+    block = document.find("x = 1").block()
     assert block.blockFormat().headingLevel() == 0
-    cursor = QTextCursor(block)
-    cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock)
-    assert cursor.charFormat().fontWeight() <= QFont.Weight.Normal.value
+    assert block.begin().fragment().charFormat().font().family() == "monospace"  # a code block
+    first = document.find("Some")
+    assert first.block().blockFormat().headingLevel() == 0  # not the heading's block, nor its bold
+    assert first.charFormat().fontWeight() <= QFont.Weight.Normal.value
+    assert document.find("bold").charFormat().fontWeight() > QFont.Weight.Normal.value
     window.stop()
     wait_idle(qtbot, window)
 

@@ -2,8 +2,9 @@
 
 Each message is rendered on its own — the user's as plain text with its line breaks, the assistant's as
 Markdown with any code fence it left open closed — so nothing in one message (an answer cut off inside a
-code block) can leak into the next. A streaming answer is appended as plain text under its own heading and
-rendered once it is finished.
+code block) can leak into the next. A streaming answer is rendered as Markdown as it grows (a few times a
+second at most, and never for more than a small share of the time: the GUI thread shares the CPU with the
+model), with the text that arrives in between appended as it comes.
 
 The pane never touches the models: a turn is a :class:`_Turn` record sink that the
 :class:`~speculens.ui.generations.GenerationRouter` feeds, bound to the conversation it was asked for. So
@@ -51,6 +52,8 @@ from speculens.ui.settings_store import SettingsStore
 from speculens.ui.worker import Record, RecordKind
 
 AUTOSAVE_INTERVAL_S = 1.0
+STREAM_RENDER_S = 0.3  # the shortest interval between two Markdown renders of a streaming answer
+STREAM_RENDER_SHARE = 0.02  # ... and at most this share of the time spent rendering it
 FENCE = "```"
 
 
@@ -209,6 +212,8 @@ class ChatPane(QWidget):
         self.turn: _Turn | None = None
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
         self._stream_cursor: QTextCursor | None = None
+        self._stream_start = 0  # where the streaming answer begins in the transcript
+        self._stream_next_render = 0.0  # time.monotonic() of its next Markdown render
 
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
@@ -370,7 +375,7 @@ class ChatPane(QWidget):
         self.figures.clear()
         self._render(streaming=running is conversation)
         if running is conversation and self.turn is not None and self._stream_cursor is not None:
-            self._stream_cursor.insertText(self.turn.text, QTextCharFormat())  # what streamed meanwhile
+            self._render_stream(self.turn.text)  # what streamed meanwhile
         self._update_buttons()
         self.conversation_opened.emit(conversation)
 
@@ -434,9 +439,28 @@ class ChatPane(QWidget):
             return
         scrollbar = self.transcript.verticalScrollBar()
         follow = scrollbar.value() >= scrollbar.maximum() - 4
-        self._stream_cursor.insertText(chunk, QTextCharFormat())
+        if time.monotonic() >= self._stream_next_render:
+            self._render_stream(turn.text)
+        else:  # until the next render, in the format where the answer stands (a code block's, or plain)
+            in_code = sum(1 for line in turn.text.splitlines() if line.lstrip().startswith(FENCE)) % 2
+            cursor = self._stream_cursor
+            cursor.insertText(chunk, cursor.charFormat() if in_code else QTextCharFormat())
         if follow:
             scrollbar.setValue(scrollbar.maximum())
+
+    def _render_stream(self, text: str) -> None:
+        """Replace the streaming answer shown so far with ``text`` rendered as Markdown, and schedule the next
+        render so that rendering (which grows with the answer) takes at most STREAM_RENDER_SHARE of the time."""
+        start = time.monotonic()
+        cursor = QTextCursor(self.transcript.document())
+        cursor.setPosition(self._stream_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if text:
+            cursor.insertHtml(markdown_html(text))
+        self._stream_cursor = cursor
+        spent = time.monotonic() - start
+        self._stream_next_render = time.monotonic() + max(STREAM_RENDER_S, spent / STREAM_RENDER_SHARE)
 
     def _end_turn(self, turn: _Turn) -> None:
         if self.turn is turn:
@@ -541,6 +565,8 @@ class ChatPane(QWidget):
             # A plain paragraph of its own: not the heading's block (bold, and no break after "Assistant").
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             self._stream_cursor = cursor
+            self._stream_start = cursor.position()
+            self._stream_next_render = 0.0
         self.transcript.moveCursor(QTextCursor.MoveOperation.End)
         self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
 
