@@ -76,10 +76,14 @@ class MessageEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+def in_code_block(text: str) -> bool:
+    """Whether ``text`` ends inside a code block (it opened a fence it has not closed)."""
+    return sum(1 for line in text.splitlines() if line.lstrip().startswith(FENCE)) % 2 == 1
+
+
 def close_fences(text: str) -> str:
     """``text`` with a code fence it leaves open closed (an answer cut off in a code block)."""
-    open_fences = sum(1 for line in text.splitlines() if line.lstrip().startswith(FENCE))
-    return text + ("\n" + FENCE if open_fences % 2 else "")
+    return text + ("\n" + FENCE if in_code_block(text) else "")
 
 
 def hard_line_breaks(text: str) -> str:
@@ -442,9 +446,8 @@ class ChatPane(QWidget):
         if time.monotonic() >= self._stream_next_render:
             self._render_stream(turn.text)
         else:  # until the next render, in the format where the answer stands (a code block's, or plain)
-            in_code = sum(1 for line in turn.text.splitlines() if line.lstrip().startswith(FENCE)) % 2
             cursor = self._stream_cursor
-            cursor.insertText(chunk, cursor.charFormat() if in_code else QTextCharFormat())
+            cursor.insertText(chunk, cursor.charFormat() if in_code_block(turn.text) else QTextCharFormat())
         if follow:
             scrollbar.setValue(scrollbar.maximum())
 

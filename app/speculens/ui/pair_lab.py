@@ -591,14 +591,15 @@ class PairLabWindow(QMainWindow):
         keys = list(dict.fromkeys(keys))[:6]
         width = 0.8 / max(len(keys), 1)
         top = 1.0
+        self._legend_names = []
         for i, key in enumerate(keys):
             xs = [k + (i - (len(keys) - 1) / 2) * width for k in range(len(kinds))]
             ys = [(result.rows[kind][key].speedup or 0.0) if key in result.rows[kind] else 0.0 for kind in kinds]
             top = max(top, *ys)
             label = result.candidates[key].label if key in result.candidates else key
+            self._legend_names.append(label)
             color = PALETTE[i % len(PALETTE)]
             self.speedup_plot.addItem(pg.BarGraphItem(x=xs, height=ys, width=width * 0.9, brush=color, name=label))
-        self._legend_names = [result.candidates[k].label if k in result.candidates else k for k in keys]
         self._fit_legend()
         self.speedup_plot.addLine(y=1.0, pen=pg.mkPen("#444", style=Qt.PenStyle.DashLine))
         rows = (len(keys) + 1) // 2  # the legend's rows, above the bars
