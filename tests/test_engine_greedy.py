@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -217,4 +218,30 @@ def test_saved_costs_belong_to_the_cpu(family: dict, tmp_path: Path, monkeypatch
         assert there is not None and there != here and not there.exists()
     finally:
         monkeypatch.undo()
+        engine.close()
+
+
+def test_gpu_layers_go_to_the_gpu_by_default_and_mean_nothing_on_a_cpu_build(
+    family: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama.cpp's own tools offload every layer when the build can; a user of a CUDA or Metal build must not
+    # decode on the CPU because a setting was left alone. On a CPU-only build -1 and 0 load the same way, so
+    # they share measured costs and the thread governor (which only runs on the CPU).
+    target = next(family["folder"].glob("tiny-target-*.gguf"))
+    assert ModelConfig(target).n_gpu_layers == -1 and ModelConfig(target).n_gpu_layers_draft == -1
+    config = ModelConfig(target, None, n_ctx=512, n_threads=2, costs_dir=tmp_path, adaptive_threads=True)
+    paths = []
+    for ngl in (-1, 0):
+        engine = SpeculativeEngine(replace(config, n_gpu_layers=ngl))
+        try:
+            paths.append(engine._costs_path())
+            assert engine.threads is not None
+        finally:
+            engine.close()
+    assert paths[0] == paths[1]
+    monkeypatch.setattr(session, "offloaded_layers", lambda n: n)  # a GPU build: -1 offloads every layer
+    engine = SpeculativeEngine(config)
+    try:
+        assert engine.threads is None and engine._costs_path() != paths[0]
+    finally:
         engine.close()

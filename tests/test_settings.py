@@ -141,3 +141,15 @@ def test_random_seed_is_the_default_and_old_files_move_to_it(tmp_path: Path) -> 
     assert old.seed == -1 and old.strategy == "auto"
     path.write_text(json.dumps({"schema_version": 2, "seed": 0}), encoding="utf-8")
     assert load_settings(path).seed == 0  # a seed the user chose stays
+
+
+def test_gpu_layers_default_to_all_and_old_files_move_to_it(tmp_path: Path) -> None:
+    # Up to schema 2 the default was 0 (no layer on the GPU) and the file kept it: on a CUDA or Metal build a
+    # user who never touched it decoded on the CPU.
+    assert Settings().n_gpu_layers == -1 and Settings().n_gpu_layers_draft == -1
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"schema_version": 2, "n_gpu_layers": 0, "n_gpu_layers_draft": 12}), "utf-8")
+    old = load_settings(path)
+    assert old.n_gpu_layers == -1 and old.n_gpu_layers_draft == 12
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "n_gpu_layers": 0}), encoding="utf-8")
+    assert load_settings(path).n_gpu_layers == 0  # chosen since: it stays

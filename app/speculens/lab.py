@@ -43,7 +43,7 @@ from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import AdaptiveParams, CostModel
 from speculens.engine.backend import BackendParams, LlamaBackend, system_info
 from speculens.engine.bench import BenchPrompt, RunResult, load_suite, run_once
-from speculens.engine.config import DEFAULT_N_DRAFT, GenerationConfig, ModelConfig, Strategy
+from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_DRAFT, GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
@@ -674,7 +674,7 @@ class LabSettings:
 
     n_ctx: int = 4096
     n_threads: int = 0
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = DEFAULT_GPU_LAYERS
     max_tokens: int = 192
     budget_s: float = 300.0
     min_rounds: int = 1

@@ -23,6 +23,7 @@ from typing import Any
 from speculens import paths
 from speculens.atomic import write_json_atomic
 from speculens.engine.config import (
+    DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
     DEFAULT_N_DRAFT,
     MAX_N_CTX,
@@ -37,7 +38,7 @@ from speculens.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STRATEGIES = tuple(s.value for s in Strategy)
 # Strategies that use the draft model (so the draft file is loaded only for them).
 DRAFT_STRATEGIES = frozenset({Strategy.AUTO.value, Strategy.DRAFT.value})
@@ -139,8 +140,8 @@ class Settings:
     max_tokens: int = 512
     n_ctx: int = DEFAULT_N_CTX
     threads: int = 0
-    n_gpu_layers: int = 0
-    n_gpu_layers_draft: int = 0
+    n_gpu_layers: int = DEFAULT_GPU_LAYERS
+    n_gpu_layers_draft: int = DEFAULT_GPU_LAYERS
     exact: bool = False
     ngram_map_path: str = ""
     target_path: str = ""
@@ -218,6 +219,12 @@ class Settings:
                 settings.strategy = Strategy.AUTO.value
             if data.get("seed") == 0:
                 settings.seed = -1
+        if isinstance(version, int) and version < 3:
+            # Up to schema 2 the GPU held no layers unless told to, and the settings file kept that default as
+            # 0: on a GPU build, every user who never touched it decoded on the CPU at a fraction of the speed.
+            for name in ("n_gpu_layers", "n_gpu_layers_draft"):
+                if data.get(name) == 0:
+                    setattr(settings, name, DEFAULT_GPU_LAYERS)
         return settings.validated()
 
 

@@ -18,6 +18,7 @@ from typing import IO
 from speculens import paths
 from speculens.cli import resolve
 from speculens.engine.config import (
+    DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
     DEFAULT_N_DRAFT,
     GenerationConfig,
@@ -45,8 +46,15 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         help="CPU threads (default: automatic: the cores this process may use, fewer while another program keeps "
         "one busy)",
     )
-    p.add_argument("--ngl", type=int, default=0, help="target layers offloaded to the GPU (-1 = all)")
-    p.add_argument("--ngl-draft", type=int, default=0, help="draft layers offloaded to the GPU (-1 = all)")
+    p.add_argument(
+        "--ngl",
+        type=int,
+        default=DEFAULT_GPU_LAYERS,
+        help="target layers offloaded to the GPU (default -1 = all, where the build has a GPU backend; 0 = none)",
+    )
+    p.add_argument(
+        "--ngl-draft", type=int, default=DEFAULT_GPU_LAYERS, help="draft layers offloaded to the GPU (default -1 = all)"
+    )
     p.add_argument("--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map")
     p.add_argument(
         "--no-ngram-file",

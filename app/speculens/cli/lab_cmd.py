@@ -13,8 +13,8 @@ from pathlib import Path
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
 from speculens.cli import resolve
-from speculens.engine.backend import supports_gpu_offload
-from speculens.engine.config import DEFAULT_N_CTX
+from speculens.engine.backend import offloaded_layers
+from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_CTX
 from speculens.errors import SpeculensError
 from speculens.lab import KINDS, LabProgress, LabResult, LabSettings, PairLab, lab_prompts, list_candidates, save
 from speculens.models.library import Library
@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=192, help="tokens per answer (default 192)")
     p.add_argument("--ctx", type=int, default=DEFAULT_N_CTX, help=f"context size (default {DEFAULT_N_CTX})")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: automatic)")
-    p.add_argument("--ngl", type=int, default=0, help="target layers offloaded to the GPU (-1 = all)")
+    p.add_argument(
+        "--ngl", type=int, default=DEFAULT_GPU_LAYERS, help="target layers offloaded to the GPU (default -1 = all)"
+    )
     p.add_argument("--exact", action="store_true", help="bit-exact verification")
     p.add_argument("--json", type=Path, help="write the results as JSON here")
     p.add_argument("--csv", type=Path, help="write the results as CSV here")
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = resolve(args.target)
         sweep = tuple(int(k) for k in args.sweep.split(",")) if args.sweep else ()
-        candidates = list_candidates(target, Library(), args.ctx, gpu=args.ngl != 0 and supports_gpu_offload())
+        candidates = list_candidates(target, Library(), args.ctx, gpu=offloaded_layers(args.ngl) != 0)
         if args.list:
             for c in candidates:
                 state = "" if c.runnable else f"  [cannot run: {c.problem or 'not downloaded'}]"

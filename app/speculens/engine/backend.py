@@ -76,6 +76,12 @@ def supports_gpu_offload() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def offloaded_layers(n_gpu_layers: int) -> int:
+    """What a GPU-layer setting does on this build: the setting itself, or 0 on a CPU-only build (llama.cpp
+    ignores it there, so -1, the default, and 0 load the same way)."""
+    return n_gpu_layers if n_gpu_layers and supports_gpu_offload() else 0
+
+
 def gpu_backend_name() -> str | None:
     """The GPU backend this llama.cpp build has ("CUDA", "Metal", ...), or ``None`` for a CPU-only build."""
     if not supports_gpu_offload():
@@ -245,7 +251,7 @@ class LlamaBackend:
         exact = self.params.exact
         # Repacked weights compute 4+ rows with other kernels than one row (measured: 0.4 logits apart).
         mparams.use_extra_bufts = False if exact else (extra_buffers_default() if extra is None else extra)
-        offloads = self.params.n_gpu_layers != 0 and supports_gpu_offload()  # -1 on a CPU build offloads nothing
+        offloads = offloaded_layers(self.params.n_gpu_layers) != 0
         self.mapped = not (mparams.use_extra_bufts and not self.params.vocab_only and not offloads and repacks())
         if not self.mapped:
             # Repacked weights are copies, made from the file's mapped pages, and those pages stay resident:

@@ -16,6 +16,8 @@ from speculens.errors import InvalidInputError
 MAX_N_DRAFT = 64
 DEFAULT_N_DRAFT = 32
 DEFAULT_N_CTX = 4096
+# Layers on the GPU unless told otherwise: all of them, as llama.cpp's own tools do (a CPU-only build ignores it).
+DEFAULT_GPU_LAYERS = -1
 MIN_N_CTX = 256
 MAX_N_CTX = 1 << 20
 
@@ -153,8 +155,8 @@ class ModelConfig:
     draft: Path | None = None
     n_ctx: int = DEFAULT_N_CTX
     n_threads: int = 0
-    n_gpu_layers: int = 0
-    n_gpu_layers_draft: int = 0
+    n_gpu_layers: int = DEFAULT_GPU_LAYERS
+    n_gpu_layers_draft: int = DEFAULT_GPU_LAYERS
     ngram_map: Path | None = None
     ngram_cache_dir: Path | None = None
     costs_dir: Path | None = None

@@ -25,6 +25,7 @@ from speculens.engine.backend import (
     LlamaBackend,
     cpu_model,
     gpu_backend_name,
+    offloaded_layers,
     system_info,
 )
 from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy, recurrent_refusal
@@ -82,7 +83,8 @@ class SpeculativeEngine:
         # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
         # measured its invariance with its own count).
         self.threads: ThreadGovernor | None = None
-        if config.adaptive_threads and not config.exact and not config.n_gpu_layers and self.target.n_threads > 1:
+        on_cpu = not offloaded_layers(config.n_gpu_layers)
+        if config.adaptive_threads and not config.exact and on_cpu and self.target.n_threads > 1:
             self.threads = ThreadGovernor(self.target.n_threads)
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
         # kept across generations (acceptance is per text and starts afresh each time), and across sessions
@@ -134,7 +136,8 @@ class SpeculativeEngine:
         c = self.config
         if c.costs_dir is None:
             return None
-        key: list[object] = [c.n_threads, c.n_gpu_layers, c.n_gpu_layers_draft, c.exact, system_info(), cpu_model()]
+        ngl, ngl_draft = offloaded_layers(c.n_gpu_layers), offloaded_layers(c.n_gpu_layers_draft)
+        key: list[object] = [c.n_threads, ngl, ngl_draft, c.exact, system_info(), cpu_model()]
         for path in (c.target, c.draft if self.draft is not None else None):
             if path is not None:
                 stat = path.stat()
