@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,6 +93,28 @@ def test_logits_rows_are_only_those_asked_for_in_batch_order(tiny: TinyModels) -
             assert rows.shape == (2, b.n_vocab)
             # Other output counts may round the output layer differently; a wrong row is far off.
             np.testing.assert_allclose(rows, every[wanted], rtol=1e-3, atol=1e-3)
+
+
+def test_a_decode_call_is_timed_to_the_end_of_its_computation(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A GPU backend returns from llama_decode once the work is queued (seen on an H200: 0.03 s timed of 0.35 s
+    # of plain decoding): the costs the adaptive controller learns, and the live panel's verify times, must
+    # include the wait for the result. Here the wait is stood in for by a slow llama_synchronize.
+    from speculens.engine import backend
+
+    waits: list[int] = []
+
+    def slow_synchronize(ctx: object) -> None:
+        waits.append(1)
+        time.sleep(0.02)
+
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as b:
+        monkeypatch.setattr(backend, "_synchronize", slow_synchronize)
+        b.decode([1, 2, 3], [2])
+        b.decode([4], [0])
+    assert len(waits) == 2
+    assert all(seconds >= 0.02 for _, seconds in b.last_calls) and b.decode_seconds >= 0.04
 
 
 def test_cancel_stops_within_one_step_and_the_models_stay_usable(engine: SpeculativeEngine) -> None:
