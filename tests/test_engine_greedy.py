@@ -245,3 +245,18 @@ def test_gpu_layers_go_to_the_gpu_by_default_and_mean_nothing_on_a_cpu_build(
         assert engine.threads is None and engine._costs_path() != paths[0]
     finally:
         engine.close()
+
+
+def test_the_target_probabilities_of_judged_drafts_are_worked_out_only_when_asked_for(family: dict) -> None:
+    # They cost a softmax over the vocabulary per judged token (as much as a GPU's whole verification): the
+    # token view and Teach show them, benchmarks and the CLI without --events have no use for them.
+    engine = family["engines"]["perturbed"]
+    config = GenerationConfig(strategy=Strategy.DRAFT, n_draft=4, p_min=0.0, max_tokens=N_TOKENS, adaptive=False)
+    with_probs, steps = run(engine, PROMPTS[0], config)
+    without, bare = run(engine, PROMPTS[0], replace(config, judge_probs=False))
+    assert without.tokens == with_probs.tokens
+    judged = [d for s in steps for d in s.drafted]
+    assert judged and all(d.target_prob is not None and 0.0 <= d.target_prob <= 1.0 for d in judged[:1])
+    assert any(d.accepted and d.target_prob is not None and d.target_prob > 0 for d in judged)
+    assert all(d.target_prob is None for s in bare for d in s.drafted)
+    assert [d.id for s in bare for d in s.drafted] == [d.id for d in judged]

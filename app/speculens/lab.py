@@ -772,7 +772,10 @@ class PairLab:
                 runs = {p.id: {c.key: [] for c in self.candidates} for p in self.prompts}
                 tokens = {p.id: engine.target.format_chat(list(p.messages)) for p in self.prompts}
                 base = GenerationConfig(
-                    strategy=Strategy.NONE, max_tokens=s.max_tokens, sampling=SamplingParams(temperature=0.0)
+                    strategy=Strategy.NONE,
+                    max_tokens=s.max_tokens,
+                    sampling=SamplingParams(temperature=0.0),
+                    judge_probs=False,  # timed runs: no token view to show them in
                 )
                 self._run_one(engine, PLAIN, drafts, costs, tokens[self.prompts[0].id], base)  # warm-up, untimed
                 per_round = len(self.prompts) * len(self.candidates)

@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         p_min=args.p_min,
         max_tokens=args.max_tokens,
         sampling=SamplingParams(temperature=args.temp, seed=args.seed),
+        judge_probs=False,  # figures only: no token view to show them in
     )
     try:
         base.validate()

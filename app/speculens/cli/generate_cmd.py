@@ -146,6 +146,7 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
         stop=tuple(args.stop),
         sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
         adaptive=args.adaptive,
+        judge_probs=getattr(args, "events", None) is not None,  # only the events file shows them here
     )
 
 

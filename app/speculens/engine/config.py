@@ -98,6 +98,11 @@ class GenerationConfig:
         adaptive: choose the source and the draft length each step from measured costs and acceptance, down
             to plain decoding when speculation does not pay (:mod:`speculens.engine.adaptive`); off, every
             step asks for ``n_draft`` tokens.
+        judge_probs: greedy only: work out the target's probability of each draft token it judged (the token
+            view's tooltips, Teach, the events file). That is a softmax over the whole vocabulary per judged
+            token, 0.15 ms each for a 152k vocabulary on this 2-core VM: noise beside a CPU's batch, but as much
+            as the whole verification on a GPU, where a batch of 9 takes about 2 ms. Off, the events carry none
+            (the CLI without ``--events``, benchmarks, the pair lab).
     """
 
     strategy: Strategy = Strategy.AUTO
@@ -108,6 +113,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     adaptive: bool = True
+    judge_probs: bool = True
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""

@@ -268,7 +268,7 @@ class _Loop:
             t_verified_dec = target.decode_seconds
             if self.threads is not None and len(verify_calls) == 1 and verify_calls[0][0] == 1:
                 self.threads.observe(verify_calls[0][1], target.last_cpu)
-            verdict = _verify(draft, rows, sampling, self.rng)
+            verdict = _verify(draft, rows, sampling, self.rng, config.judge_probs)
             target.truncate(len(history) + verdict.n_accepted)
 
             # 3. Emit: accepted drafts, then the target's own token; stop at EOG, max_tokens, stop strings.
@@ -363,10 +363,12 @@ class _Loop:
         yield FinishEvent(reason, text.text, tuple(answer), stats.freeze())
 
 
-def _verify(draft: Draft, rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
+def _verify(
+    draft: Draft, rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, judge_probs: bool = True
+) -> Verdict:
     if sampling.greedy:
         verdict = verify_greedy(draft.tokens, rows)
-        if not draft.tokens:
+        if not draft.tokens or not judge_probs:
             return verdict
         # Show the target's belief in each judged draft token (softmax at temperature 1).
         probs = []
