@@ -260,3 +260,42 @@ def test_the_target_probabilities_of_judged_drafts_are_worked_out_only_when_aske
     assert any(d.accepted and d.target_prob is not None and d.target_prob > 0 for d in judged)
     assert all(d.target_prob is None for s in bare for d in s.drafted)
     assert [d.id for s in bare for d in s.drafted] == [d.id for d in judged]
+
+
+def test_saved_batch_costs_that_this_machine_contradicts_are_measured_afresh(
+    family: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Saved costs change only for the sizes the controller drafts: a short batch once measured too dear (a
+    # noisy spell, another host) would never be drafted, nor measured, again. Every load re-times the sizes
+    # that start a copy, and drops the saved batch costs when the machine now says otherwise.
+    target = next(family["folder"].glob("tiny-target-*.gguf"))
+    config = ModelConfig(target, None, n_ctx=512, costs_dir=tmp_path)
+
+    def machine(scale: float):  # type: ignore[no-untyped-def]
+        def time_calls(backend, sizes, repeats, context=24):  # type: ignore[no-untyped-def]
+            ratio = {n: scale * (1 + 0.4 * (n - 1)) for n in sizes}
+            return [(n, (n, 0.01 * (1.0 if n == 1 else ratio[n]))) for n in [1, 1, 1, *sizes] * repeats]
+
+        monkeypatch.setattr(session, "_time_calls", time_calls)
+
+    def ratios(engine: SpeculativeEngine) -> dict[int, float]:
+        v = engine.costs.verify
+        one = v.estimate(1)
+        assert one is not None
+        return {n: round(float(v.estimate(n) or 0.0) / one, 3) for n in (4, 32)}
+
+    machine(3.0)  # a slow spell: every batch three times its cost
+    dear = SpeculativeEngine(config)
+    dear.save_costs()
+    dear.close()
+    machine(1.0)
+    fresh = SpeculativeEngine(config)
+    assert ratios(fresh) == {4: 2.2, 32: 13.4}  # measured afresh, every size
+    fresh.save_costs()
+    fresh.close()
+    machine(1.1)  # within the noise: the saved costs stay, the re-timed sizes join them
+    kept = SpeculativeEngine(config)
+    try:
+        assert ratios(kept)[32] == 13.4 and 2.2 < ratios(kept)[4] <= 2.2 * 1.1
+    finally:
+        kept.close()

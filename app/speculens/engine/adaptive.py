@@ -580,8 +580,13 @@ class CostModel:
         split: Callable[[int], Sequence[int]] | None = None,
     ) -> None:
         self.params = params or AdaptiveParams()
-        self.verify = BatchCosts(max_batch, self.params.cost_window, self.params.prior_slope, split)
+        self._max_batch, self._split = max_batch, split
+        self.forget_verify()
         self.forget_draft()
+
+    def forget_verify(self) -> None:
+        """The target's verification costs are unknown again (saved ones that this machine contradicts)."""
+        self.verify = BatchCosts(self._max_batch, self.params.cost_window, self.params.prior_slope, self._split)
 
     def forget_draft(self) -> None:
         """A different draft model was loaded: its cost is unknown again."""

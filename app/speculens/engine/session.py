@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import secrets
+import statistics
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -48,6 +49,12 @@ log = logging.getLogger(__name__)
 # (llama.cpp's repacked Q4_K weights take rows four at a time: 16 tokens cost less than 15 on a 2-core x86),
 # so the controller only uses sizes it has measured, and these are a spread of efficient ones.
 CALIBRATION_SIZES = (2, 3, 4, 8, 12, 16, 24, 32, 48, 64)
+# Sizes re-timed at every load even when saved costs have them: the short drafts that start a copy. Saved costs
+# change only for sizes the controller drafts, so a size measured too dear once (a noisy spell, another host)
+# would never be drafted, nor measured, again. When the median of their fresh ratios to the saved ones lies
+# outside this factor, the saved verification costs are dropped and every size is measured afresh.
+RECHECK_SIZES = (2, 3, 4)
+RECHECK_TOLERANCE = 1.3
 # A recurrent or hybrid target (Mamba, RWKV, Jamba ...) keeps this many state snapshots, so a verification can take
 # back up to this many rejected drafts; its drafts are capped at that length (memory grows with it).
 RECURRENT_ROLLBACK = 16
@@ -174,6 +181,20 @@ class SpeculativeEngine:
         sizes = [n for n in CALIBRATION_SIZES if n <= top and n <= target.params.n_batch]
         costs.verify.at(0)  # timed after a short context
         todo = [n for n in sizes if not costs.verify.has(n)]
+        recheck = [n for n in RECHECK_SIZES if n in sizes and n not in todo and costs.verify.has(n)]
+        if recheck:
+            saved = costs.verify.measured()
+            # After 8 tokens, not 24: the same context band, and a third of the prompt's cost at every load.
+            timed = _fastest_single(_time_calls(target, recheck, repeats, context=8))
+            fresh = _ratios(timed)
+            drift = statistics.median(fresh[n] / (saved[n] / saved[1]) for n in recheck if n in fresh)
+            if not 1 / RECHECK_TOLERANCE <= drift <= RECHECK_TOLERANCE:
+                log.info("saved batch costs are %.2fx of what this machine measures now: measuring afresh", drift)
+                costs.forget_verify()
+                todo = sizes
+            else:
+                for n_call, seconds in timed:
+                    costs.verify.observe(n_call, seconds)
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
@@ -340,8 +361,10 @@ class SpeculativeEngine:
         self.close()
 
 
-def _time_calls(backend: LlamaBackend, sizes: Sequence[int], repeats: int) -> list[tuple[int, tuple[int, float]]]:
-    """Decode ``1`` token three times and each of ``sizes`` tokens once after a short context, ``repeats``
+def _time_calls(
+    backend: LlamaBackend, sizes: Sequence[int], repeats: int, context: int = 24
+) -> list[tuple[int, tuple[int, float]]]:
+    """Decode ``1`` token three times and each of ``sizes`` tokens once after ``context`` tokens, ``repeats``
     times over; returns ``(n, first decode call's (tokens, seconds))`` for every call (the cache is left empty).
 
     The largest size is decoded first, untimed: llama.cpp grows its logits buffer the first time a call asks
@@ -351,7 +374,7 @@ def _time_calls(backend: LlamaBackend, sizes: Sequence[int], repeats: int) -> li
     """
     text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
     tokens = backend.tokenize(text * (2 + max(sizes) // 8))
-    prefix, filler = tokens[:24], tokens[24 : 24 + max(sizes)]
+    prefix, filler = tokens[:context], tokens[context : context + max(sizes)]
     backend.sync(prefix)
     backend.decode(filler, range(len(filler)))  # warm up the kernels and the buffers
     out = []
@@ -360,6 +383,19 @@ def _time_calls(backend: LlamaBackend, sizes: Sequence[int], repeats: int) -> li
         backend.decode(filler[:n], range(n))
         out.append((n, backend.last_calls[0]))
     backend.truncate(0)
+    return out
+
+
+def _ratios(timed: list[tuple[int, float]]) -> dict[int, float]:
+    """Each batch size's cost over the one-token cost timed just before it, from :func:`_fastest_single`'s list
+    (the last reading of a size wins)."""
+    out: dict[int, float] = {}
+    single = 0.0
+    for n, seconds in timed:
+        if n == 1:
+            single = seconds
+        elif single > 0:
+            out[n] = seconds / single
     return out
 
 
