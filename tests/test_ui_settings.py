@@ -109,6 +109,11 @@ def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot, store: Sett
     assert "CPU-only" in panel.gpu_note.text()
     panel.set_gpu_backend("Metal")
     assert panel.n_gpu_layers.isEnabled() and "Metal" in panel.gpu_note.text()
+    # Every layer by default, as llama.cpp's tools: the box says so rather than showing -1.
+    assert panel.n_gpu_layers.value() == panel.n_gpu_layers_draft.value() == -1
+    assert panel.n_gpu_layers.text() == panel.n_gpu_layers_draft.text() == "all"
+    panel.n_gpu_layers.setValue(20)
+    assert panel.n_gpu_layers.text() == "20"
 
 
 def test_changing_the_context_size_says_reload_and_reload_applies_it(qtbot, tiny) -> None:

@@ -97,6 +97,8 @@ class SettingsPanel(QWidget):
         self.threads.setSpecialValueText("automatic")
         self.n_gpu_layers = self._spin("n_gpu_layers")
         self.n_gpu_layers_draft = self._spin("n_gpu_layers_draft")
+        for spin in (self.n_gpu_layers, self.n_gpu_layers_draft):
+            spin.setSpecialValueText("all")  # -1, the default: every layer, as llama.cpp's own tools
         self.exact = self._check("exact", "Token for token (slower)")
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
@@ -272,7 +274,10 @@ class SettingsPanel(QWidget):
         self.n_gpu_layers.setEnabled(offload)
         self.n_gpu_layers_draft.setEnabled(offload)
         if offload:
-            self.gpu_note.setText(f"This llama.cpp build offloads to the GPU with {name}. -1 puts every layer there.")
+            self.gpu_note.setText(
+                f"This llama.cpp build offloads to the GPU with {name}: 'all' (the default) puts every layer "
+                "there, 0 keeps a model on the CPU."
+            )
         else:
             self.gpu_note.setText(
                 "GPU layers are disabled: this llama.cpp build is CPU-only. Install a build with Metal "
