@@ -364,7 +364,7 @@ class _Loop:
 
 
 def _verify(
-    draft: Draft, rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, judge_probs: bool = True
+    draft: Draft, rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, judge_probs: bool
 ) -> Verdict:
     if sampling.greedy:
         verdict = verify_greedy(draft.tokens, rows)

@@ -180,8 +180,7 @@ class SpeculativeEngine:
         top = max(target.invariant_sizes) if self.config.exact else CALIBRATION_SIZES[-1]
         sizes = [n for n in CALIBRATION_SIZES if n <= top and n <= target.params.n_batch]
         costs.verify.at(0)  # timed after a short context
-        todo = [n for n in sizes if not costs.verify.has(n)]
-        recheck = [n for n in RECHECK_SIZES if n in sizes and n not in todo and costs.verify.has(n)]
+        recheck = [n for n in RECHECK_SIZES if n in sizes and costs.verify.has(n)]
         if recheck:
             saved = costs.verify.measured()
             # After 8 tokens, not 24: the same context band, and a third of the prompt's cost at every load.
@@ -191,10 +190,9 @@ class SpeculativeEngine:
             if not 1 / RECHECK_TOLERANCE <= drift <= RECHECK_TOLERANCE:
                 log.info("saved batch costs are %.2fx of what this machine measures now: measuring afresh", drift)
                 costs.forget_verify()
-                todo = sizes
-            else:
-                for n_call, seconds in timed:
-                    costs.verify.observe(n_call, seconds)
+            for n_call, seconds in timed:  # the first samples of the fresh costs, or more for the saved ones
+                costs.verify.observe(n_call, seconds)
+        todo = [n for n in sizes if not costs.verify.has(n)]
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
