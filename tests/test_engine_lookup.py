@@ -296,3 +296,37 @@ def test_a_line_rewritten_at_its_first_word_is_drafted_from_its_own_source_line(
     second = answer.index(M2A)
     assert out[second].tokens[:5] == (M2A, M2B, RQ, NL, WS4)  # the second message, and the line after it
     assert out[second].confidence == 1  # a copy resumed inside its line, as after a substitution
+
+
+def test_a_replaced_first_word_is_left_to_the_target_and_the_line_resumed_after_it() -> None:
+    # Every print("...") becomes logging.error("...") or logging.info("..."): once the first one was rewritten,
+    # a draft stops before the next "print" (the target writes "logging", then ".info" or ".error", which no
+    # copy knows), and once as many tokens as the first time are written, the rest of its source line follows.
+    PRINT, LOGGING, ERROR, INFO, LQ, RQ = range(70, 76)
+    messages = [[80, 81], [82, 83], [84, 85]]
+    prompt, answer = [1, NL, DEF, F, LP, A, RPNL], [DEF, F, LP, A, RPNL]
+    for i, (message, level) in enumerate(zip(messages, (ERROR, INFO, ERROR), strict=True)):
+        prompt += [WS4, PRINT, LQ, *message, RQ, NL, WS4, RET, X1 + i, NL]
+        answer += [WS4, LOGGING, level, LQ, *message, RQ, NL, WS4, RET, X1 + i, NL]
+    prompt.append(2)
+    out = line_aware_drafts(prompt, answer)
+    second = answer.index(INFO) - 2  # the second logging line's indentation
+    assert out[second - 3].tokens == (RET, X1, NL, WS4)  # the first body line, up to the next "print"
+    assert out[second + 2].tokens == ()  # after "logging": the level is the answer's
+    assert out[second + 3].tokens[:4] == (LQ, 82, 83, RQ)  # after "logging.info": the rest of its print line
+    assert out[second + 3].confidence == 2
+    # Before the first rewrite nothing was known: the draft ran on into "print" (and failed there).
+    assert out[4].tokens[:3] == (RPNL, WS4, PRINT)
+
+
+def test_a_copy_resumed_inside_its_source_line_takes_that_line_s_indentation() -> None:
+    # The answer's second logging line, at the source's depth, begins like the answer's own first one, which is
+    # deeper: the match there must not leave the lines after it drafted at that depth.
+    PRINT, LOGGING, ERROR, LQ, RQ, IF = range(70, 76)
+    first, second = [IF, RPNL, WS8, PRINT, LQ, 80, RQ, NL], [WS4, PRINT, LQ, 82, RQ, NL]
+    rest = [WS4, IF, RPNL, WS8, RET, X1, NL]
+    prompt = [1, NL, *first, *second, *rest, 2]
+    answer = [*first[:3], LOGGING, ERROR, *first[4:], WS4, LOGGING, ERROR, *second[2:], *rest]
+    drafter = PromptLookupDrafter(whitespace={WS4, WS8}, indent={WS4: 4, WS8: 8}, newlines={NL, RPNL})
+    out = drafts(drafter, prompt, answer)
+    assert out[answer.index(82)].tokens[:8] == (82, RQ, NL, *rest[:5])  # "return" at eight spaces, as in the source

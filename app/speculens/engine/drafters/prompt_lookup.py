@@ -35,14 +35,21 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   written occurs only in the answer's own earlier edited lines, so a lookup would draft the body of the
   function before instead of this one's. For the same reason a departure *inside* a line (``print("`` written
   ``logging.error("``) resumes the copy in the source line being rewritten when the text just written occurs
-  there, not where it last occurred (the answer's previous rewritten line, with another message).
+  there, not where it last occurred (the answer's previous rewritten line, with another message). The
+  indentation shift is then the one between these two lines, not one taken from where the suffix matched;
+* **replaced first words**: when the answer writes a line's first word differently (more than a renamed
+  token: ``print`` written ``logging.error``) and then goes on with the rest of that line, lines of that kind
+  (``print``) are drafted up to their first word and no further: the target writes it, and as many tokens
+  as the last time after it (``.info``, which no copy knows), and then the rest of the source line follows
+  with confidence 2. A line of the kind that keeps its first word makes its lines copies again.
 
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
-following, 1 follows a copy across a single substitution, resumes the source after an edited line or inside
-the line being rewritten, or starts one from a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess
-from a shorter match (or the source line after some other departure). The adaptive controller learns
-acceptance for each separately, so it can speculate on the copies and decode plainly between them.
+following (or the rest of a line after its replaced first word), 1 follows a copy across a single
+substitution, resumes the source after an edited line or inside the line being rewritten, or starts one from
+a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match (or the source line after
+some other departure). The adaptive controller learns acceptance for each separately, so it can speculate on
+the copies and decode plainly between them.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 STRONG_MATCH = 3  # suffix tokens that make a fresh match worth confidence 1
 LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3 (twice as many: 4)
 SUBST_TRUST = 2  # times a substitution must have been seen before drafts go through it
+HEAD_KEPT = 2  # tokens of a line's rest the answer must keep for its replaced first word to count (see _end_line)
 _WS = -1  # the key every whitespace-only token shares
 
 
@@ -108,6 +116,12 @@ class PromptLookupDrafter:
         self._pending: tuple[int, int] | None = None
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
+        self._heads: set[int] = set()  # kinds of line whose first word the answer replaces (see _end_line)
+        self._head_len: dict[int, int] = {}  # such a kind -> how many tokens the answer wrote in its first word's place
+        # The start of the source line whose first word the answer departed from by more than one token:
+        # a replaced first word if the answer's line then goes on with the rest of that line.
+        self._head: int | None = None
+        self._head_miss: int | None = None  # the same after one token (a rename, if the copy resumes)
         # The source line the answer's current line rewrites, as (start, end) history positions (its line break
         # at ``end``); how many of the line's tokens (indentation aside) followed a copy, by the start of the
         # line they were copied from, and how many were copied from the answer's own other lines (see _end_line).
@@ -190,7 +204,9 @@ class PromptLookupDrafter:
                 self._subst[old] = new
                 self._trust[old] = 1
             self._pending = None
-            self._suspect = None
+            self._suspect = self._head_miss = None
+            if self._heads and source in self._heads and self._ptr == self._first_word(self._line_start(self._ptr)):
+                self._heads.discard(source)  # a line of this kind kept its first word
             self._run += 1
             if source not in self.whitespace:  # indentation is shared by every line of a block: it tells nothing
                 self._count_kept(self._ptr)
@@ -207,9 +223,15 @@ class PromptLookupDrafter:
                 # tells nothing, nor does a line inserted before this one (a departure at its first word).
                 followed = self._run >= self._ptr - start + LONG_RUN and self._ptr > self._first_word(start)
                 self._suspect = self._kind(start) if followed else None
-            elif self._suspect is not None:  # two misses in a row: more than a renamed token
-                self._edited.add(self._suspect)
-                self._suspect = None
+                # A departure at the first word of a line the copy came into (its indentation followed).
+                at_head = self._ptr == self._first_word(start) and self._run >= self._ptr - start
+                self._head_miss = start if at_head else None
+            else:
+                if self._suspect is not None:  # two misses in a row: more than a renamed token
+                    self._edited.add(self._suspect)
+                    self._suspect = None
+                if self._head_miss is not None:
+                    self._head, self._head_miss = self._head_miss, None
             # In a line of a kind the answer edits, a departure is an edit, not a renamed identifier.
             edit = bool(self._edited) and self._kind(start) in self._edited
             if source in self._subst and not edit:
@@ -244,6 +266,15 @@ class PromptLookupDrafter:
         line, kept, own = self._line, self._kept, self._own
         self._line, self._kept, self._own = None, Counter(), 0
         start = line[0] if line is not None else -1
+        head, self._head, self._head_miss = self._head, None, None
+        if head is not None and head == start and kept[start] >= HEAD_KEPT:
+            kind = self._kind(start)  # print(...) -> logging.error(...): the rest of the line kept
+            self._heads.add(kind)
+            length = self._replaced_length(start)
+            if length is None:
+                self._head_len.pop(kind, None)
+            else:
+                self._head_len[kind] = length
         best = max(kept, key=lambda s: (kept[s], s == start, s)) if kept else -1
         if best >= 0 and (best == start or kept[best] >= own):
             nxt = self._source_line(best)[1] + 1
@@ -261,6 +292,32 @@ class PromptLookupDrafter:
             self._realigned = 1 if line is not None and self._kind(start) in self._edited else 0
             self._run = self._miss = 0
             self._pending = None
+
+    def _replaced_length(self, start: int) -> int | None:
+        """How many tokens the answer's current line wrote in place of the first word of the source line at
+        ``start`` before going on with that line's next token (``None``: not within three)."""
+        history = self._history
+        head, answer = self._first_word(start), self._first_word(self._line_start(len(history)))
+        if head + 1 >= len(history) or history[head + 1] in self.newlines:
+            return None
+        for n in range(1, 4):
+            if answer + n < len(history) and history[answer + n] == history[head + 1]:
+                return n
+        return None
+
+    def _after_head(self) -> int | None:
+        """Where the copy resumes in a line whose first word the answer replaces (``print`` -> ``logging.info``),
+        once it has written as many tokens in its place as the last time: the source line's second token (-1
+        while it is still writing them)."""
+        if self._line is None or not self._head_len:
+            return None
+        history, head = self._history, self._first_word(self._line[0])
+        length = self._head_len.get(history[head]) if head < len(history) else None
+        answer = self._first_word(self._line_start(len(history)))
+        written = len(history) - answer
+        if length is None or not 0 < written <= length or history[answer] == history[head]:
+            return None
+        return head + 1 if written == length else -1  # -1: the answer is still writing it
 
     def _source_line(self, position: int) -> tuple[int, int]:
         """The line of history from ``position`` (usually a line's start) to its end:
@@ -310,6 +367,18 @@ class PromptLookupDrafter:
                 return end, size
         return None, 0
 
+    def _line_indent(self) -> None:
+        """The copy moved into the source line the answer's current line rewrites: the indentation shift is the
+        one between these two lines (a shift taken from a match elsewhere, the answer's own earlier line at
+        another depth, would re-indent the lines drafted after this one)."""
+        assert self._line is not None
+        answer = self._line_start(len(self._history))
+        columns = [
+            self.indent[self._history[p]] if p < len(self._history) and self._indentation(p) else 0
+            for p in (answer, self._line[0])
+        ]
+        self._shift = columns[0] - columns[1]
+
     def _in_line(self, position: int) -> bool:
         """Whether history ``position`` lies in the source line the answer's current line rewrites."""
         return self._line is not None and self._line[0] <= position <= self._line[1]
@@ -339,7 +408,14 @@ class PromptLookupDrafter:
         confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
         if self._run == 0 and self._realigned is None:
             found, size = self._lookup()
-            if self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
+            if (here := self._after_head()) == -1:
+                return EMPTY_DRAFT  # logging.info: ".info" is the answer's, and "(" comes after it, not now
+            if here is not None:
+                self._ptr = here
+                self._pending = None
+                self._line_indent()
+                confidence = 2  # as sure as a copy just begun: the line goes on as it did the last time
+            elif self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
                 confidence = 1  # one token differed: assume a substitution and keep copying
             elif (here := self._lookup_line()) is not None and (found is None or not self._in_line(found)):
                 # The answer departed inside a line it rewrites (print(...) -> logging.error(...)): the rest is that
@@ -347,6 +423,7 @@ class PromptLookupDrafter:
                 # own earlier edited line, with another message.
                 self._ptr = here
                 self._pending = None
+                self._line_indent()
                 confidence = 1
             elif found is not None:
                 self._ptr = found
@@ -362,6 +439,7 @@ class PromptLookupDrafter:
             here = self._lookup_line()
             if here is not None:
                 self._ptr, self._run, self._pending = here, 0, None
+                self._line_indent()
                 confidence = 1
         if self._realigned is not None:
             confidence = self._realigned
@@ -377,6 +455,9 @@ class PromptLookupDrafter:
         for i, t in enumerate(source):
             if t == just_replaced or t in self._unsure or (t in self._subst and self._trust.get(t, 0) < SUBST_TRUST):
                 source = source[:i]  # the target decides this one
+                break
+            if t in self._heads and ptr + i == self._first_word(self._line_start(ptr + i)):
+                source = source[:i]  # the answer replaces this kind of line's first word: the target writes it
                 break
             if t in self.newlines and edited and (inside or self._kind(ptr + i + 1) in edited):
                 source = source[: i + 1]  # the next line is of an edited kind (or this one was): stop here
