@@ -330,3 +330,13 @@ def test_a_copy_resumed_inside_its_source_line_takes_that_line_s_indentation() -
     drafter = PromptLookupDrafter(whitespace={WS4, WS8}, indent={WS4: 4, WS8: 8}, newlines={NL, RPNL})
     out = drafts(drafter, prompt, answer)
     assert out[answer.index(82)].tokens[:8] == (82, RQ, NL, *rest[:5])  # "return" at eight spaces, as in the source
+
+
+def test_a_copy_of_the_answer_s_own_text_stays_below_a_copy_of_the_prompt() -> None:
+    prompt = [1, *range(100, 120), 2]
+    answer = [*range(100, 120), 3, *range(100, 118)]  # the prompt's text, then the answer's own copy of it
+    drafter = PromptLookupDrafter()
+    out = drafts(drafter, prompt, answer)
+    assert out[15].confidence == 4  # sixteen tokens into a copy of the prompt
+    assert out[21 + 15].tokens[:2] == (115, 116)  # as far into the answer's copy of its own text, drafted ...
+    assert out[21 + 15].confidence == 2  # ... as a copy just begun
