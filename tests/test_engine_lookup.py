@@ -339,4 +339,17 @@ def test_a_copy_of_the_answer_s_own_text_stays_below_a_copy_of_the_prompt() -> N
     out = drafts(drafter, prompt, answer)
     assert out[15].confidence == 4  # sixteen tokens into a copy of the prompt
     assert out[21 + 15].tokens[:2] == (115, 116)  # as far into the answer's copy of its own text, drafted ...
-    assert out[21 + 15].confidence == 2  # ... as a copy just begun
+    assert out[21 + 15].confidence == 3  # ... below a long copy of the prompt
+
+
+def test_a_line_inserted_before_a_replaced_first_word_is_not_taken_for_its_replacement() -> None:
+    # print -> logging.error is learnt on the first line; before the second print line the answer inserts a line
+    # of its own ("x = int"), two tokens long like "logging .error": it is not the print line's replacement.
+    PRINT, LOGGING, ERROR, LQ, RQ, X, EQ = range(70, 77)
+    prompt = [1, NL, DEF, F, LP, A, RPNL, WS4, PRINT, LQ, 80, 81, RQ, NL, WS4, RET, X1, NL]
+    prompt += [WS4, PRINT, LQ, 82, 83, RQ, NL, 2]
+    answer = [DEF, F, LP, A, RPNL, WS4, LOGGING, ERROR, LQ, 80, 81, RQ, NL, WS4, RET, X1, NL]
+    answer += [WS4, X, EQ, INT, NL, WS4, LOGGING, ERROR, LQ, 82, 83, RQ, NL]
+    out = line_aware_drafts(prompt, answer)
+    inserted = answer.index(X)
+    assert out[inserted + 2].tokens[:1] != (LQ,)  # after "x =": not the rest of the print line, '("82 83")'

@@ -249,10 +249,7 @@ class SpeculativeEngine:
 
     def lookup(self) -> PromptLookupDrafter:
         """A prompt-lookup source for this target's vocabulary."""
-        vocab = self.target.vocab
-        return PromptLookupDrafter(
-            whitespace=vocab.whitespace_ids, indent=vocab.indent_widths, newlines=vocab.newline_ids
-        )
+        return PromptLookupDrafter.for_vocab(self.target.vocab)
 
     def ngram_cache(self) -> NgramCacheDrafter:
         """The session's n-gram cache (its dynamic table persists across generations and runs)."""

@@ -48,12 +48,12 @@ at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one i
 following (or the rest of a line after its replaced first word), 1 follows a copy across a single
 substitution, resumes the source after an edited line or inside the line being rewritten, or starts one from
 a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match (or the source line after
-some other departure). A copy of the answer's own earlier text never rises above 2, however long it has been
+some other departure). A copy of the answer's own earlier text never rises above 3, however long it has been
 followed: a rewrite copies its prompt faithfully, but where an answer repeats itself (a type written out
 again, with one more field) it departs from itself more often, and counting those copies with the prompt's
-would make the long drafts of the next copy of the prompt look riskier than they are (the held-out TypeScript
-rewrite: its class-4 estimate read 0.86 per token when the function body began, all of whose copies were
-accepted). The adaptive controller learns acceptance for each separately, so it can speculate on the copies
+long ones would make the long drafts of the next copy of the prompt look riskier than they are (the held-out
+TypeScript rewrite: its class-4 estimate read 0.86 per token when the function body began, all of whose copies
+were accepted). The adaptive controller learns acceptance for each separately, so it can speculate on the copies
 and decode plainly between them.
 """
 
@@ -63,6 +63,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
+from speculens.engine.vocab import VocabInfo
 
 STRONG_MATCH = 3  # suffix tokens that make a fresh match worth confidence 1
 LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3 (twice as many: 4)
@@ -103,6 +104,11 @@ class PromptLookupDrafter:
         self.newlines = frozenset(newlines)
         self.begin(())
 
+    @classmethod
+    def for_vocab(cls, vocab: VocabInfo) -> PromptLookupDrafter:
+        """A drafter that knows this vocabulary's indentation and line breaks."""
+        return cls(whitespace=vocab.whitespace_ids, indent=vocab.indent_widths, newlines=vocab.newline_ids)
+
     def begin(self, prompt: Sequence[int]) -> None:
         """Start a new index over the prompt."""
         self._history: list[int] = []
@@ -122,7 +128,8 @@ class PromptLookupDrafter:
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
         self._heads: set[int] = set()  # kinds of line whose first word the answer replaces (see _end_line)
-        self._head_len: dict[int, int] = {}  # such a kind -> how many tokens the answer wrote in its first word's place
+        # such a kind -> what the answer wrote in its first word's place: the first token and how many tokens
+        self._replacement: dict[int, tuple[int, int]] = {}
         # The start of the source line whose first word the answer departed from by more than one token:
         # a replaced first word if the answer's line then goes on with the rest of that line.
         self._head: int | None = None
@@ -212,6 +219,7 @@ class PromptLookupDrafter:
             self._suspect = self._head_miss = None
             if self._heads and source in self._heads and self._ptr == self._first_word(self._line_start(self._ptr)):
                 self._heads.discard(source)  # a line of this kind kept its first word
+                self._replacement.pop(source, None)
             self._run += 1
             if source not in self.whitespace:  # indentation is shared by every line of a block: it tells nothing
                 self._count_kept(self._ptr)
@@ -275,11 +283,11 @@ class PromptLookupDrafter:
         if head is not None and head == start and kept[start] >= HEAD_KEPT:
             kind = self._kind(start)  # print(...) -> logging.error(...): the rest of the line kept
             self._heads.add(kind)
-            length = self._replaced_length(start)
-            if length is None:
-                self._head_len.pop(kind, None)
+            replacement = self._replaced_by(start)
+            if replacement is None:
+                self._replacement.pop(kind, None)
             else:
-                self._head_len[kind] = length
+                self._replacement[kind] = replacement
         best = max(kept, key=lambda s: (kept[s], s == start, s)) if kept else -1
         if best >= 0 and (best == start or kept[best] >= own):
             nxt = self._source_line(best)[1] + 1
@@ -298,31 +306,31 @@ class PromptLookupDrafter:
             self._run = self._miss = 0
             self._pending = None
 
-    def _replaced_length(self, start: int) -> int | None:
-        """How many tokens the answer's current line wrote in place of the first word of the source line at
-        ``start`` before going on with that line's next token (``None``: not within three)."""
+    def _replaced_by(self, start: int) -> tuple[int, int] | None:
+        """What the answer's current line wrote in place of the first word of the source line at ``start`` before
+        going on with that line's next token: its first token and how many tokens (``None``: not within three)."""
         history = self._history
         head, answer = self._first_word(start), self._first_word(self._line_start(len(history)))
-        if head + 1 >= len(history) or history[head + 1] in self.newlines:
+        if head + 1 >= len(history) or history[head + 1] in self.newlines or answer >= len(history):
             return None
         for n in range(1, 4):
             if answer + n < len(history) and history[answer + n] == history[head + 1]:
-                return n
+                return history[answer], n
         return None
 
     def _after_head(self) -> int | None:
         """Where the copy resumes in a line whose first word the answer replaces (``print`` -> ``logging.info``),
-        once it has written as many tokens in its place as the last time: the source line's second token (-1
-        while it is still writing them)."""
-        if self._line is None or not self._head_len:
+        once it has written as many tokens in its place as the last time, beginning as it did then: the source
+        line's second token (-1 while it is still writing them)."""
+        if self._line is None or not self._replacement:
             return None
         history, head = self._history, self._first_word(self._line[0])
-        length = self._head_len.get(history[head]) if head < len(history) else None
+        replacement = self._replacement.get(history[head]) if head < len(history) else None
         answer = self._first_word(self._line_start(len(history)))
         written = len(history) - answer
-        if length is None or not 0 < written <= length or history[answer] == history[head]:
-            return None
-        return head + 1 if written == length else -1  # -1: the answer is still writing it
+        if replacement is None or not 0 < written <= replacement[1] or history[answer] != replacement[0]:
+            return None  # not this line's replaced first word: another line inserted here, say
+        return head + 1 if written == replacement[1] else -1  # -1: the answer is still writing it
 
     def _source_line(self, position: int) -> tuple[int, int]:
         """The line of history from ``position`` (usually a line's start) to its end:
@@ -452,7 +460,7 @@ class PromptLookupDrafter:
             return EMPTY_DRAFT
         ptr = self._ptr
         if ptr >= self._answer_from:
-            confidence = min(confidence, 2)  # the answer repeating itself: see the module docstring
+            confidence = min(confidence, 3)  # the answer repeating itself: see the module docstring
         source = self._history[ptr : ptr + n_max]
         just_replaced = self._pending[0] if self._pending is not None else None  # maybe a substitution
         edited = self._edited
