@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from speculens import __version__
-from speculens.cli import bench_cmd, generate_cmd, lab_cmd, models_cmd, ngram_cmd
+from speculens.cli import bench_cmd, generate_cmd, lab_cmd, models_cmd, ngram_cmd, replay_cmd
 
-COMMANDS = (generate_cmd, bench_cmd, lab_cmd, ngram_cmd, models_cmd)
+COMMANDS = (generate_cmd, bench_cmd, replay_cmd, lab_cmd, ngram_cmd, models_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

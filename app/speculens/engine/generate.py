@@ -131,7 +131,7 @@ def generate(
     return _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact, threads).run(prompt)
 
 
-def _to_end(draft: Draft, eog: frozenset[int]) -> Draft:
+def end_at_eog(draft: Draft, eog: frozenset[int]) -> Draft:
     """The draft up to its first end-of-generation token: a copy from the prompt runs on into the chat
     template (``<|im_end|>``, ``<|im_start|>assistant``), and verifying tokens after the answer's end only
     makes the batch dearer."""
@@ -175,7 +175,7 @@ class _Loop:
             return Draft(), None, None
         if controller is None:  # fixed length: the first free source with a draft, else the draft model
             for drafter in self.free:
-                draft = _to_end(drafter.draft(history, n_max), self.target.vocab.eog)
+                draft = end_at_eog(drafter.draft(history, n_max), self.target.vocab.eog)
                 if draft.tokens:
                     return replace(draft, source=drafter.name), None, None
             if model is not None:
@@ -183,7 +183,7 @@ class _Loop:
             return Draft(), None, None
         controller.shadow_check(history)
         # Free sources draft first (it costs only Python time); the controller then picks what to verify.
-        offers = {d.name: _to_end(d.draft(history, n_max), self.target.vocab.eog) for d in self.free}
+        offers = {d.name: end_at_eog(d.draft(history, n_max), self.target.vocab.eog) for d in self.free}
         behind = model.behind(history) if model is not None else 0
         controller.costs.verify.at(len(history))  # batch costs depend on the context (see BatchCosts)
         plan = controller.plan(n_max, [Offer(n, len(d.tokens), d.confidence) for n, d in offers.items()], behind)

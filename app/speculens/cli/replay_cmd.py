@@ -1,0 +1,154 @@
+"""``speculens-cli replay``: a recorded greedy answer decoded again by the draft-free sources, on saved costs.
+
+See :mod:`speculens.engine.replay`: a noise-free comparison of drafters and controller settings on one
+machine's measured costs, for the same answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from speculens import paths
+from speculens.cli import resolve
+from speculens.engine.backend import BackendParams, LlamaBackend
+from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT
+from speculens.engine.drafters.base import Drafter
+from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
+from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
+from speculens.engine.replay import replay
+from speculens.errors import SpeculensError
+
+STRATEGIES = ("auto", "lookup", "ngram-cache")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``replay`` sub-command."""
+    p = sub.add_parser(
+        "replay",
+        help="decode a recorded greedy answer again with the draft-free sources, on saved costs (no noise)",
+        description="Replays the answer of a 'generate --events FILE' run (greedy, one prompt) through the "
+        "adaptive controller and the draft-free sources, charging each step what the saved cost model of "
+        "this target estimates for its batch. Prints the target passes and the modelled speedup over plain "
+        "decoding: a comparison of drafters and settings free of timing noise. The draft model is not replayed, "
+        "and the n-gram cache starts from the prompt alone (as with --no-ngram-file).",
+    )
+    p.add_argument(
+        "--events", required=True, type=Path, help="the --events file of a greedy 'speculens-cli generate' run"
+    )
+    p.add_argument("-m", "--target", required=True, help="the target model of that run (its tokenizer)")
+    p.add_argument("prompt", nargs="?", help="that run's prompt (or -f FILE), one trailing newline dropped")
+    p.add_argument("-f", "--file", type=Path, help="read the prompt from this file (one trailing newline dropped)")
+    p.add_argument(
+        "--costs",
+        type=Path,
+        help="a saved cost model (.json); default: the newest saved for this target in "
+        f"{paths.costs_dir()}",
+    )
+    p.add_argument(
+        "-s", "--strategy", choices=STRATEGIES, default="auto", help="draft-free sources (default: auto, both)"
+    )
+    p.add_argument(
+        "--n-draft",
+        type=int,
+        default=DEFAULT_N_DRAFT,
+        metavar="N",
+        help=f"most tokens drafted per step, 1-{MAX_N_DRAFT} (default {DEFAULT_N_DRAFT})",
+    )
+    p.set_defaults(func=run)
+
+
+def _recorded(path: Path) -> tuple[int, list[int], float, bool]:
+    """The first generation of an events file: its prompt's length, its answer's tokens, its median overhead
+    per step in seconds, and whether it ended at an end-of-generation token."""
+    n_prompt: int | None = None
+    overheads: list[float] = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                event = json.loads(line)
+                kind = event.get("type")
+                if kind == "start":
+                    n_prompt = int(event["n_prompt"])
+                elif kind == "step" and n_prompt is not None:
+                    overheads.append(float(event["overhead_ms"]) / 1e3)
+                elif kind == "finish" and n_prompt is not None:
+                    overhead = statistics.median(overheads or [0.0])
+                    return n_prompt, [int(t) for t in event["tokens"]], overhead, event["reason"] == "eog"
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise ValueError(f"{path.name}, line {number}: not an event of 'generate --events' ({exc})") from exc
+    raise ValueError(f"{path.name} holds no whole generation (a start and a finish event)")
+
+
+def _newest_costs(target: Path) -> tuple[Path, int]:
+    """The most recently saved cost model of this target, and how many others there are (other thread counts,
+    GPU layers, draft models or bit-exact mode each keep their own)."""
+    folder = paths.costs_dir()
+    found = sorted(
+        (p for p in folder.glob(f"{target.stem[:40]}-*.json") if p.stem == f"{target.stem[:40]}-{p.stem[-20:]}"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        raise FileNotFoundError(f"no saved costs for {target.name} in {folder}: run 'generate' with it once")
+    return found[-1], len(found) - 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``replay``."""
+    if (args.prompt is None) == (args.file is None):
+        print("error: give the run's PROMPT or -f FILE", file=sys.stderr)
+        return 2
+    if not 1 <= args.n_draft <= MAX_N_DRAFT:
+        print(f"error: --n-draft must be between 1 and {MAX_N_DRAFT}", file=sys.stderr)
+        return 2
+    others = 0
+    try:
+        prompt_text = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
+        n_prompt, answer, overhead, ended = _recorded(args.events)
+        target = resolve(args.target)
+        costs_path, others = (args.costs, 0) if args.costs else _newest_costs(target)
+        costs = json.loads(costs_path.read_text(encoding="utf-8"))
+        if not isinstance(costs, dict):
+            raise ValueError(f"{costs_path.name} is not a saved cost model")
+    except (OSError, UnicodeDecodeError, ValueError, SpeculensError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if prompt_text.endswith("\n"):
+        prompt_text = prompt_text[:-1]  # as generate does
+    try:
+        with LlamaBackend(target, BackendParams(vocab_only=True)) as vocab_model:
+            prompt = vocab_model.tokenize(prompt_text, parse_special=True)
+            vocab = vocab_model.vocab
+    except SpeculensError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if len(prompt) != n_prompt:
+        print(
+            f"error: this prompt is {len(prompt)} tokens, the recorded run's was {n_prompt}: not the same prompt "
+            "or not the same model",
+            file=sys.stderr,
+        )
+        return 1
+    drafters: list[Drafter] = []
+    if args.strategy in ("auto", "lookup"):
+        drafters.append(PromptLookupDrafter.for_vocab(vocab))
+    if args.strategy in ("auto", "ngram-cache"):
+        drafters.append(NgramCacheDrafter(vocab.fingerprint(), None))
+    try:
+        result = replay(prompt, answer, drafters, costs, args.n_draft, vocab.eog, overhead, ended)
+    except (ValueError, TypeError, KeyError) as exc:  # a damaged cost file included
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"replayed {result.n_tokens} tokens in {result.n_steps} target passes: {result.seconds:.2f} s modelled, "
+        f"plain decoding {result.plain_seconds:.2f} s, {result.speedup:.3f}x"
+    )
+    for name in result.drafted:
+        print(f"  {name}: {result.drafted[name]} drafted, {result.accepted[name]} accepted")
+    print(f"costs: {costs_path}", file=sys.stderr)
+    if others:
+        print(f"({others} other saved cost models of this target: choose one with --costs)", file=sys.stderr)
+    return 0

@@ -1,0 +1,121 @@
+"""Replaying a recorded answer through the controller and the draft-free sources, on saved costs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TinyModels
+from speculens.engine.adaptive import CostModel
+from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
+from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
+from speculens.engine.replay import replay
+
+N_DRAFT = 16
+
+
+def saved_costs(batch: Callable[[int], float]) -> dict:
+    """A cost model's saved state after timing single steps and a few batch sizes on a machine that charges
+    ``batch(n)`` seconds for ``n`` tokens."""
+    costs = CostModel(N_DRAFT + 1)
+    costs.verify.at(300)
+    for _ in range(5):
+        costs.verify.observe(1, batch(1))
+    for n in (2, 3, 4, 8, 12, 17):
+        for _ in range(3):
+            costs.verify.observe(n, batch(n))
+    return json.loads(json.dumps(costs.state()))  # as read back from its file
+
+
+def cpu(n: int) -> float:
+    return 0.03 * (1 + 0.55 * (n - 1))
+
+
+def gpu(n: int) -> float:
+    return 0.01 * (1 + 0.02 * (n - 1))
+
+
+rng = np.random.default_rng(7)
+PROMPT = [int(t) for t in rng.permutation(5000)[:300]]  # no token twice: only real copies match
+COPY = PROMPT[100:260]  # an answer that copies 160 tokens of its prompt
+FRESH = [int(t) for t in range(6000, 6160)]  # an answer that repeats nothing
+
+
+def sources() -> list:
+    return [PromptLookupDrafter(), NgramCacheDrafter("test", None)]
+
+
+def test_an_answer_that_copies_its_prompt_takes_fewer_passes_than_tokens_and_costs_less() -> None:
+    result = replay(PROMPT, COPY, sources(), saved_costs(cpu), N_DRAFT)
+    assert result.n_tokens == len(COPY)
+    assert result.n_steps < len(COPY) / 3
+    assert result.speedup > 1.5
+    assert result.accepted["lookup"] >= len(COPY) - result.n_steps  # every token not the target's was a draft
+
+
+def test_an_answer_that_repeats_nothing_is_decoded_plainly_at_plain_cost() -> None:
+    result = replay(PROMPT, FRESH, sources(), saved_costs(cpu), N_DRAFT)
+    assert result.n_steps == len(FRESH) and not result.drafted
+    assert result.speedup == pytest.approx(1.0)
+
+
+def test_cheap_batches_make_the_same_copy_pay_more() -> None:
+    on_cpu = replay(PROMPT, COPY, sources(), saved_costs(cpu), N_DRAFT)
+    on_gpu = replay(PROMPT, COPY, sources(), saved_costs(gpu), N_DRAFT)
+    assert on_gpu.speedup > on_cpu.speedup
+    assert replay(PROMPT, COPY, sources(), saved_costs(cpu), N_DRAFT) == on_cpu  # no noise: the same every time
+
+
+def test_costs_without_a_single_step_are_refused() -> None:
+    with pytest.raises(ValueError, match="one-token"):
+        replay(PROMPT, COPY, sources(), CostModel(N_DRAFT + 1).state(), N_DRAFT)
+
+
+CLI = [sys.executable, "-m", "speculens.cli"]
+
+
+def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path) -> None:
+    prompt = "one two three four five six seven eight one two three four five six seven eight one two"
+    events = tmp_path / "events.jsonl"
+    run = subprocess.run(
+        [*CLI, "generate", "-m", tiny.target, "-s", "lookup", "-n", "32", "--events", events, prompt],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(events.read_text().splitlines()[-1])["tokens"]
+    out = subprocess.run(
+        [*CLI, "replay", "--events", events, "-m", tiny.target, "-s", "lookup", prompt],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"replayed {len(answer)} tokens in ")
+    assert "costs: " in out.stderr  # the cost model the generate run saved
+    wrong = subprocess.run(
+        [*CLI, "replay", "--events", events, "-m", tiny.target, "another prompt"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert wrong.returncode == 1 and "not the same prompt" in wrong.stderr
+
+
+def test_a_draft_ends_at_an_end_of_generation_token_and_bad_requests_are_refused() -> None:
+    # The answer copies its prompt up to a token that ends generation (the chat template's end of turn).
+    answer, eog = PROMPT[100:170], PROMPT[170]
+    costs = saved_costs(cpu)
+    with_end = replay(PROMPT, answer, sources(), costs, N_DRAFT, eog={eog}, ended=True)
+    without = replay(PROMPT, answer, sources(), costs, N_DRAFT, ended=True)
+    assert with_end.accepted["lookup"] == without.accepted["lookup"] + 1  # the end itself, drafted and accepted
+    assert with_end.drafted["lookup"] == with_end.accepted["lookup"]  # and nothing after it
+    assert without.drafted["lookup"] > without.accepted["lookup"]  # the prompt's next token, drafted and refused
+    # Stopped by the token limit, there is no position after the last token: nothing is drafted past it.
+    limited = replay(PROMPT, answer, sources(), costs, N_DRAFT)
+    assert limited.drafted["lookup"] == limited.accepted["lookup"]
+    with pytest.raises(ValueError, match="at least 1"):
+        replay(PROMPT, COPY, sources(), saved_costs(cpu), 0)
+    with pytest.raises(ValueError, match="empty"):
+        replay(PROMPT, [], sources(), saved_costs(cpu), N_DRAFT)
