@@ -39,9 +39,10 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   indentation shift is then the one between these two lines, not one taken from where the suffix matched;
 * **replaced first words**: when the answer writes a line's first word differently (more than a renamed
   token: ``print`` written ``logging.error``) and then goes on with the rest of that line, lines of that kind
-  (``print``) are drafted up to their first word and no further: the target writes it, and as many tokens
-  as the last time after it (``.info``, which no copy knows), and then the rest of the source line follows
-  with confidence 2. A line of the kind that keeps its first word makes its lines copies again.
+  (``print``) are drafted up to their first word and no further: the target writes it. Once the answer has
+  written as many tokens in its place as the last time, beginning with the same one (``logging``, then
+  ``.info``, which no copy knows), the rest of the source line follows with confidence 2. A line of the kind
+  that keeps its first word makes its lines copies again.
 
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
