@@ -212,18 +212,27 @@ def _render_colored(event: StepEvent) -> str:
     return "".join(parts)
 
 
+def read_prompt(args: argparse.Namespace) -> str | None:
+    """The prompt of ``PROMPT`` or ``-f FILE`` (``None``: neither), less one trailing newline, as llama.cpp's ``-f``
+    drops it (common/arg.cpp), so one file gives both tools the same prompt.
+
+    Raises:
+        OSError, UnicodeDecodeError: the file cannot be read as text.
+    """
+    prompt: str | None = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
+    return prompt[:-1] if prompt is not None and prompt.endswith("\n") else prompt
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``."""
     if not args.chat and (args.prompt is None) == (args.file is None):
         print("error: give a PROMPT or -f FILE, or --chat for an interactive conversation", file=sys.stderr)
         return 2
     try:
-        prompt = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
+        prompt = read_prompt(args)
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: cannot read the prompt file: {exc}", file=sys.stderr)
         return 1
-    if prompt is not None and prompt.endswith("\n"):
-        prompt = prompt[:-1]  # as llama.cpp's -f does (common/arg.cpp), for like-for-like comparisons
     try:
         config = generation_config(args)
         config.validate()
@@ -237,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         try:
             if not args.chat:
+                assert prompt is not None  # checked above: PROMPT or -f without --chat
                 finish, start, threads = consume(engine.generate(prompt, config, cancel), sys.stdout, args.color, log)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from speculens import paths
 from speculens.cli import resolve
+from speculens.cli.generate_cmd import read_prompt
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT
 from speculens.engine.drafters.base import Drafter
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     others = 0
     try:
-        prompt_text = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
+        prompt_text = read_prompt(args) or ""
         n_prompt, answer, overhead, ended = _recorded(args.events)
         target = resolve(args.target)
         costs_path, others = (args.costs, 0) if args.costs else _newest_costs(target)
@@ -116,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError, ValueError, SpeculensError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if prompt_text.endswith("\n"):
-        prompt_text = prompt_text[:-1]  # as generate does
     try:
         with LlamaBackend(target, BackendParams(vocab_only=True)) as vocab_model:
             prompt = vocab_model.tokenize(prompt_text, parse_special=True)
