@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -19,3 +20,14 @@ def demo_progress(model: DemoModel, done: int, total: int) -> None:
 def resolve(spec: str) -> Path:
     """:func:`resolve_model` with assembly progress on an interactive terminal."""
     return resolve_model(spec, progress=demo_progress if sys.stderr.isatty() else None)
+
+
+def read_prompt(args: argparse.Namespace) -> str | None:
+    """The prompt of ``PROMPT`` or ``-f FILE`` (``None``: neither), less one trailing newline, as llama.cpp's ``-f``
+    drops it (common/arg.cpp), so one file gives both tools the same prompt.
+
+    Raises:
+        OSError, UnicodeDecodeError: the file cannot be read as text.
+    """
+    prompt: str | None = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
+    return prompt[:-1] if prompt is not None and prompt.endswith("\n") else prompt

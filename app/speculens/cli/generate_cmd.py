@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import resolve
+from speculens.cli import read_prompt, resolve
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -210,17 +210,6 @@ def _render_colored(event: StepEvent) -> str:
             (_GREEN if e.origin is Origin.ACCEPTED else _BLUE) + e.piece.decode("utf-8", errors="replace") + _RESET
         )
     return "".join(parts)
-
-
-def read_prompt(args: argparse.Namespace) -> str | None:
-    """The prompt of ``PROMPT`` or ``-f FILE`` (``None``: neither), less one trailing newline, as llama.cpp's ``-f``
-    drops it (common/arg.cpp), so one file gives both tools the same prompt.
-
-    Raises:
-        OSError, UnicodeDecodeError: the file cannot be read as text.
-    """
-    prompt: str | None = args.file.read_text(encoding="utf-8") if args.file is not None else args.prompt
-    return prompt[:-1] if prompt is not None and prompt.endswith("\n") else prompt
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 from speculens import paths
-from speculens.cli import resolve
-from speculens.cli.generate_cmd import read_prompt
+from speculens.cli import read_prompt, resolve
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT
 from speculens.engine.drafters.base import Drafter
