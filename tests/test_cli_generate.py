@@ -132,3 +132,10 @@ def test_the_summary_says_when_fewer_threads_decoded() -> None:
     stats = RunningStats(3, 3, 0, 0, 0.1, 0.0, 0.1, 0.0, (), (), 0)
     assert "threads" not in summary(stats, None, "max_tokens", Counter({2: 3}))
     assert "threads: 2 for 1 steps, 1 for 2 steps" in summary(stats, None, "max_tokens", Counter({2: 1, 1: 2}))
+
+
+def test_flash_attention_can_be_set_and_a_wrong_value_is_refused(tiny: TinyModels) -> None:
+    on = cli("generate", "-m", tiny.target, "-s", "none", "-n", "8", "--flash-attn", "off", "one two three")
+    assert on.returncode == 0 and on.stdout.strip(), on.stderr
+    wrong = cli("generate", "-m", tiny.target, "--flash-attn", "sometimes", "one two three")
+    assert wrong.returncode == 2 and "--flash-attn" in wrong.stderr

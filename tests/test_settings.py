@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from speculens import paths
-from speculens.settings import SCHEMA_VERSION, Settings, load_settings, save_settings
+from speculens.engine.config import FlashAttention
+from speculens.settings import SCHEMA_VERSION, Settings, load_settings, model_config, save_settings
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
@@ -153,3 +154,13 @@ def test_gpu_layers_default_to_all_and_old_files_move_to_it(tmp_path: Path) -> N
     assert old.n_gpu_layers == -1 and old.n_gpu_layers_draft == 12
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "n_gpu_layers": 0}), encoding="utf-8")
     assert load_settings(path).n_gpu_layers == 0  # chosen since: it stays
+
+
+def test_flash_attention_is_a_loading_setting_with_a_known_value(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"flash_attn": "sometimes"}), encoding="utf-8")
+    assert load_settings(path).flash_attn == "auto"
+    path.write_text(json.dumps({"flash_attn": "off", "target_path": "/t.gguf"}), encoding="utf-8")
+    loaded = load_settings(path)
+    assert model_config(loaded).flash_attn is FlashAttention.OFF
+    assert Settings(target_path="/t.gguf").needs_reload(loaded) == {"flash_attn"}

@@ -142,3 +142,15 @@ def test_a_narrow_dock_wraps_the_notes_instead_of_scrolling_sideways(qtbot, stor
     assert panel.scroll_area.widget().width() <= panel.scroll_area.viewport().width()
     note = panel.gpu_note
     assert "CPU-only" in note.text() and note.height() > note.fontMetrics().height() * 1.5  # wrapped
+
+
+def test_flash_attention_is_chosen_in_the_loading_group_and_needs_a_reload(qtbot, store: SettingsStore) -> None:
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    store.set_loaded(store.settings)
+    assert panel.flash_attn.currentText() == "Automatic (measured)"
+    assert [panel.flash_attn.itemData(i) for i in range(panel.flash_attn.count())] == ["auto", "on", "off"]
+    with qtbot.waitSignal(store.changed):
+        panel.flash_attn.setCurrentIndex(panel.flash_attn.findData("off"))
+    assert store.settings.flash_attn == "off"
+    assert not panel.reload_note.isHidden() and "flash attention" in panel.reload_note.text().lower()

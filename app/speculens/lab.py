@@ -832,9 +832,14 @@ class PairLab:
             backend = by_file.get(where)
             if backend is None:
                 try:
-                    backend = LlamaBackend(
-                        cand.draft, BackendParams(s.n_ctx, s.n_threads, cand.n_gpu_layers_draft, exact=s.exact)
+                    params = BackendParams(
+                        s.n_ctx,
+                        s.n_threads,
+                        cand.n_gpu_layers_draft,
+                        exact=s.exact,
+                        flash_attn=engine.target.params.flash_attn,  # as the engine's own draft would have it
                     )
+                    backend = LlamaBackend(cand.draft, params)
                 except OperationError as exc:
                     self.skipped[cand.key] = failed[where] = exc.message
                     continue

@@ -21,6 +21,7 @@ from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
     DEFAULT_N_DRAFT,
+    FlashAttention,
     GenerationConfig,
     ModelConfig,
     Strategy,
@@ -67,6 +68,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="bit-exact verification: greedy speculation reproduces plain decoding token for token, at a measured "
         "cost in speed (default: llama.cpp's fastest kernels, as its own speculative decoding uses)",
+    )
+    p.add_argument(
+        "--flash-attn",
+        choices=[f.value for f in FlashAttention],
+        default=FlashAttention.AUTO.value,
+        help="flash attention (default: auto: on a CPU, whichever of on and off this machine runs faster, timed "
+        "once per model at load; on a GPU, llama.cpp's choice)",
     )
 
 
@@ -132,6 +140,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         ngram_cache_dir=None if args.no_ngram_file else paths.ngram_cache_dir(),
         costs_dir=paths.costs_dir(),
         exact=args.exact,
+        flash_attn=FlashAttention(args.flash_attn),
     )
 
 

@@ -13,12 +13,13 @@ import functools
 import logging
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,98 @@ def extra_buffers_default() -> bool:
 EXACT_KV_TYPES = (8, 30)
 # The largest decode call the invariance probe tries.
 PROBE_MAX_SIZE = 8
+# Where probe_flash_attention times decoding: a short and a long context (capped by the context size), one
+# token and a verification batch at each, a few times over, and how much faster "off" must be to be chosen.
+FLASH_PROBE_DEPTHS = (256, 2048)
+FLASH_PROBE_BATCH = 4
+FLASH_PROBE_REPEATS = 3
+FLASH_PROBE_MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class FlashProbe:
+    """What :meth:`LlamaBackend.probe_flash_attention` measured.
+
+    Attributes:
+        depths: the context lengths timed.
+        on: seconds per depth, flash attention on: the median one-token call plus the median batch call.
+        off: the same with flash attention off.
+        flash_attn: the faster setting: ``False`` when "off" was faster by :data:`FLASH_PROBE_MARGIN` summed over
+            the depths, otherwise ``None`` (llama.cpp's own choice).
+    """
+
+    depths: tuple[int, ...]
+    on: tuple[float, ...]
+    off: tuple[float, ...]
+    flash_attn: bool | None
+
+    def describe(self) -> str:
+        """One line for the log and the UI."""
+        timed = zip(self.depths, self.off, self.on, strict=True)
+        cells = ", ".join(f"{d} tokens {1e3 * a:.0f} vs {1e3 * b:.0f} ms" for d, a, b in timed)
+        choice = "off" if self.flash_attn is False else "as llama.cpp decides (on)"
+        return f"flash attention {choice}; off vs on, one token + a batch of {FLASH_PROBE_BATCH} at {cells}"
+
+
+def tiled_kv_state(state: bytes, n_cells: int) -> bytes | None:
+    """A KV-cache state of one sequence (``llama_state_seq_get_data``) grown to ``n_cells`` cells at positions
+    ``0 ..``, by repeating the cells it has — what a long context costs to attend over, without evaluating one.
+
+    Returns:
+        The new state, or ``None`` when ``state`` is not laid out as this llama.cpp writes an attention cache
+        (one stream; per cell its position, one sequence id and perhaps a fixed-size extension; then the keys
+        and values of every layer, the values perhaps transposed).
+    """
+    u32 = np.dtype("<u4")
+
+    def layout(head: int, meta: int) -> tuple[int, list[tuple[bytes, int, int]]] | None:
+        # The cell count and the sections after the cells' metadata as (header, bytes per cell, rows of cells).
+        if head + 8 > len(state):
+            return None
+        n_stream, count = (int(x) for x in np.frombuffer(state, u32, 2, head))
+        at = head + 8 + count * meta
+        if n_stream != 1 or count == 0 or at + 8 > len(state):
+            return None
+        v_trans, n_layer = (int(x) for x in np.frombuffer(state, u32, 2, at))
+        if v_trans > 1 or not 0 < n_layer < 100_000:
+            return None
+        out = [(state[at : at + 8], 0, 0)]
+        at += 8
+        for part in range(2):  # keys, then values
+            for _ in range(n_layer):
+                if at + 12 > len(state):
+                    return None
+                if part == 1 and v_trans:  # type, element size, rows: one row of every cell per embedding value
+                    size, rows = (int(x) for x in np.frombuffer(state, u32, 2, at + 4))
+                else:  # type, row size, one row per cell
+                    size, rows = int(np.frombuffer(state, np.dtype("<u8"), 1, at + 4)[0]), 1
+                out.append((state[at : at + 12], size, rows))
+                at += 12 + size * rows * count
+                if at > len(state):
+                    return None
+        return (count, out) if at == len(state) else None
+
+    # Perhaps a header (this llama.cpp writes a magic number and the sequence id), then per cell its position,
+    # the number of its sequence ids (1) and the id, perhaps with a llama_kv_cell_ext (12 bytes) as well.
+    for head, meta in ((8, 12), (8, 24), (0, 12), (0, 24)):
+        found = layout(head, meta)
+        if found is not None:
+            count, sections = found
+            break
+    else:
+        return None
+    cells = np.frombuffer(state, np.uint8, count * meta, head + 8).reshape(count, meta)
+    reps = np.arange(n_cells) % count
+    grown = cells[reps].copy()
+    grown[:, :4] = np.arange(n_cells, dtype="<i4").view(np.uint8).reshape(n_cells, 4)
+    parts = [state[:head], np.array([1, n_cells], u32).tobytes(), grown.tobytes(), sections[0][0]]
+    at = head + 8 + count * meta + 8
+    for header, size, rows in sections[1:]:
+        at += len(header)
+        block = np.frombuffer(state, np.uint8, size * rows * count, at).reshape(rows, count, size)
+        parts += [header, block[:, reps].tobytes()]
+        at += size * rows * count
+    return b"".join(parts)
 
 
 # llama.cpp's file types (llama_ftype) that :func:`quantize_model` writes.
@@ -206,6 +299,9 @@ class BackendParams:
         exact: load in the configuration where batches can be computed with the same kernels as one token: no
             repacked weights, flash attention on, a q8_0 (or bf16) KV cache (see :data:`EXACT_KV_TYPES`).
             :meth:`LlamaBackend.probe_invariance` then finds the decode-call sizes that are.
+        flash_attn: flash attention on (``True``) or off (``False``); ``None`` leaves it to llama.cpp, which
+            turns it on wherever the backend supports it (see :meth:`LlamaBackend.probe_flash_attention`).
+            Ignored in exact mode, which needs it on.
         rollback: for a recurrent or hybrid model (Mamba, RWKV, Qwen3.5, Nemotron-H ...): how many of the last
             decode call's tokens it should be able to take back (llama.cpp keeps a snapshot of the state after
             each of them, for the architectures it supports this for; :attr:`LlamaBackend.rollback` says what
@@ -220,6 +316,7 @@ class BackendParams:
     extra_buffers: bool | None = None
     exact: bool = False
     rollback: int = 0
+    flash_attn: bool | None = None
 
 
 def default_threads() -> int:
@@ -298,8 +395,17 @@ class LlamaBackend:
         self._last_prefill: tuple[tuple[int, ...], int] | None = None
         if self.params.vocab_only:
             return
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # see _logit_rows
+        self._open_context(self.params.flash_attn)
+        self._batch = llama_cpp.llama_batch_init(self.params.n_batch, 0, 1)
+        for j in range(self.params.n_batch):  # every token belongs to sequence 0, in every call
+            self._batch.n_seq_id[j] = 1
+            self._batch.seq_id[j][0] = 0
+
+    def _new_context(self, n_ctx: int, flash_attn: bool | None) -> Any:
+        """A llama.cpp context on this model (``None`` if llama.cpp refuses it); exact mode sets its own cache."""
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = self.params.n_ctx
+        cparams.n_ctx = n_ctx
         cparams.n_batch = self.params.n_batch
         cparams.n_ubatch = self.params.n_batch
         cparams.n_threads = self.n_threads
@@ -307,35 +413,48 @@ class LlamaBackend:
         cparams.no_perf = True
         if self.recurrent:
             cparams.n_rs_seq = self.params.rollback
-        if exact:
-            # Without flash attention, llamafile's kernels multiply the attention matrices of 2+ queries
-            # (they never take one); llama.cpp's CPU flash attention handles each query alike, except one
-            # query over an f16/f32 cache of 512+ cells (a split-KV path), which a q8_0 cache never takes.
-            cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
-            for kv_type in EXACT_KV_TYPES:
-                cparams.type_k = cparams.type_v = kv_type
-                self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
-                if self._ctx:
-                    self.kv_type = kv_type
-                    break
-        else:
-            self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self.params.exact:
+            if flash_attn is not None:
+                cparams.flash_attn_type = int(flash_attn)  # LLAMA_FLASH_ATTN_TYPE_DISABLED / _ENABLED
+            return llama_cpp.llama_init_from_model(self._model, cparams)
+        # Without flash attention, llamafile's kernels multiply the attention matrices of 2+ queries (they never
+        # take one); llama.cpp's CPU flash attention handles each query alike, except one query over an f16/f32
+        # cache of 512+ cells (a split-KV path), which a q8_0 cache never takes.
+        cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
+        for kv_type in EXACT_KV_TYPES:
+            cparams.type_k = cparams.type_v = kv_type
+            ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+            if ctx:
+                self.kv_type = kv_type
+                return ctx
+        return None
+
+    def _open_context(self, flash_attn: bool | None) -> None:
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+            self._views.clear()
+        self._ctx = self._new_context(self.params.n_ctx, flash_attn)
         if not self._ctx:
             self.close()
             raise BackendError(
                 f"llama.cpp could not create a context of {self.params.n_ctx} tokens for {self.path.name}: "
                 "try a smaller context size or fewer GPU layers"
             )
+        self.params = replace(self.params, flash_attn=flash_attn)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         # How many of the last decode call's tokens a recurrent state can take back (0: none, as for Mamba and
         # RWKV in this llama.cpp); irrelevant for an attention cache, which can be cut anywhere.
         self.rollback = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._batch = llama_cpp.llama_batch_init(self.params.n_batch, 0, 1)
-        for j in range(self.params.n_batch):  # every token belongs to sequence 0, in every call
-            self._batch.n_seq_id[j] = 1
-            self._batch.seq_id[j][0] = 0
-        self._views: dict[tuple[int, int], np.ndarray] = {}  # see _logit_rows
+        self.tokens = []
+        self._last_prefill = None
+
+    def set_flash_attn(self, flash_attn: bool | None) -> None:
+        """Recreate the context with flash attention on, off, or as llama.cpp decides (the KV cache is emptied:
+        flash attention changes how llama.cpp lays out the cached values)."""
+        if not self.params.exact and not self.params.vocab_only and flash_attn != self.params.flash_attn:
+            self._open_context(flash_attn)
 
     # ---- facts -------------------------------------------------------------------------------------
 
@@ -593,6 +712,90 @@ class LlamaBackend:
             self.probe_seconds,
         )
         return self.invariant_sizes
+
+    def probe_flash_attention(
+        self, depths: Sequence[int] = FLASH_PROBE_DEPTHS, repeats: int = FLASH_PROBE_REPEATS
+    ) -> FlashProbe | None:
+        """Time decoding with flash attention on and off, and say which to use (the context is not touched).
+
+        llama.cpp turns flash attention on wherever the backend supports it, without timing it. On a CPU it is
+        not always faster: on the 2-core AMD EPYC VM we test on, one-token decoding of the demo target at 3,000
+        tokens of context ran at 17.4 tokens/s with it and 21.3 without, and batches were slower still, while
+        short contexts and prompt evaluation timed the same (``llama-bench``); others report the opposite on
+        other CPUs. So both are measured here, in two scratch contexts: a few real tokens are evaluated, their
+        cache is repeated out to each of ``depths`` (see :func:`tiled_kv_state`; the cost of attending over a
+        context does not depend on what it says), and one token and a batch of :data:`FLASH_PROBE_BATCH` are
+        timed there, the two settings in turn. About 3 s on that VM.
+
+        Returns:
+            What was measured, or ``None`` when it could not be (exact mode, a recurrent model, a context or a
+            cache state llama.cpp refused).
+        """
+        if self.params.exact or self.recurrent or self._ctx is None:
+            return None
+        top = min(max(depths), self.n_ctx - FLASH_PROBE_BATCH - 1)
+        depths = tuple(sorted({min(d, top) for d in depths}))
+        text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
+        seed = (self.tokenize(text * 8, add_special=True))[:32]
+        contexts: dict[bool, Any] = {}
+        try:
+            states: dict[bool, bytes] = {}
+            for flash in (True, False):
+                ctx = contexts[flash] = self._new_context(top + FLASH_PROBE_BATCH + 1, flash)
+                if not ctx:
+                    return None
+                self._timed_decode(ctx, seed, 0)
+                size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+                buffer = (ctypes.c_uint8 * size)()
+                if llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0) != size:
+                    return None
+                states[flash] = bytes(buffer)
+            timed: dict[bool, list[float]] = {True: [], False: []}
+            for depth in depths:
+                for flash, ctx in contexts.items():
+                    state = tiled_kv_state(states[flash], depth)
+                    if state is None:
+                        return None
+                    data = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+                    if llama_cpp.llama_state_seq_set_data(ctx, data, len(state), 0) != len(state):
+                        return None
+                single: dict[bool, list[float]] = {True: [], False: []}
+                batch: dict[bool, list[float]] = {True: [], False: []}
+                for _ in range(repeats):
+                    for flash, ctx in contexts.items():
+                        memory = llama_cpp.llama_get_memory(ctx)
+                        single[flash].append(self._timed_decode(ctx, seed[:1], depth))
+                        llama_cpp.llama_memory_seq_rm(memory, 0, depth, -1)
+                        batch[flash].append(self._timed_decode(ctx, seed[:FLASH_PROBE_BATCH], depth))
+                        llama_cpp.llama_memory_seq_rm(memory, 0, depth, -1)
+                for flash in contexts:
+                    timed[flash].append(statistics.median(single[flash]) + statistics.median(batch[flash]))
+        except BackendError:
+            return None
+        finally:
+            for ctx in contexts.values():
+                if ctx:
+                    llama_cpp.llama_free(ctx)
+        on, off = tuple(timed[True]), tuple(timed[False])
+        faster_off = sum(off) < (1.0 - FLASH_PROBE_MARGIN) * sum(on)
+        return FlashProbe(depths, on, off, False if faster_off else None)
+
+    def _timed_decode(self, ctx: Any, tokens: Sequence[int], position: int) -> float:
+        """Evaluate ``tokens`` at ``position ..`` in sequence 0 of ``ctx`` (a scratch context); its seconds."""
+        b = self._batch
+        b.n_tokens = len(tokens)
+        for j, token in enumerate(tokens):
+            b.token[j] = token
+            b.pos[j] = position + j
+            b.logits[j] = True  # as a verification asks for every row
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(ctx, b)
+        if rc == 0:
+            _synchronize(ctx)
+        seconds = time.perf_counter() - t0
+        if rc != 0:
+            raise BackendError(f"llama_decode failed with code {rc}")
+        return seconds
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the KV cache already holds."""

@@ -48,6 +48,26 @@ _LABELS = {
 }
 
 
+class FlashAttention(StrEnum):
+    """Whether the models use llama.cpp's flash attention."""
+
+    AUTO = "auto"  # measured on a CPU (the faster one, kept per model and machine); llama.cpp's choice on a GPU
+    ON = "on"
+    OFF = "off"
+
+    @property
+    def label(self) -> str:
+        """The name people read."""
+        return _FLASH_LABELS[self]
+
+
+_FLASH_LABELS = {
+    FlashAttention.AUTO: "Automatic (measured)",
+    FlashAttention.ON: "On",
+    FlashAttention.OFF: "Off",
+}
+
+
 def recurrent_refusal(model: str) -> str:
     """Why speculation is off for a recurrent target whose state llama.cpp cannot take back."""
     return (
@@ -155,6 +175,9 @@ class ModelConfig:
             reproduces plain decoding token for token, at a measured cost in speed. Off (the default), the
             target runs llama.cpp's fastest kernels and verifies a draft in one batch, as llama.cpp's own
             speculative decoding does; batched kernels can round differently and flip a near-tie.
+        flash_attn: flash attention for both models. ``auto`` times the target both ways at load on a CPU
+            (:meth:`speculens.engine.backend.LlamaBackend.probe_flash_attention`; the answer is kept in
+            ``costs_dir``) and leaves it to llama.cpp with layers on a GPU. Bit-exact mode always has it on.
     """
 
     target: Path
@@ -168,3 +191,4 @@ class ModelConfig:
     costs_dir: Path | None = None
     exact: bool = False
     adaptive_threads: bool = False
+    flash_attn: FlashAttention = FlashAttention.AUTO

@@ -34,6 +34,7 @@ class EngineInfo:
         gpu_backend: the GPU backend of the llama.cpp build (``None``: CPU only).
         speculation_off: why this target is only decoded plainly (a recurrent model whose state llama.cpp cannot
             take back), or ``None``.
+        flash_attn: whether the models run with flash attention, and why (empty when llama.cpp decided).
     """
 
     target: str
@@ -44,6 +45,7 @@ class EngineInfo:
     invariant_sizes: tuple[int, ...]
     gpu_backend: str | None
     speculation_off: str | None = None
+    flash_attn: str = ""
 
 
 class Engine(Protocol):

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,14 @@ from speculens.engine.backend import (
     offloaded_layers,
     system_info,
 )
-from speculens.engine.config import GenerationConfig, ModelConfig, PromptError, Strategy, recurrent_refusal
+from speculens.engine.config import (
+    FlashAttention,
+    GenerationConfig,
+    ModelConfig,
+    PromptError,
+    Strategy,
+    recurrent_refusal,
+)
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
@@ -74,18 +82,28 @@ class SpeculativeEngine:
 
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
+        forced = {FlashAttention.ON: True, FlashAttention.OFF: False}.get(config.flash_attn)
         self.target = LlamaBackend(
             config.target,
             BackendParams(
-                config.n_ctx, config.n_threads, config.n_gpu_layers, exact=config.exact, rollback=RECURRENT_ROLLBACK
+                config.n_ctx,
+                config.n_threads,
+                config.n_gpu_layers,
+                exact=config.exact,
+                rollback=RECURRENT_ROLLBACK,
+                flash_attn=forced,
             ),
         )
-        if config.exact:
-            try:
+        # What flash attention the models run with, and why (see choose_flash_attn).
+        self.flash_note = "on (bit-exact mode)" if config.exact else "" if forced is None else ("off", "on")[forced]
+        try:
+            if config.exact:
                 self.target.probe_invariance()
-            except BaseException:
-                self.target.close()
-                raise
+            elif config.flash_attn is FlashAttention.AUTO:
+                self.choose_flash_attn()
+        except BaseException:
+            self.target.close()
+            raise
         self.draft: LlamaBackend | None = None
         # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
         # measured its invariance with its own count).
@@ -117,7 +135,10 @@ class SpeculativeEngine:
         # In exact mode the draft is computed like the target (cache precision, kernels), so a draft with the
         # target's own weights proposes exactly the target's tokens.
         c = self.config
-        draft = LlamaBackend(path, BackendParams(c.n_ctx, c.n_threads, c.n_gpu_layers_draft, exact=c.exact))
+        params = BackendParams(
+            c.n_ctx, c.n_threads, c.n_gpu_layers_draft, exact=c.exact, flash_attn=self.target.params.flash_attn
+        )
+        draft = LlamaBackend(path, params)
         problem = vocab_mismatch(self.target.vocab, draft.vocab)
         if not problem and draft.recurrent:
             draft.close()
@@ -138,19 +159,62 @@ class SpeculativeEngine:
         self.draft = draft
         self.costs.forget_draft()
 
-    def _costs_path(self) -> Path | None:
-        """The saved costs of this pair, keyed by the files, the load settings, llama.cpp's build and the CPU."""
+    def choose_flash_attn(self) -> None:
+        """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
+        decides): the answer of :meth:`LlamaBackend.probe_flash_attention`, kept per model, context size, thread
+        count, build and CPU in the costs folder, so it is measured once (about 2 s on a 2-core VM). The draft
+        model, loaded next, takes the target's setting."""
+        c = self.config
+        if offloaded_layers(c.n_gpu_layers):
+            self.flash_note = "as llama.cpp decides (layers on the GPU)"
+            return
+        path = self._saved_path("flash", [self.target.n_threads, c.n_ctx], c.target)
+        found: dict[str, Any] | None = None
+        try:
+            if path is not None and path.exists():
+                found = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(found, dict) or found.get("flash_attn") not in (None, False):
+                    raise ValueError("not a saved flash-attention measurement")
+        except (OSError, ValueError) as exc:
+            log.warning("measuring flash attention again: %s", exc)
+            found = None
+        if found is None:
+            probe = self.target.probe_flash_attention()
+            if probe is None:
+                self.flash_note = "as llama.cpp decides (could not be measured)"
+                return
+            found = {"flash_attn": probe.flash_attn, "note": probe.describe()}
+            if path is not None:
+                try:
+                    write_json_atomic(path, found)
+                except OSError as exc:
+                    log.warning("could not save the flash-attention measurement: %s", exc)
+        log.info("%s: %s", c.target.name, found.get("note", ""))
+        self.target.set_flash_attn(found["flash_attn"])
+        self.flash_note = "off (measured faster here)" if found["flash_attn"] is False else "on (measured)"
+
+    def _saved_path(self, kind: str, key: list[object], *models: Path | None) -> Path | None:
+        """A file in the costs folder for measurements of a ``kind`` keyed by ``key``, llama.cpp's build, the CPU
+        and the model files."""
         c = self.config
         if c.costs_dir is None:
             return None
-        ngl, ngl_draft = offloaded_layers(c.n_gpu_layers), offloaded_layers(c.n_gpu_layers_draft)
-        key: list[object] = [c.n_threads, ngl, ngl_draft, c.exact, system_info(), cpu_model()]
-        for path in (c.target, c.draft if self.draft is not None else None):
+        key = [*key, system_info(), cpu_model()]
+        for path in models:
             if path is not None:
                 stat = path.stat()
                 key += [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
         digest = hashlib.sha256(json.dumps(key).encode("utf-8")).hexdigest()[:20]
-        return c.costs_dir / f"{c.target.stem[:40]}-{digest}.json"
+        return c.costs_dir / f"{c.target.stem[:40]}-{kind + '-' if kind else ''}{digest}.json"
+
+    def _costs_path(self) -> Path | None:
+        """The saved costs of this pair, keyed by the files, the load settings, llama.cpp's build and the CPU."""
+        c = self.config
+        key: list[object] = [c.n_threads, offloaded_layers(c.n_gpu_layers), offloaded_layers(c.n_gpu_layers_draft)]
+        key.append(c.exact)
+        if self.target.params.flash_attn is not None:  # batches cost differently without flash attention
+            key.append(f"flash_attn={self.target.params.flash_attn}")
+        return self._saved_path("", key, c.target, c.draft if self.draft is not None else None)
 
     def _restore_costs(self) -> None:
         try:
@@ -314,6 +378,7 @@ class SpeculativeEngine:
             invariant_sizes=self.target.invariant_sizes,
             gpu_backend=gpu_backend_name(),
             speculation_off=self.speculation_off,
+            flash_attn=self.flash_note,
         )
 
     @property

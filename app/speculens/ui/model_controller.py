@@ -233,6 +233,8 @@ class ModelController(QObject):
             if info.draft and (self.badge is None or not self.badge.ok):
                 self._set_badge(Badge(True, "✓ Compatible", f"{info.draft} can draft for {info.target}."))
             exact = f", bit-exact in calls of {max(info.invariant_sizes)}" if info.exact else ""
+            if info.flash_attn and not info.exact:
+                exact += f", flash attention {info.flash_attn}"
             off = f" Speculation is off: {info.speculation_off}" if info.speculation_off else ""
             self.message.emit(f"Loaded in {result.seconds:.1f} s: {info.description}{exact}.{off}")
         self.changed.emit()

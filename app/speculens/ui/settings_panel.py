@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.engine.config import Strategy
-from speculens.settings import SPECS, STRATEGIES, Settings
+from speculens.engine.config import FlashAttention, Strategy
+from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings
 from speculens.ui.settings_store import SettingsStore
 
 STRATEGY_TIPS = {
@@ -100,6 +100,10 @@ class SettingsPanel(QWidget):
         for spin in (self.n_gpu_layers, self.n_gpu_layers_draft):
             spin.setSpecialValueText("all")  # -1, the default: every layer, as llama.cpp's own tools
         self.exact = self._check("exact", "Token for token (slower)")
+        self.flash_attn = QComboBox()
+        for key in FLASH_ATTN:
+            self.flash_attn.addItem(FlashAttention(key).label, key)
+        self._add("flash_attn", self.flash_attn)
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()
@@ -140,7 +144,7 @@ class SettingsPanel(QWidget):
         loading = QGroupBox("Loading (needs a reload)")
         form = QFormLayout(loading)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        for name in ("n_ctx", "threads", "n_gpu_layers", "n_gpu_layers_draft", "exact"):
+        for name in ("n_ctx", "threads", "n_gpu_layers", "n_gpu_layers_draft", "exact", "flash_attn"):
             form.addRow(SPECS[name].label, self.fields[name])
         form.addRow(self.gpu_note)
 
@@ -204,6 +208,7 @@ class SettingsPanel(QWidget):
 
     def _connect(self) -> None:
         self.strategy.currentIndexChanged.connect(self._on_widget_changed)
+        self.flash_attn.currentIndexChanged.connect(self._on_widget_changed)
         for box in (self.adaptive, self.exact):
             box.toggled.connect(self._on_widget_changed)
         for spin in (
@@ -237,6 +242,7 @@ class SettingsPanel(QWidget):
             self.n_gpu_layers.setValue(s.n_gpu_layers)
             self.n_gpu_layers_draft.setValue(s.n_gpu_layers_draft)
             self.exact.setChecked(s.exact)
+            self.flash_attn.setCurrentIndex(max(0, self.flash_attn.findData(s.flash_attn)))
             if self.ngram_map.text() != s.ngram_map_path:
                 self.ngram_map.setText(s.ngram_map_path)
             if self.system_prompt.toPlainText() != s.system_prompt:
@@ -264,6 +270,7 @@ class SettingsPanel(QWidget):
             "n_gpu_layers": self.n_gpu_layers.value(),
             "n_gpu_layers_draft": self.n_gpu_layers_draft.value(),
             "exact": self.exact.isChecked(),
+            "flash_attn": str(self.flash_attn.currentData()),
             "ngram_map_path": self.ngram_map.text().strip(),
             "system_prompt": self.system_prompt.toPlainText(),
         }
