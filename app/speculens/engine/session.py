@@ -162,7 +162,7 @@ class SpeculativeEngine:
     def choose_flash_attn(self) -> None:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
         decides): the answer of :meth:`LlamaBackend.probe_flash_attention`, kept per model, context size, thread
-        count, build and CPU in the costs folder, so it is measured once (about 2 s on a 2-core VM). The draft
+        count, build and CPU in the costs folder, so it is measured once (about 3.5 s on a 2-core VM). The draft
         model, loaded next, takes the target's setting."""
         c = self.config
         if offloaded_layers(c.n_gpu_layers):
