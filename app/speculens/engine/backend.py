@@ -623,24 +623,9 @@ class LlamaBackend:
         start = 0
         for size in sizes:
             chunk = tokens[start : start + size]
-            b = self._batch
-            b.n_tokens = len(chunk)
-            outputs = []
-            for j, tok in enumerate(chunk):
-                b.token[j] = tok
-                b.pos[j] = self.n_past + j
-                out = (start + j) in want
-                b.logits[j] = out
-                if out:
-                    outputs.append(j)
-            c0, t0 = time.process_time(), time.perf_counter()
-            rc = llama_cpp.llama_decode(self._ctx, b)
-            if rc == 0:
-                # Measured on an H200: without this, plain decoding's 192 calls timed 0.03 s of 0.35 s, the rest
-                # landing in "overhead" when the logits were read, and the adaptive controller saw a batch of 8
-                # cost what one token does. Reading the logits waits for the same work anyway.
-                _synchronize(self._ctx)
-            seconds = time.perf_counter() - t0
+            asked = [start + j in want for j in range(len(chunk))]
+            c0 = time.process_time()
+            rc, seconds = self._call(self._ctx, chunk, self.n_past, asked)
             self.last_cpu = time.process_time() - c0
             self.decode_seconds += seconds
             self.last_calls.append((len(chunk), seconds))
@@ -650,8 +635,8 @@ class LlamaBackend:
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
             start += size
-            if outputs:
-                rows.append(self._logit_rows(len(outputs)))
+            if any(asked):
+                rows.append(self._logit_rows(sum(asked)))
                 if start < len(tokens):  # the next call reuses llama.cpp's buffer: keep a copy
                     rows[-1] = rows[-1].copy()
         if not rows:
@@ -781,21 +766,30 @@ class LlamaBackend:
         return FlashProbe(depths, on, off, False if faster_off else None)
 
     def _timed_decode(self, ctx: Any, tokens: Sequence[int], position: int) -> float:
-        """Evaluate ``tokens`` at ``position ..`` in sequence 0 of ``ctx`` (a scratch context); its seconds."""
+        """Evaluate ``tokens`` at ``position ..`` in sequence 0 of ``ctx`` (a scratch context), every row's logits
+        asked for as a verification asks; its seconds."""
+        rc, seconds = self._call(ctx, tokens, position, [True] * len(tokens))
+        if rc != 0:
+            raise BackendError(f"llama_decode failed with code {rc}")
+        return seconds
+
+    def _call(self, ctx: Any, tokens: Sequence[int], position: int, logits: Sequence[bool]) -> tuple[int, float]:
+        """One ``llama_decode`` of ``tokens`` at ``position ..`` (sequence 0), asking for row ``j``'s logits when
+        ``logits[j]``; its return code and its seconds, to the end of the computation."""
         b = self._batch
         b.n_tokens = len(tokens)
         for j, token in enumerate(tokens):
             b.token[j] = token
             b.pos[j] = position + j
-            b.logits[j] = True  # as a verification asks for every row
+            b.logits[j] = logits[j]
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(ctx, b)
         if rc == 0:
+            # Measured on an H200: without this, plain decoding's 192 calls timed 0.03 s of 0.35 s, the rest
+            # landing in "overhead" when the logits were read, and the adaptive controller saw a batch of 8
+            # cost what one token does. Reading the logits waits for the same work anyway.
             _synchronize(ctx)
-        seconds = time.perf_counter() - t0
-        if rc != 0:
-            raise BackendError(f"llama_decode failed with code {rc}")
-        return seconds
+        return rc, time.perf_counter() - t0
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the KV cache already holds."""

@@ -26,6 +26,7 @@ from speculens.engine.backend import (
     BackendParams,
     LlamaBackend,
     cpu_model,
+    default_threads,
     gpu_backend_name,
     offloaded_layers,
     system_info,
@@ -83,6 +84,9 @@ class SpeculativeEngine:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
         forced = {FlashAttention.ON: True, FlashAttention.OFF: False}.get(config.flash_attn)
+        # A choice measured at an earlier load is applied as the context is made (see choose_flash_attn).
+        measured = config.flash_attn is FlashAttention.AUTO and not config.exact
+        saved = self._saved_flash_attn() if measured and not offloaded_layers(config.n_gpu_layers) else None
         self.target = LlamaBackend(
             config.target,
             BackendParams(
@@ -91,7 +95,7 @@ class SpeculativeEngine:
                 config.n_gpu_layers,
                 exact=config.exact,
                 rollback=RECURRENT_ROLLBACK,
-                flash_attn=forced,
+                flash_attn=saved["flash_attn"] if saved is not None else forced,
             ),
         )
         # What flash attention the models run with, and why (see choose_flash_attn).
@@ -99,8 +103,8 @@ class SpeculativeEngine:
         try:
             if config.exact:
                 self.target.probe_invariance()
-            elif config.flash_attn is FlashAttention.AUTO:
-                self.choose_flash_attn()
+            elif measured:
+                self.choose_flash_attn(saved)
         except BaseException:
             self.target.close()
             raise
@@ -159,39 +163,48 @@ class SpeculativeEngine:
         self.draft = draft
         self.costs.forget_draft()
 
-    def choose_flash_attn(self) -> None:
+    def choose_flash_attn(self, saved: dict[str, Any] | None) -> None:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
-        decides): the answer of :meth:`LlamaBackend.probe_flash_attention`, kept per model, context size, thread
-        count, build and CPU in the costs folder, so it is measured once (about 3.5 s on a 2-core VM). The draft
-        model, loaded next, takes the target's setting."""
+        decides): ``saved``, the answer of an earlier load, or else :meth:`LlamaBackend.probe_flash_attention`'s,
+        kept per model, context size, thread count, build and CPU in the costs folder, so it is measured once
+        (about 3.5 s on a 2-core VM). The draft model, loaded next, takes the target's setting."""
         c = self.config
         if offloaded_layers(c.n_gpu_layers):
             self.flash_note = "as llama.cpp decides (layers on the GPU)"
             return
-        path = self._saved_path("flash", [self.target.n_threads, c.n_ctx], c.target)
-        found: dict[str, Any] | None = None
-        try:
-            if path is not None and path.exists():
-                found = json.loads(path.read_text(encoding="utf-8"))
-                if not isinstance(found, dict) or found.get("flash_attn") not in (None, False):
-                    raise ValueError("not a saved flash-attention measurement")
-        except (OSError, ValueError) as exc:
-            log.warning("measuring flash attention again: %s", exc)
-            found = None
-        if found is None:
+        if saved is None:
             probe = self.target.probe_flash_attention()
             if probe is None:
                 self.flash_note = "as llama.cpp decides (could not be measured)"
                 return
-            found = {"flash_attn": probe.flash_attn, "note": probe.describe()}
+            saved = {"flash_attn": probe.flash_attn, "note": probe.describe()}
+            path = self._flash_path()
             if path is not None:
                 try:
-                    write_json_atomic(path, found)
+                    write_json_atomic(path, saved)
                 except OSError as exc:
                     log.warning("could not save the flash-attention measurement: %s", exc)
-        log.info("%s: %s", c.target.name, found.get("note", ""))
-        self.target.set_flash_attn(found["flash_attn"])
-        self.flash_note = "off (measured faster here)" if found["flash_attn"] is False else "on (measured)"
+            self.target.set_flash_attn(probe.flash_attn)
+        log.info("%s: %s", c.target.name, saved.get("note", ""))
+        self.flash_note = "off (measured faster here)" if saved["flash_attn"] is False else "on (measured)"
+
+    def _flash_path(self) -> Path | None:
+        c = self.config
+        return self._saved_path("flash", [c.n_threads or default_threads(), c.n_ctx], c.target)
+
+    def _saved_flash_attn(self) -> dict[str, Any] | None:
+        """The flash-attention choice an earlier load measured for this model and machine, or ``None``."""
+        try:
+            path = self._flash_path()
+            if path is None or not path.exists():
+                return None
+            found = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(found, dict) or found.get("flash_attn") not in (None, False):
+                raise ValueError("not a saved flash-attention measurement")
+            return found
+        except (OSError, ValueError) as exc:
+            log.warning("measuring flash attention again: %s", exc)
+            return None
 
     def _saved_path(self, kind: str, key: list[object], *models: Path | None) -> Path | None:
         """A file in the costs folder for measurements of a ``kind`` keyed by ``key``, llama.cpp's build, the CPU
