@@ -635,8 +635,9 @@ class LlamaBackend:
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
             start += size
-            if any(asked):
-                rows.append(self._logit_rows(sum(asked)))
+            n_rows = sum(asked)
+            if n_rows:
+                rows.append(self._logit_rows(n_rows))
                 if start < len(tokens):  # the next call reuses llama.cpp's buffer: keep a copy
                     rows[-1] = rows[-1].copy()
         if not rows:

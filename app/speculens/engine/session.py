@@ -86,7 +86,8 @@ class SpeculativeEngine:
         forced = {FlashAttention.ON: True, FlashAttention.OFF: False}.get(config.flash_attn)
         # A choice measured at an earlier load is applied as the context is made (see choose_flash_attn).
         measured = config.flash_attn is FlashAttention.AUTO and not config.exact
-        saved = self._saved_flash_attn() if measured and not offloaded_layers(config.n_gpu_layers) else None
+        on_cpu = not offloaded_layers(config.n_gpu_layers)
+        saved = self._saved_flash_attn() if measured and on_cpu else None
         self.target = LlamaBackend(
             config.target,
             BackendParams(
@@ -112,7 +113,6 @@ class SpeculativeEngine:
         # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
         # measured its invariance with its own count).
         self.threads: ThreadGovernor | None = None
-        on_cpu = not offloaded_layers(config.n_gpu_layers)
         if config.adaptive_threads and not config.exact and on_cpu and self.target.n_threads > 1:
             self.threads = ThreadGovernor(self.target.n_threads)
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
