@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import platform
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import TinyModels
+from speculens.engine import backend
 from speculens.engine.adaptive import AdaptiveController, Offer, StepPlan
 from speculens.engine.backend import BackendError, BackendParams, LlamaBackend, quantize_model, repacks
 from speculens.engine.bench import RunResult, summarise_runs
@@ -365,16 +368,49 @@ def test_repacked_weights_are_read_not_mapped(tiny_model_factory) -> None:  # ty
     them. Fast mode on the CPU reads the file; bit-exact mode (no repacking) and a GPU offload keep the mapping."""
     if not repacks():
         pytest.skip("this llama.cpp build does not repack weights for this CPU")
-    model = tiny_model_factory("q8", quantized=True)
+    # Q4_0: repacked on x86 and ARM alike, by the extra buffer types or, on an AMX build, by name (the extra
+    # buffer types would hand a Q8_0 model to AMX, which crashes on VMs without AMX tile state).
+    model = tiny_model_factory("q4", quantized=True, quant="Q4_0")
 
     def in_maps() -> bool:
         return str(model) in Path("/proc/self/maps").read_text()
 
-    with LlamaBackend(model, BackendParams(n_ctx=256, extra_buffers=True)) as fast:
-        assert not fast.mapped and not in_maps()
+    with LlamaBackend(model, BackendParams(n_ctx=256)) as fast:
+        assert fast.repacked and not fast.mapped and not in_maps()
         assert fast.decode(fast.tokenize(PROMPT), [0]).shape == (1, fast.n_vocab)
     with LlamaBackend(model, BackendParams(n_ctx=256, exact=True)) as exact:
         assert exact.mapped and in_maps()
+
+
+def test_an_amx_build_repacks_weights_by_name(tiny_model_factory, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """An AMX build loads without the extra buffer types (AMX crashes on some VMs), and gives llama.cpp's
+    repacking buffer the weights it repacks by name: the Q4_0 matrices of the blocks, not the embeddings, not a
+    Q8_0 matrix (which it would not know how to lay out). The model then computes what it computes unrepacked."""
+    if not repacks() or platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("this llama.cpp build does not repack weights for this CPU")
+    from speculens.models.gguf_info import gguf
+
+    model = tiny_model_factory("q4", quantized=True, quant="Q4_0")
+    names = backend.repackable_weights(model)
+    q4 = gguf.GGMLQuantizationType.Q4_0
+    expected = [t.name for t in gguf.GGUFReader(model).tensors if t.name.startswith("blk.") and t.tensor_type == q4]
+    assert names and sorted(names) == sorted(expected)
+    assert backend.repackable_weights(tiny_model_factory("q8", quantized=True)) == []  # Q8_0: not repacked on x86
+
+    tokens = [1, *range(300, 316)]
+    monkeypatch.setattr(backend, "repacks_by_name", lambda: True)
+    with (
+        caplog.at_level(logging.INFO, logger="speculens.llama_cpp"),
+        LlamaBackend(model, BackendParams(n_ctx=256)) as by_name,
+    ):
+        assert by_name.repacked_weights == len(names) and by_name.repacked and not by_name.mapped
+        repacked = by_name.decode(tokens, list(range(len(tokens)))).copy()
+    assert "CPU_REPACK model buffer size" in caplog.text
+    monkeypatch.setattr(backend, "repacks_by_name", lambda: False)
+    with LlamaBackend(model, BackendParams(n_ctx=256, extra_buffers=False)) as plain:
+        assert plain.repacked_weights == 0 and not plain.repacked
+        unrepacked = plain.decode(tokens, list(range(len(tokens)))).copy()
+    np.testing.assert_allclose(repacked, unrepacked, atol=0.05 * float(np.abs(unrepacked).max()))
 
 
 def test_the_invariance_probe_tells_the_truth_about_every_size(tiny_model_factory) -> None:  # type: ignore[no-untyped-def]

@@ -29,6 +29,7 @@ from speculens.engine.backend import (
     default_threads,
     gpu_backend_name,
     offloaded_layers,
+    repacks_by_name,
     system_info,
 )
 from speculens.engine.config import (
@@ -213,6 +214,8 @@ class SpeculativeEngine:
         if c.costs_dir is None:
             return None
         key = [*key, system_info(), cpu_model()]
+        if repacks_by_name() and not c.exact:  # such weights cost less: see backend.extra_buffers_default
+            key.append("repacked by name")
         for path in models:
             if path is not None:
                 stat = path.stat()
@@ -359,9 +362,7 @@ class SpeculativeEngine:
             config = replace(config, sampling=replace(config.sampling, seed=secrets.randbelow(2**31)))
         rng = np.random.default_rng(config.sampling.seed)
         drafters = self.drafters(config, rng)
-        return generate(
-            self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads
-        )
+        return generate(self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads)
 
     def chat(
         self, messages: Messages, config: GenerationConfig, cancel: threading.Event | None = None

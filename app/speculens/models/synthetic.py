@@ -56,6 +56,8 @@ class TinyModelSpec:
         name: ``general.name`` in the metadata.
         quantized: store the matrices as Q8_0 (llama.cpp's quantized kernels, as real models use) instead
             of F32.
+        quant: the quantized type's name (``gguf.GGMLQuantizationType``: ``Q8_0``, or ``Q4_0``, which llama.cpp
+            repacks on x86 CPUs).
         deep_from: blocks from this one on write into the residual stream with ``deep_scale`` times the usual
             weights (their attention and feed-forward output projections). The weights are drawn block by
             block, so a model with ``n_layer = deep_from`` and the same seed is exactly the first blocks of
@@ -82,6 +84,7 @@ class TinyModelSpec:
     eos_token_id: int = 2
     name: str = "tiny-llama"
     quantized: bool = False
+    quant: str = "Q8_0"
     deep_from: int = 0
     deep_scale: float = 1.0
     attention: float = 1.0
@@ -161,7 +164,7 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
     else:
         raise ValueError(f"arch must be llama or mamba, not {spec.arch!r}")
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if spec.quantized else gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{spec.quant}"] if spec.quantized else gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
@@ -178,8 +181,8 @@ def write_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> Path:
 
     def matrix(name: str, w: np.ndarray) -> None:
         if spec.quantized:
-            q8 = gguf.GGMLQuantizationType.Q8_0
-            writer.add_tensor(name, gguf.quants.quantize(w, q8), raw_dtype=q8)
+            q = gguf.GGMLQuantizationType[spec.quant]
+            writer.add_tensor(name, gguf.quants.quantize(w, q), raw_dtype=q)
         else:
             writer.add_tensor(name, w)
 
