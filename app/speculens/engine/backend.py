@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
-import llama_cpp._ggml
 import numpy as np
 
 from speculens.engine.vocab import VocabInfo
@@ -170,6 +169,10 @@ _X86_REPACKED_TYPES = {2: "AVX2", 12: "AVX2", 20: "AVX2", 10: "AVX512"}
 
 
 def _ggml_function(name: str, restype: Any, *argtypes: Any) -> Any:
+    """A function of the ggml library llama-cpp-python loaded (``AttributeError`` or ``ImportError`` when this
+    llama-cpp-python or ggml has no such thing)."""
+    import llama_cpp._ggml
+
     function = getattr(llama_cpp._ggml.libggml, name)
     function.restype, function.argtypes = restype, list(argtypes)
     return function
@@ -394,7 +397,7 @@ class BackendParams:
         n_batch: the largest batch one decode call takes (prompt chunks are split to it).
         vocab_only: load only the tokenizer (no weights, no context).
         extra_buffers: use llama.cpp's extra CPU buffer types (repacked weights); ``None`` decides with
-            :func:`extra_buffers_default`.
+            :func:`extra_buffers_default`, and repacks by name where that turns them off (:func:`repacks_by_name`).
         exact: load in the configuration where batches can be computed with the same kernels as one token: no
             repacked weights, flash attention on, a q8_0 (or bf16) KV cache (see :data:`EXACT_KV_TYPES`).
             :meth:`LlamaBackend.probe_invariance` then finds the decode-call sizes that are.
@@ -456,8 +459,12 @@ class LlamaBackend:
         overrides: Any = None
         self.repacked_weights = 0
         if loads_weights and not exact and extra is None and repacks_by_name():
-            buft = _repack_buffer_type()
-            names = repackable_weights(self.path) if buft is not None else []
+            try:
+                buft = _repack_buffer_type()
+                names = repackable_weights(self.path) if buft is not None else []
+            except (ImportError, AttributeError) as exc:  # an older llama-cpp-python: load without repacking
+                log.warning("cannot repack %s's weights by name here: %s", self.path.name, exc)
+                names = []
             if names:
                 # One pattern per kind of weight (llama.cpp tries every pattern on every tensor, as a std::regex).
                 layers: dict[str, list[str]] = {}
