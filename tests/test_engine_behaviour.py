@@ -398,7 +398,8 @@ def test_an_amx_build_repacks_weights_by_name(tiny_model_factory, monkeypatch, c
     assert backend.repackable_weights(tiny_model_factory("q8", quantized=True)) == []  # Q8_0: not repacked on x86
 
     tokens = [1, *range(300, 316)]
-    monkeypatch.setattr(backend, "repacks_by_name", lambda: True)
+    monkeypatch.setattr(backend, "repacks_by_name", lambda: True)  # as on an AMX build: the extra buffer types off
+    monkeypatch.setattr(backend, "extra_buffers_default", lambda: False)
     with (
         caplog.at_level(logging.INFO, logger="speculens.llama_cpp"),
         LlamaBackend(model, BackendParams(n_ctx=256)) as by_name,

@@ -168,14 +168,26 @@ def repacks_by_name() -> bool:
 _X86_REPACKED_TYPES = {2: "AVX2", 12: "AVX2", 20: "AVX2", 10: "AVX512"}
 
 
-def _ggml_function(name: str, restype: Any, *argtypes: Any) -> Any:
-    """A function of the ggml library llama-cpp-python loaded (``AttributeError`` or ``ImportError`` when this
-    llama-cpp-python or ggml has no such thing)."""
+@functools.cache
+def _ggml_libraries() -> tuple[Any, ...]:
+    """The ggml libraries llama-cpp-python ships (ggml, and ggml-base, which holds the GGUF reader and the backend
+    registry: Windows finds a function only in the DLL it is asked of)."""
+    import llama_cpp._ctypes_extensions
     import llama_cpp._ggml
 
-    function = getattr(llama_cpp._ggml.libggml, name)
-    function.restype, function.argtypes = restype, list(argtypes)
-    return function
+    base = llama_cpp._ctypes_extensions.load_shared_library("ggml-base", llama_cpp._ggml.libggml_base_path)
+    return llama_cpp._ggml.libggml, base
+
+
+def _ggml_function(name: str, restype: Any, *argtypes: Any) -> Any:
+    """A function of the ggml libraries llama-cpp-python loaded (``AttributeError``, ``ImportError`` or
+    ``RuntimeError`` when this llama-cpp-python or ggml has no such thing)."""
+    for library in _ggml_libraries():
+        function = getattr(library, name, None)
+        if function is not None:
+            function.restype, function.argtypes = restype, list(argtypes)
+            return function
+    raise AttributeError(f"ggml has no function {name}")
 
 
 class _GGUFInitParams(ctypes.Structure):
@@ -213,6 +225,8 @@ def repackable_weights(path: Path) -> list[str]:
         for i in range(n_tensors(gguf_ctx)):
             name = name_of(gguf_ctx, i)
             if type_of(gguf_ctx, i) not in wanted or not name.startswith(b"blk.") or not name.endswith(b".weight"):
+                continue
+            if b"embd" in name or b"embed" in name:  # looked up by row (a next-token head's embeddings)
                 continue
             t = tensor(ggml_ctx, name)
             if t and n_dims(t) == 2 and n_rows(t) % 8 == 0:
@@ -462,7 +476,7 @@ class LlamaBackend:
             try:
                 buft = _repack_buffer_type()
                 names = repackable_weights(self.path) if buft is not None else []
-            except (ImportError, AttributeError) as exc:  # an older llama-cpp-python: load without repacking
+            except (ImportError, AttributeError, RuntimeError, OSError) as exc:  # an older llama-cpp-python: unrepacked
                 log.warning("cannot repack %s's weights by name here: %s", self.path.name, exc)
                 names = []
             if names:
