@@ -150,16 +150,20 @@ def extra_buffers_default() -> bool:
     ``SPECULENS_CPU_EXTRA_BUFFERS=1`` (all of them, AMX included) or ``=0`` (none, no repacking either)
     overrides the choice.
     """
+    forced = _forced_extra_buffers()
+    return not amx_build() if forced is None else forced
+
+
+def _forced_extra_buffers() -> bool | None:
+    """``SPECULENS_CPU_EXTRA_BUFFERS``: ``True`` (1), ``False`` (0), or ``None`` (unset: Speculens decides)."""
     forced = os.environ.get("SPECULENS_CPU_EXTRA_BUFFERS")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return not amx_build()
+    return forced == "1" if forced in ("0", "1") else None
 
 
 def repacks_by_name() -> bool:
     """Whether CPU weights are repacked by name (:func:`repackable_weights`) instead of by the extra buffer types:
     on an AMX build unless ``SPECULENS_CPU_EXTRA_BUFFERS`` decides."""
-    return amx_build() and os.environ.get("SPECULENS_CPU_EXTRA_BUFFERS") not in ("0", "1")
+    return amx_build() and _forced_extra_buffers() is None
 
 
 # ggml types whose weights this llama.cpp repacks on x86 (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type),
@@ -261,6 +265,30 @@ def _repack_buffer_type() -> int | None:
 
 class _TensorOverride(ctypes.Structure):  # llama_model_tensor_buft_override
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def _repack_overrides(path: Path) -> tuple[Any, int]:
+    """llama.cpp's tensor overrides that put the weights of :func:`repackable_weights` in its repacking buffer
+    type (a NULL-terminated array, to keep alive until the model is loaded), and how many weights they take;
+    ``(None, 0)`` where there are none, or this llama-cpp-python cannot say (it loads them unrepacked)."""
+    try:
+        buft = _repack_buffer_type()
+        names = repackable_weights(path) if buft is not None else []
+    except (ImportError, AttributeError, RuntimeError, OSError) as exc:  # an older llama-cpp-python
+        log.warning("cannot repack %s's weights by name here: %s", path.name, exc)
+        return None, 0
+    if not names:
+        return None, 0
+    # One pattern per kind of weight (llama.cpp tries every pattern on every tensor, as a std::regex).
+    layers: dict[str, list[str]] = {}
+    for name in names:
+        layer, kind = name.removeprefix("blk.").split(".", 1)
+        layers.setdefault(kind, []).append(layer)
+    patterns = [rf"^blk\.({'|'.join(n)})\.{re.escape(k)}$".encode() for k, n in layers.items()]
+    overrides = (_TensorOverride * (len(patterns) + 1))(
+        *[_TensorOverride(p, buft) for p in patterns], _TensorOverride(None, None)
+    )
+    return overrides, len(names)
 
 
 # The KV cache types an exact target tries, in order (see BackendParams.exact): GGML_TYPE_Q8_0, and
@@ -473,24 +501,9 @@ class LlamaBackend:
         overrides: Any = None
         self.repacked_weights = 0
         if loads_weights and not exact and extra is None and repacks_by_name():
-            try:
-                buft = _repack_buffer_type()
-                names = repackable_weights(self.path) if buft is not None else []
-            except (ImportError, AttributeError, RuntimeError, OSError) as exc:  # an older llama-cpp-python: unrepacked
-                log.warning("cannot repack %s's weights by name here: %s", self.path.name, exc)
-                names = []
-            if names:
-                # One pattern per kind of weight (llama.cpp tries every pattern on every tensor, as a std::regex).
-                layers: dict[str, list[str]] = {}
-                for name in names:
-                    layer, kind = name.removeprefix("blk.").split(".", 1)
-                    layers.setdefault(kind, []).append(layer)
-                patterns = [rf"^blk\.({'|'.join(n)})\.{re.escape(k)}$".encode() for k, n in layers.items()]
-                overrides = (_TensorOverride * (len(patterns) + 1))(
-                    *[_TensorOverride(p, buft) for p in patterns], _TensorOverride(None, None)
-                )
+            overrides, self.repacked_weights = _repack_overrides(self.path)
+            if overrides is not None:
                 mparams.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
-                self.repacked_weights = len(names)
         self.repacked = loads_weights and (self.repacked_weights > 0 or (mparams.use_extra_bufts and repacks()))
         self.mapped = not self.repacked
         if not self.mapped:

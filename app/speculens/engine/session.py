@@ -362,7 +362,9 @@ class SpeculativeEngine:
             config = replace(config, sampling=replace(config.sampling, seed=secrets.randbelow(2**31)))
         rng = np.random.default_rng(config.sampling.seed)
         drafters = self.drafters(config, rng)
-        return generate(self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads)
+        return generate(
+            self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads
+        )
 
     def chat(
         self, messages: Messages, config: GenerationConfig, cancel: threading.Event | None = None
