@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -145,10 +144,13 @@ def extra_buffers_default() -> bool:
     A build with Intel AMX kernels crashes in ``ggml_backend_amx_mul_mat`` on virtual machines that do not
     keep the guest's AMX tile state (seen on Firecracker: ``tilezero`` raises an illegal instruction in the
     first batch of two or more tokens, in llama.cpp's own ``llama-completion`` too), and the AMX buffer takes
-    every weight it has kernels for, so such builds load without the extra buffer types and repack the weights
-    that llama.cpp's repacking handles by themselves (see :func:`repackable_weights`).
-    ``SPECULENS_CPU_EXTRA_BUFFERS=1`` (all of them, AMX included) or ``=0`` (none, no repacking either)
-    overrides the choice.
+    every weight it has kernels for, so such builds load without the extra buffer types, as llama.cpp's tools
+    must be told to (``--no-repack``). Handing only the repacking buffer its weights by name was tried and
+    measured on such a VM (an AVX-512 Xeon): one token decoded about 4% faster, but a prompt was evaluated a
+    third slower than by ``llama-completion --no-repack`` (54-56 tokens/s against 81-85 on a 2,764-token prompt),
+    and prompt lookup's long verification batches were no faster, so a rewrite's prompt and answer together took
+    longer. ``SPECULENS_CPU_EXTRA_BUFFERS=1`` (all of them, AMX included, for a machine where AMX works) or ``=0``
+    (none) overrides the choice.
     """
     forced = _forced_extra_buffers()
     return not amx_build() if forced is None else forced
@@ -158,137 +160,6 @@ def _forced_extra_buffers() -> bool | None:
     """``SPECULENS_CPU_EXTRA_BUFFERS``: ``True`` (1), ``False`` (0), or ``None`` (unset: Speculens decides)."""
     forced = os.environ.get("SPECULENS_CPU_EXTRA_BUFFERS")
     return forced == "1" if forced in ("0", "1") else None
-
-
-def repacks_by_name() -> bool:
-    """Whether CPU weights are repacked by name (:func:`repackable_weights`) instead of by the extra buffer types:
-    on an AMX build unless ``SPECULENS_CPU_EXTRA_BUFFERS`` decides."""
-    return amx_build() and _forced_extra_buffers() is None
-
-
-# ggml types whose weights this llama.cpp repacks on x86 (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type),
-# and the CPU feature each needs there: Q4_0, Q4_K and IQ4_NL with AVX2, Q2_K with AVX-512. A weight of another
-# type placed in the repacking buffer would crash the load (it has no repacked layout to take).
-_X86_REPACKED_TYPES = {2: "AVX2", 12: "AVX2", 20: "AVX2", 10: "AVX512"}
-
-
-@functools.cache
-def _ggml_libraries() -> tuple[Any, ...]:
-    """The ggml libraries llama-cpp-python ships (ggml, and ggml-base, which holds the GGUF reader and the backend
-    registry: Windows finds a function only in the DLL it is asked of)."""
-    import llama_cpp._ctypes_extensions
-    import llama_cpp._ggml
-
-    base = llama_cpp._ctypes_extensions.load_shared_library("ggml-base", llama_cpp._ggml.libggml_base_path)
-    return llama_cpp._ggml.libggml, base
-
-
-def _ggml_function(name: str, restype: Any, *argtypes: Any) -> Any:
-    """A function of the ggml libraries llama-cpp-python loaded (``AttributeError``, ``ImportError`` or
-    ``RuntimeError`` when this llama-cpp-python or ggml has no such thing)."""
-    for library in _ggml_libraries():
-        function = getattr(library, name, None)
-        if function is not None:
-            function.restype, function.argtypes = restype, list(argtypes)
-            return function
-    raise AttributeError(f"ggml has no function {name}")
-
-
-class _GGUFInitParams(ctypes.Structure):
-    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.POINTER(ctypes.c_void_p))]
-
-
-def repackable_weights(path: Path) -> list[str]:
-    """The weights of a GGUF file that llama.cpp's repacking would take on this x86 CPU, without AMX.
-
-    What :func:`extra_buffers_default` turns off on an AMX build is worth keeping: on this project's AMX VM the
-    demo target's weights repacked decode one token in 80 ms instead of 93 and verify a batch of 4 in 137 ms
-    instead of 197. The repacking buffer type can be given weights by name (llama.cpp's tensor overrides), so
-    these are the matrices of the transformer blocks (``blk.N.*.weight``, two dimensions) whose type it repacks
-    on this CPU, with rows in multiples of 8; the embeddings stay out (they are looked up, not multiplied).
-    Read with ggml's own GGUF reader (metadata only, 45 ms for the demo target). Empty where nothing applies or
-    the file cannot be read.
-    """
-    info = system_info()
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return []
-    wanted = {t for t, feature in _X86_REPACKED_TYPES.items() if f"{feature} = 1" in info}
-    init = _ggml_function("gguf_init_from_file", ctypes.c_void_p, ctypes.c_char_p, _GGUFInitParams)
-    n_tensors = _ggml_function("gguf_get_n_tensors", ctypes.c_int64, ctypes.c_void_p)
-    name_of = _ggml_function("gguf_get_tensor_name", ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64)
-    type_of = _ggml_function("gguf_get_tensor_type", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64)
-    tensor = _ggml_function("ggml_get_tensor", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
-    n_dims = _ggml_function("ggml_n_dims", ctypes.c_int, ctypes.c_void_p)
-    n_rows = _ggml_function("ggml_nrows", ctypes.c_int64, ctypes.c_void_p)
-    ggml_ctx = ctypes.c_void_p()
-    gguf_ctx = init(str(path).encode("utf-8"), _GGUFInitParams(True, ctypes.pointer(ggml_ctx)))
-    if not gguf_ctx:
-        return []
-    names = []
-    try:
-        for i in range(n_tensors(gguf_ctx)):
-            name = name_of(gguf_ctx, i)
-            if type_of(gguf_ctx, i) not in wanted or not name.startswith(b"blk.") or not name.endswith(b".weight"):
-                continue
-            if b"embd" in name or b"embed" in name:  # looked up by row (a next-token head's embeddings)
-                continue
-            t = tensor(ggml_ctx, name)
-            if t and n_dims(t) == 2 and n_rows(t) % 8 == 0:
-                names.append(name.decode("utf-8"))
-    finally:
-        _ggml_function("gguf_free", None, ctypes.c_void_p)(gguf_ctx)
-        if ggml_ctx:
-            _ggml_function("ggml_free", None, ctypes.c_void_p)(ggml_ctx)
-    return names
-
-
-def _repack_buffer_type() -> int | None:
-    """llama.cpp's CPU_REPACK buffer type (one of the CPU backend's extra buffer types), or ``None``."""
-    _init_backend()
-    dev = _ggml_function("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
-    if not dev:
-        return None
-    reg = _ggml_function("ggml_backend_dev_backend_reg", ctypes.c_void_p, ctypes.c_void_p)(dev)
-    address = _ggml_function("ggml_backend_reg_get_proc_address", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
-    found = address(reg, b"ggml_backend_dev_get_extra_bufts") if reg else None
-    if not found:
-        return None
-    bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(found)(dev)
-    name = _ggml_function("ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p)
-    i = 0
-    while bufts and bufts[i]:
-        if name(bufts[i]) == b"CPU_REPACK":
-            return int(bufts[i])
-        i += 1
-    return None
-
-
-class _TensorOverride(ctypes.Structure):  # llama_model_tensor_buft_override
-    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
-
-
-def _repack_overrides(path: Path) -> tuple[Any, int]:
-    """llama.cpp's tensor overrides that put the weights of :func:`repackable_weights` in its repacking buffer
-    type (a NULL-terminated array, to keep alive until the model is loaded), and how many weights they take;
-    ``(None, 0)`` where there are none, or this llama-cpp-python cannot say (it loads them unrepacked)."""
-    try:
-        buft = _repack_buffer_type()
-        names = repackable_weights(path) if buft is not None else []
-    except (ImportError, AttributeError, RuntimeError, OSError) as exc:  # an older llama-cpp-python
-        log.warning("cannot repack %s's weights by name here: %s", path.name, exc)
-        return None, 0
-    if not names:
-        return None, 0
-    # One pattern per kind of weight (llama.cpp tries every pattern on every tensor, as a std::regex).
-    layers: dict[str, list[str]] = {}
-    for name in names:
-        layer, kind = name.removeprefix("blk.").split(".", 1)
-        layers.setdefault(kind, []).append(layer)
-    patterns = [rf"^blk\.({'|'.join(n)})\.{re.escape(k)}$".encode() for k, n in layers.items()]
-    overrides = (_TensorOverride * (len(patterns) + 1))(
-        *[_TensorOverride(p, buft) for p in patterns], _TensorOverride(None, None)
-    )
-    return overrides, len(names)
 
 
 # The KV cache types an exact target tries, in order (see BackendParams.exact): GGML_TYPE_Q8_0, and
@@ -439,7 +310,7 @@ class BackendParams:
         n_batch: the largest batch one decode call takes (prompt chunks are split to it).
         vocab_only: load only the tokenizer (no weights, no context).
         extra_buffers: use llama.cpp's extra CPU buffer types (repacked weights); ``None`` decides with
-            :func:`extra_buffers_default`, and repacks by name where that turns them off (:func:`repacks_by_name`).
+            :func:`extra_buffers_default`.
         exact: load in the configuration where batches can be computed with the same kernels as one token: no
             repacked weights, flash attention on, a q8_0 (or bf16) KV cache (see :data:`EXACT_KV_TYPES`).
             :meth:`LlamaBackend.probe_invariance` then finds the decode-call sizes that are.
@@ -497,14 +368,7 @@ class LlamaBackend:
         mparams.use_extra_bufts = False if exact else (extra_buffers_default() if extra is None else extra)
         offloads = offloaded_layers(self.params.n_gpu_layers) != 0
         loads_weights = not self.params.vocab_only and not offloads
-        # Weights repacked without the extra buffer types (an AMX build, see extra_buffers_default), by name.
-        overrides: Any = None
-        self.repacked_weights = 0
-        if loads_weights and not exact and extra is None and repacks_by_name():
-            overrides, self.repacked_weights = _repack_overrides(self.path)
-            if overrides is not None:
-                mparams.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
-        self.repacked = loads_weights and (self.repacked_weights > 0 or (mparams.use_extra_bufts and repacks()))
+        self.repacked = loads_weights and mparams.use_extra_bufts and repacks()
         self.mapped = not self.repacked
         if not self.mapped:
             # Repacked weights are copies, made from the file's mapped pages, and those pages stay resident:

@@ -29,7 +29,6 @@ from speculens.engine.backend import (
     default_threads,
     gpu_backend_name,
     offloaded_layers,
-    repacks_by_name,
     system_info,
 )
 from speculens.engine.config import (
@@ -214,8 +213,6 @@ class SpeculativeEngine:
         if c.costs_dir is None:
             return None
         key = [*key, system_info(), cpu_model()]
-        if repacks_by_name() and not c.exact:  # such weights cost less: see backend.extra_buffers_default
-            key.append("repacked by name")
         for path in models:
             if path is not None:
                 stat = path.stat()
