@@ -51,10 +51,12 @@ def fake_window(qtbot, tiny, factory: FakeFactory | None = None, **changes: obje
 
 
 def send(qtbot, window: MainWindow, text: str, timeout: int = 30_000) -> FinishEvent:
-    """Type a message, press Enter, and wait for the answer's finish."""
+    """Type a message, press Enter, and wait for the answer's finish (and for the window to have heard of the
+    load the message started, if any: the worker's "loaded" signal can still be queued when the answer ends)."""
     window.chat.input.setPlainText(text)
     with qtbot.waitSignal(window.chat.turn_finished, timeout=timeout) as blocker:
         qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not window.models.loading, timeout=timeout)
     finish = blocker.args[0]
     assert isinstance(finish, FinishEvent)
     return finish
