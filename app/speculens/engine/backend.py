@@ -152,14 +152,8 @@ def extra_buffers_default() -> bool:
     longer. ``SPECULENS_CPU_EXTRA_BUFFERS=1`` (all of them, AMX included, for a machine where AMX works) or ``=0``
     (none) overrides the choice.
     """
-    forced = _forced_extra_buffers()
-    return not amx_build() if forced is None else forced
-
-
-def _forced_extra_buffers() -> bool | None:
-    """``SPECULENS_CPU_EXTRA_BUFFERS``: ``True`` (1), ``False`` (0), or ``None`` (unset: Speculens decides)."""
     forced = os.environ.get("SPECULENS_CPU_EXTRA_BUFFERS")
-    return forced == "1" if forced in ("0", "1") else None
+    return forced == "1" if forced in ("0", "1") else not amx_build()
 
 
 # The KV cache types an exact target tries, in order (see BackendParams.exact): GGML_TYPE_Q8_0, and
