@@ -160,3 +160,24 @@ def test_model_without_tokenizer_is_an_error(tiny, tmp_path: Path, missing: str)
     report = check_pair(path, tiny.target) if missing == "target" else check_pair(tiny.target, path)
     assert not report.compatible
     assert "no tokenizer" in report.check("tokenizer").message
+
+
+def test_token_texts_are_kept_compactly_and_compared_by_boundaries_too() -> None:
+    from speculens.engine.vocab import TokenTexts, VocabInfo
+
+    words = ["<s>", "", "Ġthe", "Ċ", "é", "ab", "c", "Ġx"]
+    texts = TokenTexts(words)
+    assert list(texts) == words and len(texts) == len(words)
+    assert [texts[i] for i in range(len(words))] == words and texts[-1] == "Ġx" and texts[2:4] == ["Ġthe", "Ċ"]
+    with pytest.raises(IndexError):
+        texts[len(words)]
+    assert texts == words and texts == TokenTexts(words) and texts != TokenTexts(words[:-1])
+
+    def vocab(tokens: list[str]) -> VocabInfo:
+        return VocabInfo(2, len(tokens), 0, 1, frozenset({1}), False, False, tokens)
+
+    assert vocab_mismatch(vocab(words), vocab(list(words))) is None
+    # The same characters in the same order, split at another place: id 5 is "a", not "ab".
+    shifted = [*words[:5], "a", "bc", "Ġx"]
+    problem = vocab_mismatch(vocab(words), vocab(shifted))
+    assert problem is not None and "from id 5" in problem and "'ab'" in problem

@@ -26,7 +26,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from speculens.engine.vocab import VocabInfo
+from speculens.engine.vocab import TokenTexts, VocabInfo
 from speculens.errors import OperationError
 
 log = logging.getLogger(__name__)
@@ -472,7 +472,9 @@ class LlamaBackend:
     def _read_vocab(self) -> VocabInfo:
         v = self._vocab_ptr
         n = int(llama_cpp.llama_vocab_n_tokens(v))
-        texts = tuple((llama_cpp.llama_vocab_get_text(v, i) or b"").decode("utf-8", errors="replace") for i in range(n))
+        texts = TokenTexts(
+            (llama_cpp.llama_vocab_get_text(v, i) or b"").decode("utf-8", errors="replace") for i in range(n)
+        )
         eog = frozenset(i for i in range(n) if llama_cpp.llama_vocab_is_eog(v, i))
         # llama_vocab_get_attr: bit 0x2 UNKNOWN... special tokens are CONTROL(8)/USER_DEFINED(16)/UNUSED.
         special = frozenset(i for i in range(n) if int(llama_cpp.llama_vocab_get_attr(v, i)) & (1 | 2 | 8))

@@ -435,10 +435,12 @@ class SpeculativeEngine:
 
 
 def _time_calls(
-    backend: LlamaBackend, sizes: Sequence[int], repeats: int, context: int = 24
+    backend: LlamaBackend, sizes: Sequence[int], repeats: int, context: int = 24, every_row: bool = True
 ) -> list[tuple[int, tuple[int, float]]]:
     """Decode ``1`` token three times and each of ``sizes`` tokens once after ``context`` tokens, ``repeats``
     times over; returns ``(n, first decode call's (tokens, seconds))`` for every call (the cache is left empty).
+    Each call asks for every row's logits, as a verification does, or (``every_row=False``) for the last row's
+    only, as a draft model's catch-up does: a row's logits cost a product with the whole output matrix.
 
     The largest size is decoded first, untimed: llama.cpp grows its logits buffer the first time a call asks
     for more rows than before, and the first call of every new size would otherwise pay for the allocation
@@ -449,11 +451,15 @@ def _time_calls(
     tokens = backend.tokenize(text * (2 + max(sizes) // 8))
     prefix, filler = tokens[:context], tokens[context : context + max(sizes)]
     backend.sync(prefix)
-    backend.decode(filler, range(len(filler)))  # warm up the kernels and the buffers
+
+    def rows(n: int) -> Sequence[int]:
+        return range(n) if every_row else [n - 1]
+
+    backend.decode(filler, rows(len(filler)))  # warm up the kernels and the buffers
     out = []
     for n in [1, 1, 1, *sizes] * repeats:
         backend.truncate(len(prefix))
-        backend.decode(filler[:n], range(n))
+        backend.decode(filler[:n], rows(n))
         out.append((n, backend.last_calls[0]))
     backend.truncate(0)
     return out
@@ -494,7 +500,7 @@ def _fastest_single(calls: list[tuple[int, tuple[int, float]]]) -> list[tuple[in
 
 def calibrate_draft(draft: LlamaBackend, costs: CostModel, repeats: int = 1) -> None:
     """Time a draft model's one-token call and its catch-up cost per missed token into ``costs``."""
-    for n, seconds in _fastest_single(_time_calls(draft, [16], repeats)):
+    for n, seconds in _fastest_single(_time_calls(draft, [16], repeats, every_row=False)):
         if n == 1:
             costs.draft_call.add(seconds)
         else:  # a catch-up of n tokens beyond an ordinary call
