@@ -630,6 +630,37 @@ def test_calibration_takes_the_fastest_of_three_single_steps() -> None:
     assert _fastest_single(calls) == [(1, 0.073), (4, 0.1), (1, 0.035)]
 
 
+def test_a_draft_models_catch_up_is_timed_asking_for_the_last_row_only() -> None:
+    """The draft catches up with ``sync(logits_last=True)``; timing it with every row's logits (a product with
+    the whole output matrix per row) measured a catch-up token 40% dearer than the call it stands for."""
+    from speculens.engine.session import calibrate_draft
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.rows: list[tuple[int, list[int]]] = []
+            self.last_calls: list[tuple[int, float]] = []
+
+        def tokenize(self, text: str) -> list[int]:
+            return list(range(len(text)))
+
+        def sync(self, tokens: list[int]) -> None:
+            pass
+
+        def truncate(self, n: int) -> None:
+            pass
+
+        def decode(self, tokens: list[int], logits_for: object = ()) -> None:
+            rows = list(logits_for)  # type: ignore[call-overload]
+            self.rows.append((len(tokens), rows))
+            self.last_calls = [(len(tokens), 0.01 * (1 + 0.5 * len(rows)) + 0.001 * len(tokens))]
+
+    draft, costs = Recorder(), CostModel()
+    calibrate_draft(draft, costs)  # type: ignore[arg-type]
+    assert draft.rows and all(rows == [n - 1] for n, rows in draft.rows)
+    assert costs.draft_call.value == pytest.approx(0.016)
+    assert costs.draft_catchup.value == pytest.approx(0.001)  # (0.031 - 0.016) / 15: one row, as it runs
+
+
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
     costs = BatchCosts(32, split=lambda n: [7] * (n // 7) + ([n % 7] if n % 7 else []))
     costs.observe(1, 0.05)

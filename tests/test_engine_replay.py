@@ -119,3 +119,27 @@ def test_a_draft_ends_at_an_end_of_generation_token_and_bad_requests_are_refused
         replay(PROMPT, COPY, sources(), saved_costs(cpu), 0)
     with pytest.raises(ValueError, match="empty"):
         replay(PROMPT, [], sources(), saved_costs(cpu), N_DRAFT)
+
+
+def test_the_ngram_cache_offers_a_draft_only_where_no_other_source_starts_the_same() -> None:
+    """The cache's drafts that echo prompt lookup's are left out: while they follow a copy they are nearly
+    always right, and learnt from, they made the cache trusted for its guesses where lookup had nothing (in
+    replays of 20 recorded answers on this VM's costs it then lost up to 4.6% against lookup alone)."""
+    from speculens.engine.drafters.base import Draft
+    from speculens.engine.generate import free_offers
+
+    class Fixed:
+        def __init__(self, name: str, tokens: tuple[int, ...]) -> None:
+            self.name, self.tokens = name, tokens
+
+        def draft(self, history: object, n_max: int) -> Draft:
+            return Draft(self.tokens[:n_max])
+
+    def offered(lookup: tuple[int, ...], cache: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        drafters = [Fixed(PromptLookupDrafter.name, lookup), Fixed(NgramCacheDrafter.name, cache)]
+        offers = free_offers(drafters, [1, 2, 3], 8, frozenset({9}))  # type: ignore[arg-type]
+        return offers[PromptLookupDrafter.name].tokens, offers[NgramCacheDrafter.name].tokens
+
+    assert offered((5, 6, 7), (5, 6, 8)) == ((5, 6, 7), ())  # the same first token: an echo, left out
+    assert offered((5, 6, 7), (4, 6)) == ((5, 6, 7), (4, 6))  # another continuation: its own guess
+    assert offered((), (4, 9, 3)) == ((), (4, 9))  # alone (and cut at the end of generation)

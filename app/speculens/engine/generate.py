@@ -20,6 +20,7 @@ from speculens.engine.backend import LlamaBackend
 from speculens.engine.config import ContextFullError, GenerationConfig, PromptError, recurrent_refusal
 from speculens.engine.drafters.base import Draft, Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
+from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.events import (
     DraftToken,
     EmittedToken,
@@ -141,6 +142,25 @@ def end_at_eog(draft: Draft, eog: frozenset[int]) -> Draft:
     return draft
 
 
+def free_offers(
+    drafters: Sequence[Drafter], history: Sequence[int], n_max: int, eog: frozenset[int]
+) -> dict[str, Draft]:
+    """Every draft-free source's draft for this step, each cut at its first end-of-generation token.
+
+    The n-gram cache's draft is left out when another source's draft starts with the same token: in a rewrite
+    both follow the copy, and the other source offers it with estimates of its own. The cache has no confidence
+    classes, so what it learnt while echoing a copy (nearly always right) made it trusted where it stands alone
+    and guesses.
+    """
+    offers = {d.name: end_at_eog(d.draft(history, n_max), eog) for d in drafters}
+    cache = offers.get(NgramCacheDrafter.name)
+    if cache is not None and any(
+        d.tokens[:1] == cache.tokens[:1] for name, d in offers.items() if name != NgramCacheDrafter.name and d.tokens
+    ):
+        offers[NgramCacheDrafter.name] = Draft()
+    return offers
+
+
 class _Loop:
     """One generation's state; :meth:`run` is the generator :func:`generate` returns."""
 
@@ -183,7 +203,7 @@ class _Loop:
             return Draft(), None, None
         controller.shadow_check(history)
         # Free sources draft first (it costs only Python time); the controller then picks what to verify.
-        offers = {d.name: end_at_eog(d.draft(history, n_max), self.target.vocab.eog) for d in self.free}
+        offers = free_offers(self.free, history, n_max, self.target.vocab.eog)
         behind = model.behind(history) if model is not None else 0
         controller.costs.verify.at(len(history))  # batch costs depend on the context (see BatchCosts)
         plan = controller.plan(n_max, [Offer(n, len(d.tokens), d.confidence) for n, d in offers.items()], behind)

@@ -25,7 +25,7 @@ from typing import Any
 
 from speculens.engine.adaptive import AdaptiveController, CostModel, Offer
 from speculens.engine.drafters.base import Drafter
-from speculens.engine.generate import end_at_eog
+from speculens.engine.generate import free_offers
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def replay(
             steps, seconds, plain = steps + 1, seconds + single + overhead_s, plain + single + overhead_s
             break
         controller.shadow_check(history)
-        offers = {d.name: end_at_eog(d.draft(history, n_max), ends) for d in drafters}
+        offers = free_offers(drafters, history, n_max, ends)
         controller.costs.verify.at(len(history))
         plan = controller.plan(n_max, [Offer(name, len(d.tokens), d.confidence) for name, d in offers.items()])
         for name, offer in offers.items():
