@@ -661,6 +661,21 @@ def test_a_draft_models_catch_up_is_timed_asking_for_the_last_row_only() -> None
     assert costs.draft_catchup.value == pytest.approx(0.001)  # (0.031 - 0.016) / 15: one row, as it runs
 
 
+def test_saved_catch_up_costs_timed_the_old_way_are_not_restored() -> None:
+    costs = CostModel()
+    costs.verify.observe(1, 0.1)
+    costs.draft_call.add(0.04)
+    costs.draft_catchup.add(0.0085)
+    again = CostModel()
+    again.restore(json.loads(json.dumps(costs.state())))
+    assert again.draft_catchup.value == pytest.approx(0.0085) and again.draft_call.value == pytest.approx(0.04)
+    older = costs.state()
+    older["draft_catchup"] = older.pop("draft_catchup_last_row")  # every row's logits: 40% dearer
+    stale = CostModel()
+    stale.restore(json.loads(json.dumps(older)))
+    assert stale.draft_catchup.count == 0 and stale.draft_call.count == 1  # calibrate_draft measures afresh
+
+
 def test_batches_beyond_the_chunk_cost_their_chunks() -> None:
     costs = BatchCosts(32, split=lambda n: [7] * (n // 7) + ([n % 7] if n % 7 else []))
     costs.observe(1, 0.05)

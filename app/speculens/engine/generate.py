@@ -18,7 +18,7 @@ import numpy as np
 from speculens.engine.adaptive import MODEL, AdaptiveController, CostModel, Offer, StepPlan
 from speculens.engine.backend import LlamaBackend
 from speculens.engine.config import ContextFullError, GenerationConfig, PromptError, recurrent_refusal
-from speculens.engine.drafters.base import Draft, Drafter
+from speculens.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.events import (
@@ -147,17 +147,17 @@ def free_offers(
 ) -> dict[str, Draft]:
     """Every draft-free source's draft for this step, each cut at its first end-of-generation token.
 
-    The n-gram cache's draft is left out when another source's draft starts with the same token: in a rewrite
-    both follow the copy, and the other source offers it with estimates of its own. The cache has no confidence
-    classes, so what it learnt while echoing a copy (nearly always right) made it trusted where it stands alone
-    and guesses.
+    The n-gram cache's draft is left out when another source's draft starts with the same token: the other source
+    offers that continuation with estimates of its own (in a rewrite both follow the copy). The cache has no
+    confidence classes, so what it learnt while echoing a copy (nearly always right) made it trusted where it
+    stands alone and guesses.
     """
     offers = {d.name: end_at_eog(d.draft(history, n_max), eog) for d in drafters}
     cache = offers.get(NgramCacheDrafter.name)
     if cache is not None and any(
         d.tokens[:1] == cache.tokens[:1] for name, d in offers.items() if name != NgramCacheDrafter.name and d.tokens
     ):
-        offers[NgramCacheDrafter.name] = Draft()
+        offers[NgramCacheDrafter.name] = EMPTY_DRAFT
     return offers
 
 

@@ -273,7 +273,7 @@ class SpeculativeEngine:
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
-        if self.draft is not None and not costs.draft_call.count:
+        if self.draft is not None and not (costs.draft_call.count and costs.draft_catchup.count):
             calibrate_draft(self.draft, costs, repeats)
 
     def new_costs(self) -> CostModel:

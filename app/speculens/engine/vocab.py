@@ -35,7 +35,7 @@ class TokenTexts(Sequence[str]):
     __slots__ = ("_ends", "_text")
 
     def __init__(self, texts: Iterable[str]) -> None:
-        buf, ends, end = io.StringIO(), array("q"), 0
+        buf, ends, end = io.StringIO(), array("I"), 0
         for text in texts:
             end += buf.write(text)
             ends.append(end)
@@ -64,9 +64,11 @@ class TokenTexts(Sequence[str]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TokenTexts):
             return self._ends == other._ends and self._text == other._text
-        return isinstance(other, Sequence) and list(self) == list(other)
+        if isinstance(other, tuple | list):
+            return list(self) == list(other)
+        return NotImplemented
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # not a tuple's hash: equal to a tuple of the same texts, but never mixed with one
         return hash(self._text)
 
     def same_from(self, other: TokenTexts, start: int) -> bool:
