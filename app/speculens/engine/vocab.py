@@ -107,11 +107,11 @@ class VocabInfo:
     eog: frozenset[int]
     add_bos: bool
     add_eos: bool
-    texts: Sequence[str] = field(repr=False)
+    texts: TokenTexts = field(repr=False)
     special: frozenset[int] = field(default_factory=frozenset, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.texts, TokenTexts):
+        if not isinstance(self.texts, TokenTexts):  # any sequence of texts is taken
             object.__setattr__(self, "texts", TokenTexts(self.texts))
 
     @property
@@ -177,11 +177,10 @@ def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
             f"vocabulary size differs by {diff} tokens (target {target.n_vocab}, draft {draft.n_vocab}; "
             f"at most {MAX_VOCAB_SIZE_DIFFERENCE} is tolerated)"
         )
-    a, b = target.texts, draft.texts
-    if isinstance(a, TokenTexts) and isinstance(b, TokenTexts) and a.same_from(b, CHECK_START_TOKEN_ID):
+    if target.texts.same_from(draft.texts, CHECK_START_TOKEN_ID):
         return None
     for i in range(CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
-        if a[i] != b[i]:
+        if target.texts[i] != draft.texts[i]:
             return (
                 f"token texts differ from id {i} on: the target has {target.texts[i]!r}, the draft {draft.texts[i]!r}"
             )

@@ -176,7 +176,7 @@ def first_token_difference(target: TokenizerInfo, draft: TokenizerInfo) -> Token
     a, b = target.tokens, draft.tokens
     start = min(CHECK_START_TOKEN_ID, len(a), len(b))
     common = min(len(a), len(b))
-    if a[start:common] != b[start:common]:  # one C-level comparison in the common (equal) case
+    if not a.same_from(b, start):  # one comparison of the whole texts in the common (equal) case
         for i in range(start, common):
             if a[i] != b[i]:
                 return TokenDifference(i, a[i], b[i])

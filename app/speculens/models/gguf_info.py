@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculens.engine.vocab import VocabInfo
+from speculens.engine.vocab import TokenTexts, VocabInfo
 from speculens.errors import InvalidInputError
 
 # gguf imports sentencepiece and mistral_common when they are installed, for tokenizer classes Speculens never
@@ -115,7 +115,7 @@ class TokenizerInfo:
 
     model: str
     pre: str | None
-    tokens: tuple[str, ...] = field(repr=False)
+    tokens: TokenTexts = field(repr=False)
     token_types: tuple[int, ...] = field(repr=False)
     bos: int
     eos: int
@@ -554,7 +554,7 @@ def _tokenizer(meta: dict[str, Any], arrays: dict[str, Any], name: str) -> Token
     return TokenizerInfo(
         model=model,
         pre=_str_or_none(meta, "tokenizer.ggml.pre"),
-        tokens=tuple(texts),
+        tokens=TokenTexts(texts),
         token_types=tuple(types),
         bos=_int_or(meta, "tokenizer.ggml.bos_token_id", bos),
         eos=_int_or(meta, "tokenizer.ggml.eos_token_id", eos),
