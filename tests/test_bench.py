@@ -18,6 +18,8 @@ from conftest import TinyModels
 from speculens.cli.bench_cmd import format_profile, format_table
 from speculens.engine.bench import (
     SCHEMA,
+    BenchPrompt,
+    BenchResults,
     BenchSetting,
     RunResult,
     cost_profile,
@@ -140,6 +142,29 @@ def test_the_speedup_spread_pairs_each_repetition_with_plain_decodings_run_in_it
     assert overall("b", [summarise_runs(plain)]).speedup_spread_median is None
 
 
+def test_the_passes_spread_tells_the_controllers_choices_from_the_machines_speed() -> None:
+    # Two settings whose speedups spread alike: one took the same steps in every run (the machine's speed moved
+    # under them), the other took other steps each time (its choices moved).
+    plain = [result(10.0), result(10.0), result(10.0)]
+    same_steps = summarise_runs([result(20.0, n_steps=40), result(30.0, n_steps=40), result(25.0, n_steps=40)], plain)
+    other_steps = summarise_runs([result(20.0, n_steps=50), result(30.0, n_steps=30), result(25.0, n_steps=40)], plain)
+    assert same_steps.speedup_spread == pytest.approx(other_steps.speedup_spread)
+    assert same_steps.passes_median == 40 and same_steps.passes_spread == 0.0
+    assert other_steps.passes_median == 40 and other_steps.passes_spread == pytest.approx(20 / 40)
+    assert overall("a", [same_steps, other_steps]).passes_spread_median == pytest.approx(0.25)
+    lookup = BenchSetting(Strategy.LOOKUP)
+    table = format_table(
+        BenchResults(
+            prompts=[BenchPrompt("p", "code-rewrite", ())],
+            settings=[BenchSetting(Strategy.NONE), lookup],
+            runs={"p": {"none": plain, lookup.label: [result(20.0, n_steps=50), result(30.0, n_steps=30)]}},
+        )
+    )
+    header = next(line for line in table.splitlines() if line.startswith("setting") and "passes" in line)
+    row = next(line for line in table.splitlines() if line.startswith(lookup.label)).split()
+    assert header.split()[5] == "passes" and row[5:7] == ["40", "50%"]  # passes 30 and 50: 40 ± 20
+
+
 def test_settings_start_with_plain_decoding_and_cover_every_mode() -> None:
     settings = settings_for([Strategy.DRAFT, Strategy.LOOKUP], ["adaptive", "fixed"], 8, sweep=[1, 4, 16])
     labels = [s.label for s in settings]
@@ -243,6 +268,8 @@ def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:
                 "spread",
                 "speedup",
                 "speedup_spread",
+                "passes_median",
+                "passes_spread",
                 "acceptance",
                 "mean_accepted_length",
                 "acceptance_by_position",

@@ -255,8 +255,8 @@ def _pct(x: float) -> str:
 def format_table(results: BenchResults) -> str:
     """A readable table: one block per prompt, one row per setting, then the overall summary."""
     header = (
-        f"{'setting':<22} {'tok/s':>7} {'±':>5} {'speedup':>7} {'±':>5} {'accept':>6} {'len':>5} {'k̄':>5} "
-        f"{'draft':>5} {'verify':>6} {'ovh':>5} {'same':>4}"
+        f"{'setting':<22} {'tok/s':>7} {'±':>5} {'speedup':>7} {'±':>5} {'passes':>6} {'±':>4} {'accept':>6} "
+        f"{'len':>5} {'k̄':>5} {'draft':>5} {'verify':>6} {'ovh':>5} {'same':>4}"
     )
     lines = []
     for p in results.prompts:
@@ -273,6 +273,7 @@ def format_table(results: BenchResults) -> str:
             same = "–" if m.identical is None or s.is_plain else ("yes" if m.identical else "NO")
             lines.append(
                 f"{s.label:<22} {m.tps_median:7.2f} {_pct(m.spread):>5} {speedup:>7} {speedup_spread:>5} "
+                f"{m.passes_median:6.0f} {_pct(m.passes_spread):>4} "
                 f"{_pct(m.acceptance) if m.acceptance or not s.is_plain else '–':>6} "
                 f"{m.mean_accepted_length:5.2f} {m.mean_n_draft:5.2f} {_pct(m.draft_share):>5} "
                 f"{_pct(m.verify_share):>6} {_pct(m.overhead_share):>5} {same:>4}"
@@ -285,18 +286,20 @@ def format_table(results: BenchResults) -> str:
         "\noverall (speedup over plain decoding, measured per prompt in the same run; tok/s ± = median over "
         "prompts of the run-to-run spread of tokens/s, plain decoding's being the machine's own noise; speedup ± = "
         "the same for the speedup of each repetition over plain decoding's run in it: a stable controller's is "
-        "no wider than plain decoding's tok/s ±)"
+        "no wider than plain decoding's tok/s ±; passes ± = the same for the target passes of each run, the "
+        "controller's choices: a wide speedup ± over a narrow passes ± is the machine's speed moving under the "
+        "same steps)"
     )
     lines.append(
         f"{'setting':<22} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'tok/s ±':>7} "
-        f"{'speedup ±':>9} {'same':>4}"
+        f"{'speedup ±':>9} {'passes ±':>8} {'same':>4}"
     )
     for s in results.settings:
         o = results.overall(s.label)
         if s.is_plain:
             lines.append(
                 f"{s.label:<22} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7} "
-                f"{_pct(o.spread_median):>7} {'–':>9}"
+                f"{_pct(o.spread_median):>7} {'–':>9} {_pct(o.passes_spread_median):>8}"
             )
             continue
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
@@ -304,6 +307,6 @@ def format_table(results: BenchResults) -> str:
         lines.append(
             f"{s.label:<22} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
             f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {_pct(o.spread_median):>7} "
-            f"{speedup_spread:>9} {same:>4}"
+            f"{speedup_spread:>9} {_pct(o.passes_spread_median):>8} {same:>4}"
         )
     return "\n".join(lines)

@@ -282,6 +282,11 @@ class Summary:
             plain decoding's run of the same repetition): how much the speedup itself varies from run to run,
             to be set against plain decoding's own ``spread``, the machine's noise (``None`` without a
             baseline).
+        passes_median: the median of target passes per run.
+        passes_spread: ``(max - min) / median`` of target passes per run: how much the controller's choices
+            varied between runs of the same answer. A speedup that spreads while its passes do not was the
+            machine's speed moving under the same steps (the same greedy answer is the same work), not the
+            controller following the noise.
         acceptance: accepted / drafted over all runs.
         mean_accepted_length: tokens emitted per target pass.
         acceptance_by_position: per draft position ``j``, the share of tokens drafted there that were
@@ -302,6 +307,8 @@ class Summary:
     spread: float
     speedup: float | None
     speedup_spread: float | None
+    passes_median: float
+    passes_spread: float
     acceptance: float
     mean_accepted_length: float
     acceptance_by_position: tuple[float, ...]
@@ -338,6 +345,7 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         a = sum(r.accepted_by_position[j] for r in runs if j < len(r.accepted_by_position))
         by_pos.append(a / d if d else 0.0)
     chosen = [k for r in runs for k in r.n_draft_chosen]
+    passes = statistics.median(r.n_steps for r in runs)
     speedup = speedup_spread = identical = None
     if plain:
         base = statistics.median(p.tokens_per_second for p in plain)
@@ -356,6 +364,8 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         spread=(max(tps) - min(tps)) / med if med > 0 else 0.0,
         speedup=speedup,
         speedup_spread=speedup_spread,
+        passes_median=passes,
+        passes_spread=(max(r.n_steps for r in runs) - min(r.n_steps for r in runs)) / passes if passes > 0 else 0.0,
         acceptance=accepted / drafted if drafted else 0.0,
         mean_accepted_length=sum(r.n_generated + r.n_ended for r in runs) / steps if steps else 0.0,
         acceptance_by_position=tuple(by_pos),
@@ -387,6 +397,8 @@ class OverallSummary:
             noise, against which a controller's stability is judged.
         speedup_spread_median: the median over prompts of the spread of the speedup across repetitions
             (``None`` without a baseline).
+        passes_spread_median: the median over prompts of the spread of target passes per run (see
+            :attr:`Summary.passes_spread`).
     """
 
     label: str
@@ -400,6 +412,7 @@ class OverallSummary:
     n_prompts: int
     spread_median: float = 0.0
     speedup_spread_median: float | None = None
+    passes_spread_median: float = 0.0
 
 
 def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -> OverallSummary:
@@ -428,6 +441,7 @@ def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -
         n_prompts=len(summaries),
         spread_median=statistics.median(s.spread for s in summaries) if summaries else 0.0,
         speedup_spread_median=statistics.median(speedup_spreads) if speedup_spreads else None,
+        passes_spread_median=statistics.median(s.passes_spread for s in summaries) if summaries else 0.0,
     )
 
 
