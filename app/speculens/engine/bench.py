@@ -320,6 +320,12 @@ class Summary:
     n_runs: int
 
 
+def _spread(values: Sequence[float]) -> float:
+    """``(max - min) / median`` of repeated measurements (0 when the median is not positive)."""
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid if mid > 0 else 0.0
+
+
 def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None = None) -> Summary:
     """Summarise the repeated runs of one setting on one prompt.
 
@@ -345,7 +351,7 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         a = sum(r.accepted_by_position[j] for r in runs if j < len(r.accepted_by_position))
         by_pos.append(a / d if d else 0.0)
     chosen = [k for r in runs for k in r.n_draft_chosen]
-    passes = statistics.median(r.n_steps for r in runs)
+    passes = [float(r.n_steps) for r in runs]
     speedup = speedup_spread = identical = None
     if plain:
         base = statistics.median(p.tokens_per_second for p in plain)
@@ -361,11 +367,11 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         tps_median=med,
         tps_min=min(tps),
         tps_max=max(tps),
-        spread=(max(tps) - min(tps)) / med if med > 0 else 0.0,
+        spread=_spread(tps),
         speedup=speedup,
         speedup_spread=speedup_spread,
-        passes_median=passes,
-        passes_spread=(max(r.n_steps for r in runs) - min(r.n_steps for r in runs)) / passes if passes > 0 else 0.0,
+        passes_median=statistics.median(passes),
+        passes_spread=_spread(passes),
         acceptance=accepted / drafted if drafted else 0.0,
         mean_accepted_length=sum(r.n_generated + r.n_ended for r in runs) / steps if steps else 0.0,
         acceptance_by_position=tuple(by_pos),
