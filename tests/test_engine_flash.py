@@ -134,7 +134,7 @@ def test_the_measured_choice_is_kept_and_given_to_the_draft(
         assert engine.draft.params.flash_attn is False
         assert "off" in engine.info().flash_attn
         first = answer(engine, Strategy.DRAFT).tokens
-        costs = engine._costs_path()
+        costs = engine._verify_costs_path()
     with SpeculativeEngine(config) as engine:  # measured once: the saved answer is used
         assert engine.target.params.flash_attn is False and answer(engine, Strategy.DRAFT).tokens == first
     assert len(calls) == 1
@@ -145,7 +145,7 @@ def test_the_measured_choice_is_kept_and_given_to_the_draft(
     # Costs measured without flash attention are kept apart from those measured with it.
     with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=512, costs_dir=tmp_path,
                                        flash_attn=FlashAttention.ON)) as engine:  # fmt: skip
-        assert engine.target.params.flash_attn is True and engine._costs_path() != costs
+        assert engine.target.params.flash_attn is True and engine._verify_costs_path() != costs
 
 
 def test_a_set_choice_or_a_gpu_is_not_measured(tiny: TinyModels, monkeypatch: pytest.MonkeyPatch) -> None:

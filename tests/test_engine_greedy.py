@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from conftest import TinyModels
 from speculens.engine import session
+from speculens.engine.backend import LlamaBackend
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.base import Draft
 from speculens.engine.drafters.ngram_table import build_table
@@ -211,14 +214,48 @@ def test_saved_costs_belong_to_the_cpu(family: dict, tmp_path: Path, monkeypatch
     engine = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, costs_dir=tmp_path))
     try:
         engine.save_costs()
-        here = engine._costs_path()
+        here = engine._verify_costs_path()
         monkeypatch.setattr(session, "cpu_model", lambda: "Another CPU × 2")
-        there = engine._costs_path()
+        there = engine._verify_costs_path()
         assert here is not None and here.exists()
         assert there is not None and there != here and not there.exists()
     finally:
         monkeypatch.undo()
         engine.close()
+
+
+def test_the_targets_costs_serve_every_way_of_drafting_and_a_draft_models_come_back_with_it(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch of the target costs the same whatever drafted it, so the default (with a draft model) and prompt
+    # lookup (the target alone) plan from one measurement of it, not two that drift apart; a draft model's own
+    # costs are kept per pair and come back when it is loaded again, also after the target was loaded alone
+    # first, as the app loads them.
+    timed: list[tuple[str, tuple[int, ...]]] = []
+    real = session._time_calls
+
+    def recording(backend: LlamaBackend, sizes: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        timed.append((backend.path.name, tuple(sizes)))
+        return real(backend, sizes, *args, **kwargs)
+
+    monkeypatch.setattr(session, "_time_calls", recording)
+    monkeypatch.setattr(session, "RECHECK_TOLERANCE", 1e9)  # a tiny model's timings are all noise
+    config = ModelConfig(tiny.target, tiny.perturbed, n_ctx=512, costs_dir=tmp_path)
+    with SpeculativeEngine(config) as engine:
+        assert {name for name, _ in timed} == {tiny.target.name, tiny.perturbed.name}
+        measured = engine.costs.verify.measured()
+        draft_call = engine.costs.draft_call.value
+    timed.clear()
+    with SpeculativeEngine(replace(config, draft=None)) as engine:
+        # Only the short sizes every load re-checks are timed; the rest are the pair's measurements.
+        assert timed == [(tiny.target.name, session.RECHECK_SIZES)]
+        assert set(engine.costs.verify.measured()) == set(measured)
+        assert engine.costs.draft_call.count == 0
+        engine.load_draft(tiny.perturbed)
+        assert len(timed) == 1 and engine.costs.draft_call.value == draft_call
+    timed.clear()
+    with SpeculativeEngine(replace(config, draft=tiny.identical)) as engine:  # another draft: timed afresh
+        assert (tiny.identical.name, (16,)) in timed and engine.costs.draft_call.count > 0
 
 
 def test_gpu_layers_go_to_the_gpu_by_default_and_mean_nothing_on_a_cpu_build(
@@ -234,7 +271,7 @@ def test_gpu_layers_go_to_the_gpu_by_default_and_mean_nothing_on_a_cpu_build(
     for ngl in (-1, 0):
         engine = SpeculativeEngine(replace(config, n_gpu_layers=ngl))
         try:
-            paths.append(engine._costs_path())
+            paths.append(engine._verify_costs_path())
             assert engine.threads is not None
         finally:
             engine.close()
@@ -242,7 +279,7 @@ def test_gpu_layers_go_to_the_gpu_by_default_and_mean_nothing_on_a_cpu_build(
     monkeypatch.setattr(session, "offloaded_layers", lambda n: n)  # a GPU build: -1 offloads every layer
     engine = SpeculativeEngine(config)
     try:
-        assert engine.threads is None and engine._costs_path() != paths[0]
+        assert engine.threads is None and engine._verify_costs_path() != paths[0]
     finally:
         engine.close()
 

@@ -44,7 +44,8 @@ def cache_dir() -> Path:
 
 
 def costs_dir() -> Path:
-    """The adaptive controller's measured costs, one file per model pair and load configuration."""
+    """The adaptive controller's measured costs: one file per target and load configuration (its batch costs,
+    whatever drafts for it), one per draft model and target."""
     return cache_dir() / "costs"
 
 

@@ -595,13 +595,15 @@ class CostModel:
 
     def state(self) -> dict[str, Any]:
         """The measurements, as JSON-ready data (see :meth:`restore`)."""
-        v = self.verify
-        return {
-            "verify_single": v._single.samples,
-            "verify_ratio_by_context": v.state(),
-            "draft_call": self.draft_call.samples,
-            "draft_catchup_last_row": self.draft_catchup.samples,
-        }
+        return self.verify_state() | self.draft_state()
+
+    def verify_state(self) -> dict[str, Any]:
+        """The target's verification costs alone (saved per target: they do not depend on the draft model)."""
+        return {"verify_single": self.verify._single.samples, "verify_ratio_by_context": self.verify.state()}
+
+    def draft_state(self) -> dict[str, Any]:
+        """The draft model's costs alone (saved per pair)."""
+        return {"draft_call": self.draft_call.samples, "draft_catchup_last_row": self.draft_catchup.samples}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Start from measurements saved by :meth:`state` (a later session on the same machine and models):
@@ -609,6 +611,15 @@ class CostModel:
 
         Raises:
             ValueError: the data is not such a state.
+        """
+        self.restore_verify(state)
+        self.restore_draft(state)
+
+    def restore_verify(self, state: dict[str, Any]) -> None:
+        """Start from the verification costs of :meth:`verify_state` (or :meth:`state`).
+
+        Raises:
+            ValueError: the data has no verification costs.
         """
         try:
             v = self.verify
@@ -619,13 +630,23 @@ class CostModel:
                 for context, seconds in singles:
                     v._single.add(int(context), float(seconds))
                 v.restore(state.get("verify_ratio_by_context", {}))
-            for x in state["draft_call"]:
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a saved cost model: {exc}") from exc
+
+    def restore_draft(self, state: dict[str, Any]) -> None:
+        """Start from the draft model's costs of :meth:`draft_state` (or :meth:`state`); none is none measured.
+
+        Raises:
+            ValueError: the data is not such a state.
+        """
+        try:
+            for x in state.get("draft_call", []):
                 self.draft_call.add(float(x))
             # Files of earlier releases timed the draft's catch-up asking for every row's logits, 40% dearer than
             # the catch-up the draft makes (one row, see calibrate_draft): not used; calibration measures afresh.
             for x in state.get("draft_catchup_last_row", []):
                 self.draft_catchup.add(float(x))
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a saved cost model: {exc}") from exc
 
     def catchup_seconds(self, n_tokens: int) -> float:

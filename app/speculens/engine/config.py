@@ -165,8 +165,8 @@ class ModelConfig:
         n_gpu_layers_draft: draft layers offloaded to the GPU (-1 = all).
         ngram_map: an n-gram map file for the ``ngram-map`` strategy.
         ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
-        costs_dir: where the adaptive controller's measured costs are kept between sessions, per model pair
-            and load configuration (``None``: measured afresh each session).
+        costs_dir: where the adaptive controller's measured costs are kept between sessions: the target's
+            per target and load configuration, a draft model's per pair (``None``: measured afresh each session).
         adaptive_threads: decode with fewer threads while another program keeps a core busy, and with all of
             ``n_threads`` again once it stops (:mod:`speculens.engine.threads`); for an automatic thread count.
             Not in bit-exact mode, nor with layers on a GPU.

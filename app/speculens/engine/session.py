@@ -12,7 +12,7 @@ import logging
 import secrets
 import statistics
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -117,8 +117,9 @@ class SpeculativeEngine:
             self.threads = ThreadGovernor(self.target.n_threads)
         # What this machine charges for verification and drafting, learnt by the adaptive controller and
         # kept across generations (acceptance is per text and starts afresh each time), and across sessions
-        # when there is a costs folder.
+        # when there is a costs folder: the target's per target, whatever drafts for it, a draft model's per pair.
         self.costs = self.new_costs()
+        self._restore(self._verify_costs_path(), self.costs.restore_verify, self.costs.forget_verify)
         self._ngram_cache: NgramCacheDrafter | None = None
         self._ngram_map: NgramMapDrafter | None = None
         if config.draft is not None:
@@ -127,7 +128,6 @@ class SpeculativeEngine:
             except BaseException:
                 self.close()
                 raise
-        self._restore_costs()
         try:
             self.calibrate()
         except BaseException:
@@ -159,9 +159,18 @@ class SpeculativeEngine:
                 "an n-gram map still work with the target alone."
             )
         if self.draft is not None:
+            self.save_costs()  # the replaced draft's costs
             self.draft.close()
         self.draft = draft
         self.costs.forget_draft()
+        try:
+            self._restore(self._draft_costs_path(), self.costs.restore_draft, self.costs.forget_draft)
+            if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
+                calibrate_draft(draft, self.costs)
+        except BaseException:
+            self.draft = None
+            draft.close()
+            raise
 
     def choose_flash_attn(self, saved: dict[str, Any] | None) -> None:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
@@ -220,38 +229,54 @@ class SpeculativeEngine:
         digest = hashlib.sha256(json.dumps(key).encode("utf-8")).hexdigest()[:20]
         return c.costs_dir / f"{c.target.stem[:40]}-{kind + '-' if kind else ''}{digest}.json"
 
-    def _costs_path(self) -> Path | None:
-        """The saved costs of this pair, keyed by the files, the load settings, llama.cpp's build and the CPU."""
+    def _costs_key(self, n_gpu_layers: int) -> list[object]:
         c = self.config
-        key: list[object] = [c.n_threads, offloaded_layers(c.n_gpu_layers), offloaded_layers(c.n_gpu_layers_draft)]
-        key.append(c.exact)
+        key: list[object] = [c.n_threads, offloaded_layers(n_gpu_layers), c.exact]
         if self.target.params.flash_attn is not None:  # batches cost differently without flash attention
             key.append(f"flash_attn={self.target.params.flash_attn}")
-        return self._saved_path("", key, c.target, c.draft if self.draft is not None else None)
+        return key
 
-    def _restore_costs(self) -> None:
+    def _verify_costs_path(self) -> Path | None:
+        """The target's saved verification costs, keyed by its file, the load settings, llama.cpp's build and the
+        CPU, and shared by every way of drafting for it: a draft model, prompt lookup or none."""
+        c = self.config
+        return self._saved_path("", self._costs_key(c.n_gpu_layers), c.target)
+
+    def _draft_costs_path(self) -> Path | None:
+        """The loaded draft model's saved costs, keyed as the target's and by both files (``None`` without one)."""
+        if self.draft is None:
+            return None
+        return self._saved_path("draft", self._costs_key(self.config.n_gpu_layers_draft), self.config.target,
+                                self.draft.path)
+
+    @staticmethod
+    def _restore(path: Path | None, restore: Callable[[dict[str, Any]], None], forget: Callable[[], None]) -> None:
+        """Restore part of the cost model from a saved file; a stale or damaged one is measured afresh."""
         try:
-            path = self._costs_path()
             if path is not None and path.exists():
-                self.costs.restore(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:  # a stale or damaged file is measured afresh, never fatal
+                restore(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
             log.warning("ignoring saved costs: %s", exc)
-            self.costs = self.new_costs()
+            forget()
 
     def save_costs(self) -> None:
         """Keep what this session measured for the next one (errors are logged, never raised)."""
-        try:
-            path = self._costs_path()
-            if path is not None:
-                write_json_atomic(path, self.costs.state())
-        except OSError as exc:
-            log.warning("could not save the measured costs: %s", exc)
+        for path, state in (
+            (self._verify_costs_path(), self.costs.verify_state),
+            (self._draft_costs_path(), self.costs.draft_state),
+        ):
+            try:
+                if path is not None:
+                    write_json_atomic(path, state())
+            except OSError as exc:
+                log.warning("could not save the measured costs: %s", exc)
 
     def calibrate(self, repeats: int = 1) -> None:
-        """Time a few decode calls of the target (and the draft) so that the adaptive controller's first
-        decisions rest on this machine's real costs, not on priors; skipped for what the cost model (restored
-        from an earlier session) already has. On a small CPU a batch of 33 tokens costs 13 single steps, on a
-        GPU barely one: guessing either way would cost an answer its first long drafts, or waste them.
+        """Time a few decode calls of the target (:meth:`load_draft` times the draft) so that the adaptive
+        controller's first decisions rest on this machine's real costs, not on priors; skipped for what the cost
+        model (restored from an earlier session) already has. On a small CPU a batch of 33 tokens costs 13
+        single steps, on a GPU barely one: guessing either way would cost an answer its first long drafts, or
+        waste them.
         """
         target, costs = self.target, self.costs
         top = max(target.invariant_sizes) if self.config.exact else CALIBRATION_SIZES[-1]
@@ -273,8 +298,6 @@ class SpeculativeEngine:
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
-        if self.draft is not None and not (costs.draft_call.count and costs.draft_catchup.count):
-            calibrate_draft(self.draft, costs, repeats)
 
     def new_costs(self) -> CostModel:
         """An empty cost model for this target (verification split as the engine verifies)."""
