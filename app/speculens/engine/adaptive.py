@@ -447,6 +447,11 @@ class BatchCosts:
             return False
         return all(c == 1 or self._ratio[c].count > 0 for c in self._calls(n))
 
+    def count(self, n: int) -> int:
+        """How many samples the ratio of call size ``n`` rests on (in the current band, or the nearest that has
+        any; 0 for none)."""
+        return self._ratio[n].count if 2 <= n <= self._top else 0
+
     def allowed(self, n_max: int) -> Sequence[bool]:
         """For every batch size ``0..n_max``: whether a plan may choose it — measured, or beyond every measured
         size (to be tried once; see :meth:`AdaptiveController.plan`)."""

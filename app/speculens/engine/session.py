@@ -64,6 +64,10 @@ CALIBRATION_SIZES = (2, 3, 4, 8, 12, 16, 24, 32, 48, 64)
 # outside this factor, the saved verification costs are dropped and every size is measured afresh.
 RECHECK_SIZES = (2, 3, 4)
 RECHECK_TOLERANCE = 1.3
+# Loads re-time every other calibration size until it has this many samples: a size drafted rarely keeps the
+# one sample of its first calibration, and one noisy reading (a batch of 8 at 5.8 single steps, dearer than 16 at
+# 4.6, measured so on this VM) would otherwise steer every draft of 4 to 11 tokens for good.
+CALIBRATION_SAMPLES = 3
 # A recurrent or hybrid target (Mamba, RWKV, Jamba ...) keeps this many state snapshots, so a verification can take
 # back up to this many rejected drafts; its drafts are capped at that length (memory grows with it).
 RECURRENT_ROLLBACK = 16
@@ -119,7 +123,7 @@ class SpeculativeEngine:
         # kept across generations (acceptance is per text and starts afresh each time), and across sessions
         # when there is a costs folder: the target's per target, whatever drafts for it, a draft model's per pair.
         self.costs = self.new_costs()
-        self._restore(self._verify_costs_path(), self.costs.restore_verify, self.costs.forget_verify)
+        self._restore(self._verify_costs_path, self.costs.restore_verify, self.costs.forget_verify)
         self._ngram_cache: NgramCacheDrafter | None = None
         self._ngram_map: NgramMapDrafter | None = None
         if config.draft is not None:
@@ -164,7 +168,7 @@ class SpeculativeEngine:
         self.draft = draft
         self.costs.forget_draft()
         try:
-            self._restore(self._draft_costs_path(), self.costs.restore_draft, self.costs.forget_draft)
+            self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
             if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
                 calibrate_draft(draft, self.costs)
         except BaseException:
@@ -250,9 +254,12 @@ class SpeculativeEngine:
                                 self.draft.path)
 
     @staticmethod
-    def _restore(path: Path | None, restore: Callable[[dict[str, Any]], None], forget: Callable[[], None]) -> None:
-        """Restore part of the cost model from a saved file; a stale or damaged one is measured afresh."""
+    def _restore(
+        where: Callable[[], Path | None], restore: Callable[[dict[str, Any]], None], forget: Callable[[], None]
+    ) -> None:
+        """Restore part of the cost model from its saved file; a stale or damaged one is measured afresh."""
         try:
+            path = where()
             if path is not None and path.exists():
                 restore(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
@@ -261,11 +268,12 @@ class SpeculativeEngine:
 
     def save_costs(self) -> None:
         """Keep what this session measured for the next one (errors are logged, never raised)."""
-        for path, state in (
-            (self._verify_costs_path(), self.costs.verify_state),
-            (self._draft_costs_path(), self.costs.draft_state),
+        for where, state in (
+            (self._verify_costs_path, self.costs.verify_state),
+            (self._draft_costs_path, self.costs.draft_state),
         ):
             try:
+                path = where()
                 if path is not None:
                     write_json_atomic(path, state())
             except OSError as exc:
@@ -294,7 +302,7 @@ class SpeculativeEngine:
                 costs.forget_verify()
             for n_call, seconds in timed:  # the first samples of the fresh costs, or more for the saved ones
                 costs.verify.observe(n_call, seconds)
-        todo = [n for n in sizes if not costs.verify.has(n)]
+        todo = [n for n in sizes if n not in recheck and costs.verify.count(n) < CALIBRATION_SAMPLES]
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
