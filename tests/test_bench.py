@@ -237,6 +237,17 @@ def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"results": results, "doc": results_document(results), "sizes": sizes}
 
 
+def test_fresh_costs_leave_the_sessions_own_to_be_saved(tiny: TinyModels) -> None:
+    # Each run of --fresh-costs starts from an empty cost model; the session's own, measured at load and saved at
+    # its close for every later session of this target, must not be replaced by the last run's empty one.
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=512)) as engine:
+        kept = engine.costs
+        assert kept.verify.estimate(1) is not None
+        settings = settings_for([Strategy.LOOKUP], ["adaptive"], 4)
+        run_suite(engine, load_suite(SMALL_SUITE)[:1], settings, GenerationConfig(max_tokens=8), 1, 0, True)
+        assert engine.costs is kept
+
+
 def test_every_setting_ran_on_every_prompt_with_identical_greedy_output(tiny_results: dict) -> None:
     results = tiny_results["results"]
     for prompt in ("one", "two"):

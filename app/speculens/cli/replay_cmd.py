@@ -85,7 +85,8 @@ def _recorded(path: Path) -> tuple[int, list[int], float, bool]:
 
 def _newest_costs(target: Path) -> tuple[Path, int]:
     """The most recently saved cost model of this target, and how many others there are (other thread counts,
-    GPU layers or bit-exact mode each keep their own; a draft model's costs are in files of their own)."""
+    GPU layers, flash-attention settings or bit-exact mode each keep their own; a draft model's costs and the
+    flash-attention measurement are in files of their own)."""
     folder = paths.costs_dir()
     found = sorted(
         (p for p in folder.glob(f"{target.stem[:40]}-*.json") if p.stem == f"{target.stem[:40]}-{p.stem[-20:]}"),

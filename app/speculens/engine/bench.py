@@ -515,7 +515,8 @@ def run_suite(
         repeats: timed runs per setting and prompt.
         warmup: untimed runs per setting and prompt before the timed ones.
         fresh_costs: give the adaptive controller an empty cost model for every run, instead of the
-            session's (which keeps what earlier runs measured, as the app does).
+            session's (which keeps what earlier runs measured, as the app does); the session's is put back
+            after the suite, so what the engine saves at its close is what it measured, not the last run's.
         progress: called with a line of text before each run.
 
     Returns:
@@ -524,30 +525,34 @@ def run_suite(
     results = BenchResults(list(prompts), list(settings))
     total = len(prompts) * len(settings) * (repeats + warmup)
     done = 0
-    for prompt in prompts:
-        tokens = engine.target.format_chat(list(prompt.messages))
-        results.n_prompt_tokens[prompt.id] = len(tokens)
-        by_label: dict[str, list[RunResult]] = {s.label: [] for s in settings}
-        for rep in range(warmup + repeats):
-            shift = rep % len(settings)
-            for setting in [*settings[shift:], *settings[:shift]]:
-                done += 1
-                kind = "warm-up" if rep < warmup else f"run {rep - warmup + 1}/{repeats}"
-                if progress is not None:
-                    progress(f"[{done}/{total}] {prompt.id}: {setting.label} ({kind})")
-                if fresh_costs:
-                    engine.costs = engine.new_costs()
-                config = replace(
-                    base,
-                    strategy=setting.strategy,
-                    n_draft=setting.n_draft,
-                    adaptive=setting.adaptive,
-                )
-                result = run_once(engine, tokens, config)
-                assert result is not None  # nothing cancels a suite run
-                if rep >= warmup:
-                    by_label[setting.label].append(result)
-        results.runs[prompt.id] = by_label
+    kept = engine.costs  # put back after the suite: the engine saves it at its close
+    try:
+        for prompt in prompts:
+            tokens = engine.target.format_chat(list(prompt.messages))
+            results.n_prompt_tokens[prompt.id] = len(tokens)
+            by_label: dict[str, list[RunResult]] = {s.label: [] for s in settings}
+            for rep in range(warmup + repeats):
+                shift = rep % len(settings)
+                for setting in [*settings[shift:], *settings[:shift]]:
+                    done += 1
+                    kind = "warm-up" if rep < warmup else f"run {rep - warmup + 1}/{repeats}"
+                    if progress is not None:
+                        progress(f"[{done}/{total}] {prompt.id}: {setting.label} ({kind})")
+                    if fresh_costs:
+                        engine.costs = engine.new_costs()
+                    config = replace(
+                        base,
+                        strategy=setting.strategy,
+                        n_draft=setting.n_draft,
+                        adaptive=setting.adaptive,
+                    )
+                    result = run_once(engine, tokens, config)
+                    assert result is not None  # nothing cancels a suite run
+                    if rep >= warmup:
+                        by_label[setting.label].append(result)
+            results.runs[prompt.id] = by_label
+    finally:
+        engine.costs = kept
     return results
 
 

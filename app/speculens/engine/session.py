@@ -64,7 +64,7 @@ CALIBRATION_SIZES = (2, 3, 4, 8, 12, 16, 24, 32, 48, 64)
 # outside this factor, the saved verification costs are dropped and every size is measured afresh.
 RECHECK_SIZES = (2, 3, 4)
 RECHECK_TOLERANCE = 1.3
-# Loads re-time every other calibration size until it has this many samples: a size drafted rarely keeps the
+# Loads re-time each of the other calibration sizes until it has this many samples: a size drafted rarely keeps the
 # one sample of its first calibration, and one noisy reading (a batch of 8 at 5.8 single steps, dearer than 16 at
 # 4.6, measured so on this VM) would otherwise steer every draft of 4 to 11 tokens for good.
 CALIBRATION_SAMPLES = 3
@@ -173,6 +173,7 @@ class SpeculativeEngine:
                 calibrate_draft(draft, self.costs)
         except BaseException:
             self.draft = None
+            self.costs.forget_draft()
             draft.close()
             raise
 
@@ -281,14 +282,17 @@ class SpeculativeEngine:
 
     def calibrate(self, repeats: int = 1) -> None:
         """Time a few decode calls of the target (:meth:`load_draft` times the draft) so that the adaptive
-        controller's first decisions rest on this machine's real costs, not on priors; skipped for what the cost
-        model (restored from an earlier session) already has. On a small CPU a batch of 33 tokens costs 13
+        controller's first decisions rest on this machine's real costs, not on priors. What the cost model restored
+        from an earlier session has is not timed again, but for :data:`RECHECK_SIZES` (every load) and sizes with
+        fewer than :data:`CALIBRATION_SAMPLES` samples. On a small CPU a batch of 33 tokens costs 13
         single steps, on a GPU barely one: guessing either way would cost an answer its first long drafts, or
         waste them.
         """
         target, costs = self.target, self.costs
-        top = max(target.invariant_sizes) if self.config.exact else CALIBRATION_SIZES[-1]
-        sizes = [n for n in CALIBRATION_SIZES if n <= top and n <= target.params.n_batch]
+        exact = self.config.exact  # bit-exact mode verifies in its invariant call sizes only: time those
+        sizes = [
+            n for n in CALIBRATION_SIZES if n <= target.params.n_batch and (not exact or n in target.invariant_sizes)
+        ]
         costs.verify.at(0)  # timed after a short context
         recheck = [n for n in RECHECK_SIZES if n in sizes and costs.verify.has(n)]
         if recheck:
