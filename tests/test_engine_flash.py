@@ -13,6 +13,7 @@ import pytest
 from conftest import TinyModels
 from speculens.engine import session
 from speculens.engine.backend import BackendParams, FlashProbe, LlamaBackend, tiled_kv_state
+from speculens.engine.bench import BenchPrompt, BenchSetting, run_suite
 from speculens.engine.config import FlashAttention, GenerationConfig, ModelConfig, Strategy
 from speculens.engine.events import FinishEvent
 from speculens.engine.session import SpeculativeEngine
@@ -89,9 +90,11 @@ def test_the_probe_times_both_settings_and_leaves_the_context_alone(tiny: TinyMo
         assert probe is not None
         assert probe.depths[0] == 64 and probe.depths[-1] < 512  # capped by the context size
         assert all(t > 0 for t in probe.on + probe.off)
-        assert probe.flash_attn in (None, False)
-        assert (probe.flash_attn is False) == (sum(probe.off) < 0.97 * sum(probe.on))
+        for depth, on, off in zip(probe.depths, probe.on, probe.off, strict=True):
+            assert probe.seconds(depth) == pytest.approx((on, off))
+            assert (probe.choice(depth) is False) == (off < 0.97 * on)
         assert "flash attention" in probe.describe()
+        assert FlashProbe.from_state(probe.state()) == probe
         # The session's own cache was not touched: the next token is decoded after the prompt as before.
         assert backend.n_past == len(tokens)
         np.testing.assert_array_equal(backend.decode([5], [0])[0], reference.decode([5], [0])[0])
@@ -125,7 +128,7 @@ def test_the_measured_choice_is_kept_and_given_to_the_draft(
 
     def off_is_faster(self: LlamaBackend, *_a: object, **_k: object) -> FlashProbe:
         calls.append(1)
-        return FlashProbe((256, 507), (0.2, 0.3), (0.2, 0.2), False)
+        return FlashProbe((256, 507), (0.2, 0.3), (0.1, 0.2))
 
     monkeypatch.setattr(LlamaBackend, "probe_flash_attention", off_is_faster)
     config = ModelConfig(tiny.target, tiny.identical, n_ctx=512, costs_dir=tmp_path)
@@ -166,3 +169,65 @@ def test_a_probe_that_fails_leaves_it_to_llama_cpp(tiny: TinyModels, monkeypatch
     with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=512)) as engine:
         assert engine.target.params.flash_attn is None and "could not be measured" in engine.info().flash_attn
         assert answer(engine).tokens
+
+
+def test_the_probe_chooses_by_depth_between_and_beyond_the_depths_it_timed() -> None:
+    # On faster at 256 tokens of context, off faster at 2048 (as measured on the AMD EPYC VM): they cross at 664.
+    probe = FlashProbe((256, 2048), (0.146, 0.238), (0.156, 0.204))
+    assert probe.seconds(1152) == pytest.approx((0.192, 0.180))
+    assert probe.seconds(0) == pytest.approx((0.146 - 256 * 0.092 / 1792, 0.156 - 256 * 0.048 / 1792))
+    assert [probe.choice(d) for d in (0, 256, 600, 900, 2048, 8000)] == [None, None, None, False, False, False]
+    assert probe.crossover() == 896  # the first step of 64 where off is 3% faster
+    assert probe.summary() == "on below 896 tokens of context, off from there (measured)"
+    assert FlashProbe((256, 2048), (0.1, 0.2), (0.09, 0.15)).summary() == "off (measured faster here)"
+    for bad in ({"flash_attn": False, "note": "an older file"}, {"depths": [2048, 256], "on": [1, 1], "off": [1, 1]},
+                {"depths": [256], "on": [0.1], "off": [0]}, [1, 2]):
+        with pytest.raises(ValueError):
+            FlashProbe.from_state(bad)
+
+
+def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Off faster from 300 tokens of context on; the tiny model's prompt is a few tokens, a long one ~1000.
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    config = ModelConfig(tiny.target, tiny.identical, n_ctx=2048, costs_dir=tmp_path)
+    long_prompt = " ".join(["the model of speculative decoding"] * 160)
+    with SpeculativeEngine(config) as engine:
+        assert engine.target.params.flash_attn is None and engine.draft is not None  # a conversation starts short
+        assert "below" in engine.info().flash_attn
+        short = answer(engine, Strategy.DRAFT).tokens
+        assert engine.target.params.flash_attn is None
+        assert engine._verify_costs_path() is not None
+        on_costs = engine._verify_costs_path()
+        deep = list(engine.generate(long_prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=16)))[-1]
+        assert isinstance(deep, FinishEvent) and deep.tokens
+        assert engine.target.params.flash_attn is False and engine.draft.params.flash_attn is False
+        off_costs = engine._verify_costs_path()
+        assert off_costs != on_costs and engine.costs.verify.has(2)  # this setting's costs, timed
+        # A prompt that would reuse more than a system prompt's worth of the cache keeps it, and the setting.
+        tokens = engine.target.tokenize(long_prompt, parse_special=True)
+        assert len(tokens) > 600
+        engine.fit_flash_attn(tokens[:200], 16)
+        assert engine.target.params.flash_attn is False
+        assert answer(engine, Strategy.DRAFT).tokens == short  # a new short prompt: on again, the same answer
+        assert engine.target.params.flash_attn is None
+    assert on_costs.exists() and off_costs.exists()
+    calls: list[int] = []
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: calls.append(1))
+    with SpeculativeEngine(config) as engine:  # the timings were kept: nothing is probed again
+        assert engine.info().flash_attn == probe.summary() and not calls
+
+
+def test_a_bench_prompt_runs_with_the_setting_for_its_depth_unless_every_run_has_fresh_costs(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    deep = [BenchPrompt("deep", "long-context", ({"role": "user", "content": " ".join([PROMPT] * 160)},))]
+    plain, config = [BenchSetting(Strategy.NONE)], GenerationConfig(max_tokens=4)
+    for fresh, expected in ((True, None), (False, False)):  # fresh costs: the load's setting, its costs left alone
+        with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=2048, costs_dir=tmp_path)) as engine:
+            run_suite(engine, deep, plain, config, repeats=1, warmup=0, fresh_costs=fresh)
+            assert engine.target.params.flash_attn is expected

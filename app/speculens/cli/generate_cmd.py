@@ -73,8 +73,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--flash-attn",
         choices=[f.value for f in FlashAttention],
         default=FlashAttention.AUTO.value,
-        help="flash attention (default: auto: on a CPU, whichever of on and off this machine runs faster, timed "
-        "once per model at load; on a GPU, llama.cpp's choice)",
+        help="flash attention (default: auto: on a CPU, whichever of on and off this machine runs faster at the "
+        "context the prompt decodes at, timed once per model; on a GPU, llama.cpp's choice)",
     )
 
 

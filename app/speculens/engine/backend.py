@@ -171,27 +171,82 @@ FLASH_PROBE_MARGIN = 0.03
 
 @dataclass(frozen=True)
 class FlashProbe:
-    """What :meth:`LlamaBackend.probe_flash_attention` measured.
+    """What :meth:`LlamaBackend.probe_flash_attention` measured, and which setting it makes faster where.
+
+    On a CPU the answer depends on the context: on the AMD EPYC VM we test on, the demo target ran a token and a
+    batch of 4 at 256 tokens of context in 146 ms with flash attention and 156 ms without, and at 2,048 tokens in
+    238 ms with it and 204 ms without. So the setting is chosen for the depth a generation decodes at
+    (:meth:`choice`), not once for every context.
 
     Attributes:
-        depths: the context lengths timed.
+        depths: the context lengths timed, ascending.
         on: seconds per depth, flash attention on: the median one-token call plus the median batch call.
         off: the same with flash attention off.
-        flash_attn: the faster setting: ``False`` when "off" was faster by :data:`FLASH_PROBE_MARGIN` summed over
-            the depths, otherwise ``None`` (llama.cpp's own choice).
     """
 
     depths: tuple[int, ...]
     on: tuple[float, ...]
     off: tuple[float, ...]
-    flash_attn: bool | None
+
+    def seconds(self, depth: int) -> tuple[float, float]:
+        """(on, off) at ``depth``: linear between the timed depths, and beyond them along the nearest two."""
+        x = np.asarray(self.depths, dtype=float)
+        on, off = np.asarray(self.on), np.asarray(self.off)
+        if len(x) == 1:
+            return float(on[0]), float(off[0])
+        i = int(np.clip(np.searchsorted(x, depth) - 1, 0, len(x) - 2))
+        f = (depth - x[i]) / (x[i + 1] - x[i])
+        return float(on[i] + f * (on[i + 1] - on[i])), float(off[i] + f * (off[i + 1] - off[i]))
+
+    def choice(self, depth: int) -> bool | None:
+        """The setting for decoding at ``depth`` tokens of context: ``False`` when "off" is faster there by
+        :data:`FLASH_PROBE_MARGIN`, otherwise ``None`` (llama.cpp's own choice: on)."""
+        on, off = self.seconds(depth)
+        return False if off < (1.0 - FLASH_PROBE_MARGIN) * on else None
+
+    def crossover(self) -> int | None:
+        """The shallowest depth, in steps of 64 tokens up to 16k, whose choice differs from the first timed
+        depth's (``None``: the same everywhere)."""
+        first = self.choice(self.depths[0])
+        return next((d for d in range(self.depths[0], 16385, 64) if self.choice(d) != first), None)
 
     def describe(self) -> str:
         """One line for the log and the UI."""
         timed = zip(self.depths, self.off, self.on, strict=True)
         cells = ", ".join(f"{d} tokens {1e3 * a:.0f} vs {1e3 * b:.0f} ms" for d, a, b in timed)
-        choice = "off" if self.flash_attn is False else "as llama.cpp decides (on)"
-        return f"flash attention {choice}; off vs on, one token + a batch of {FLASH_PROBE_BATCH} at {cells}"
+        return f"flash attention {self.summary()}; off vs on, one token + a batch of {FLASH_PROBE_BATCH} at {cells}"
+
+    def summary(self) -> str:
+        """Which setting where, in a few words."""
+        name = {None: "on", False: "off"}
+        first, at = self.choice(self.depths[0]), self.crossover()
+        if at is None:
+            return f"{name[first]} (measured faster here)"
+        return f"{name[first]} below {at} tokens of context, {name[self.choice(at)]} from there (measured)"
+
+    def state(self) -> dict[str, Any]:
+        """What to save (see :meth:`from_state`)."""
+        return {"depths": list(self.depths), "on": list(self.on), "off": list(self.off), "note": self.describe()}
+
+    @classmethod
+    def from_state(cls, state: object) -> FlashProbe:
+        """A probe saved by :meth:`state`.
+
+        Raises:
+            ValueError: not one (an older file holds only the choice: it is measured again).
+        """
+        if not isinstance(state, dict):
+            raise ValueError("not a saved flash-attention measurement")
+        try:
+            depths = tuple(int(d) for d in state["depths"])
+            on = tuple(float(t) for t in state["on"])
+            off = tuple(float(t) for t in state["off"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError("not a saved flash-attention measurement") from exc
+        ok = depths and len(on) == len(off) == len(depths) and list(depths) == sorted(set(depths))
+        if not ok or min(on + off) <= 0:
+            raise ValueError("not a saved flash-attention measurement")
+        return cls(depths, on, off)
 
 
 def tiled_kv_state(state: bytes, n_cells: int) -> bytes | None:
@@ -775,9 +830,7 @@ class LlamaBackend:
             for ctx in contexts.values():
                 if ctx:
                     llama_cpp.llama_free(ctx)
-        on, off = tuple(timed[True]), tuple(timed[False])
-        faster_off = sum(off) < (1.0 - FLASH_PROBE_MARGIN) * sum(on)
-        return FlashProbe(depths, on, off, False if faster_off else None)
+        return FlashProbe(depths, tuple(timed[True]), tuple(timed[False]))
 
     def _timed_decode(self, ctx: Any, tokens: Sequence[int], position: int) -> float:
         """Evaluate ``tokens`` at ``position ..`` in sequence 0 of ``ctx`` (a scratch context), every row's logits

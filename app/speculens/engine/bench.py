@@ -530,6 +530,8 @@ def run_suite(
         for prompt in prompts:
             tokens = engine.target.format_chat(list(prompt.messages))
             results.n_prompt_tokens[prompt.id] = len(tokens)
+            if not fresh_costs:  # as a generation of this prompt would run (fresh costs keep the load's setting)
+                engine.fit_flash_attn(tokens, base.max_tokens)
             by_label: dict[str, list[RunResult]] = {s.label: [] for s in settings}
             for rep in range(warmup + repeats):
                 shift = rep % len(settings)

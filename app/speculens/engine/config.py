@@ -51,7 +51,8 @@ _LABELS = {
 class FlashAttention(StrEnum):
     """Whether the models use llama.cpp's flash attention."""
 
-    AUTO = "auto"  # measured on a CPU (the faster one, kept per model and machine); llama.cpp's choice on a GPU
+    AUTO = "auto"  # measured on a CPU (the faster at each generation's depth, timed once per model and machine);
+    # llama.cpp's choice on a GPU
     ON = "on"
     OFF = "off"
 

@@ -24,6 +24,7 @@ from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import (
     BackendError,
     BackendParams,
+    FlashProbe,
     LlamaBackend,
     cpu_model,
     default_threads,
@@ -68,6 +69,9 @@ RECHECK_TOLERANCE = 1.3
 # one sample of its first calibration, and one noisy reading (a batch of 8 at 5.8 single steps, dearer than 16 at
 # 4.6, measured so on this VM) would otherwise steer every draft of 4 to 11 tokens for good.
 CALIBRATION_SAMPLES = 3
+# A generation that would decode faster with flash attention switched (see fit_flash_attn) switches only when the
+# caches hold no more than this many tokens it could reuse: a system prompt's, not a conversation's.
+FLASH_SWITCH_KEEP = 64
 # A recurrent or hybrid target (Mamba, RWKV, Jamba ...) keeps this many state snapshots, so a verification can take
 # back up to this many rejected drafts; its drafts are capped at that length (memory grows with it).
 RECURRENT_ROLLBACK = 16
@@ -91,7 +95,9 @@ class SpeculativeEngine:
         # A choice measured at an earlier load is applied as the context is made (see choose_flash_attn).
         measured = config.flash_attn is FlashAttention.AUTO and not config.exact
         on_cpu = not offloaded_layers(config.n_gpu_layers)
-        saved = self._saved_flash_attn() if measured and on_cpu else None
+        saved = self._saved_flash_probe() if measured and on_cpu else None
+        # What flash attention costs on and off at two depths, where it was measured (see fit_flash_attn).
+        self._flash: FlashProbe | None = None
         self.target = LlamaBackend(
             config.target,
             BackendParams(
@@ -100,7 +106,7 @@ class SpeculativeEngine:
                 config.n_gpu_layers,
                 exact=config.exact,
                 rollback=RECURRENT_ROLLBACK,
-                flash_attn=saved["flash_attn"] if saved is not None else forced,
+                flash_attn=saved.choice(saved.depths[0]) if saved is not None else forced,
             ),
         )
         # What flash attention the models run with, and why (see choose_flash_attn).
@@ -177,45 +183,70 @@ class SpeculativeEngine:
             draft.close()
             raise
 
-    def choose_flash_attn(self, saved: dict[str, Any] | None) -> None:
+    def choose_flash_attn(self, saved: FlashProbe | None) -> None:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
-        decides): ``saved``, the answer of an earlier load, or else :meth:`LlamaBackend.probe_flash_attention`'s,
-        kept per model, context size, thread count, build and CPU in the costs folder, so it is measured once
-        (about 3.5 s on a 2-core VM). The draft model, loaded next, takes the target's setting."""
+        decides): ``saved``, what an earlier load measured, or else :meth:`LlamaBackend.probe_flash_attention`'s
+        timings, kept per model, context size, thread count, build and CPU in the costs folder, so it is measured
+        once (about 3.5 s on a 2-core VM). The load takes the setting for a short context, where a conversation
+        starts; :meth:`fit_flash_attn` moves to the other one for a generation that decodes deeper. The draft model,
+        loaded next, takes the target's setting."""
         c = self.config
         if offloaded_layers(c.n_gpu_layers):
             self.flash_note = "as llama.cpp decides (layers on the GPU)"
             return
         if saved is None:
-            probe = self.target.probe_flash_attention()
-            if probe is None:
+            saved = self.target.probe_flash_attention()
+            if saved is None:
                 self.flash_note = "as llama.cpp decides (could not be measured)"
                 return
-            saved = {"flash_attn": probe.flash_attn, "note": probe.describe()}
             path = self._flash_path()
             if path is not None:
                 try:
-                    write_json_atomic(path, saved)
+                    write_json_atomic(path, saved.state())
                 except OSError as exc:
                     log.warning("could not save the flash-attention measurement: %s", exc)
-            self.target.set_flash_attn(probe.flash_attn)
-        log.info("%s: %s", c.target.name, saved.get("note", ""))
-        self.flash_note = "off (measured faster here)" if saved["flash_attn"] is False else "on (measured)"
+            self.target.set_flash_attn(saved.choice(saved.depths[0]))
+        log.info("%s: %s", c.target.name, saved.describe())
+        self._flash = saved
+        self.flash_note = saved.summary()
+
+    def fit_flash_attn(self, prompt: Sequence[int], max_tokens: int) -> None:
+        """Before a generation: switch flash attention (target and draft) to the setting measured faster at the
+        depth this generation decodes at (the prompt and half of what it may add), unless the caches hold more than
+        :data:`FLASH_SWITCH_KEEP` tokens this prompt would reuse (a conversation going on: a switch empties them).
+        The verification costs of that setting are restored, or timed, as at a load. Nothing happens where the
+        setting was not measured (set by the user, bit-exact mode, a GPU)."""
+        probe, target = self._flash, self.target
+        if probe is None:
+            return
+        depth = len(prompt) + max(0, min(max_tokens, target.n_ctx - len(prompt))) // 2
+        wanted = probe.choice(depth)
+        if wanted == target.params.flash_attn or target.common_prefix(prompt) > FLASH_SWITCH_KEEP:
+            return
+        log.info("flash attention %s for %d tokens of context", "off" if wanted is False else "on", depth)
+        self.save_costs()
+        target.set_flash_attn(wanted)
+        self.costs.forget_verify()
+        self._restore(self._verify_costs_path, self.costs.restore_verify, self.costs.forget_verify)
+        if self.draft is not None:
+            self.draft.set_flash_attn(wanted)
+            self.costs.forget_draft()
+            self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
+            if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
+                calibrate_draft(self.draft, self.costs)
+        self.calibrate()
 
     def _flash_path(self) -> Path | None:
         c = self.config
         return self._saved_path("flash", [c.n_threads or default_threads(), c.n_ctx], c.target)
 
-    def _saved_flash_attn(self) -> dict[str, Any] | None:
-        """The flash-attention choice an earlier load measured for this model and machine, or ``None``."""
+    def _saved_flash_probe(self) -> FlashProbe | None:
+        """The flash-attention timings an earlier load measured for this model and machine, or ``None``."""
         try:
             path = self._flash_path()
             if path is None or not path.exists():
                 return None
-            found = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(found, dict) or found.get("flash_attn") not in (None, False):
-                raise ValueError("not a saved flash-attention measurement")
-            return found
+            return FlashProbe.from_state(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             log.warning("measuring flash attention again: %s", exc)
             return None
@@ -394,6 +425,7 @@ class SpeculativeEngine:
             config = replace(config, sampling=replace(config.sampling, seed=secrets.randbelow(2**31)))
         rng = np.random.default_rng(config.sampling.seed)
         drafters = self.drafters(config, rng)
+        self.fit_flash_attn(tokens, config.max_tokens)
         return generate(
             self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads
         )
