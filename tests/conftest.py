@@ -122,6 +122,18 @@ def speculens_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 @pytest.fixture(autouse=True)
+def no_flash_probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flash attention left to llama.cpp, except where the probe is what a test checks (test_engine_flash): a
+    tiny model's timings are noise, and a generation whose depth they favour differently would switch settings,
+    emptying the caches that a test of prefix reuse counts on."""
+    if request.node.module is not None and request.node.module.__name__.endswith("test_engine_flash"):
+        return
+    from speculens.engine.backend import LlamaBackend
+
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: None)
+
+
+@pytest.fixture(autouse=True)
 def gui_thread_garbage_collection(request: pytest.FixtureRequest) -> None:
     """Qt tests collect garbage on the GUI thread only, as the app does (``ui.app.create_app``): a cycle holding
     a closed window's widgets, collected in the engine's thread, once hung a whole run."""

@@ -110,6 +110,12 @@ def test_switching_flash_attention_recreates_an_empty_context(tiny: TinyModels) 
             np.testing.assert_array_equal(
                 backend.decode(tokens, [len(tokens) - 1])[0], fresh.decode(tokens, [len(tokens) - 1])[0]
             )
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=512)) as backend:  # llama.cpp refuses that context
+        make = backend._new_context
+        backend._new_context = lambda n_ctx, flash: None if flash is False else make(n_ctx, flash)  # type: ignore
+        backend.set_flash_attn(False)
+        assert backend.loaded and backend.params.flash_attn is None  # the old setting is back, and works
+        assert backend.decode(backend.tokenize(PROMPT), [0])[0].shape == (backend.n_vocab,)
     with LlamaBackend(tiny.target, BackendParams(n_ctx=512, exact=True)) as exact:
         exact.set_flash_attn(False)  # bit-exact mode needs it on: nothing changes
         assert exact.params.flash_attn is None and exact.probe_flash_attention() is None
@@ -175,13 +181,16 @@ def test_the_probe_chooses_by_depth_between_and_beyond_the_depths_it_timed() -> 
     # On faster at 256 tokens of context, off faster at 2048 (as measured on the AMD EPYC VM): they cross at 664.
     probe = FlashProbe((256, 2048), (0.146, 0.238), (0.156, 0.204))
     assert probe.seconds(1152) == pytest.approx((0.192, 0.180))
-    assert probe.seconds(0) == pytest.approx((0.146 - 256 * 0.092 / 1792, 0.156 - 256 * 0.048 / 1792))
+    assert probe.seconds(4000) == pytest.approx((0.238 + 1952 * 0.092 / 1792, 0.204 + 1952 * 0.048 / 1792))
+    assert probe.seconds(0) == pytest.approx((0.146, 0.156))  # below the shallowest depth timed: its own
     assert [probe.choice(d) for d in (0, 256, 600, 900, 2048, 8000)] == [None, None, None, False, False, False]
     assert probe.crossover() == 896  # the first step of 64 where off is 3% faster
     assert probe.summary() == "on below 896 tokens of context, off from there (measured)"
     assert FlashProbe((256, 2048), (0.1, 0.2), (0.09, 0.15)).summary() == "off (measured faster here)"
+    # Below the shallowest depth timed, that depth's answer (the load's): no line is drawn into the unmeasured.
+    assert FlashProbe((256, 2048), (0.2, 0.3), (0.3, 0.2)).choice(0) is None
     for bad in ({"flash_attn": False, "note": "an older file"}, {"depths": [2048, 256], "on": [1, 1], "off": [1, 1]},
-                {"depths": [256], "on": [0.1], "off": [0]}, [1, 2]):
+                {"depths": [256], "on": [0.1], "off": [0]}, {"depths": [256], "on": [0.1], "off": ["nan"]}, [1, 2]):
         with pytest.raises(ValueError):
             FlashProbe.from_state(bad)
 
@@ -189,7 +198,7 @@ def test_the_probe_chooses_by_depth_between_and_beyond_the_depths_it_timed() -> 
 def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
     tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Off faster from 300 tokens of context on; the tiny model's prompt is a few tokens, a long one ~1000.
+    # Off faster from 192 tokens of context on; the tiny model's prompt is a few tokens, a long one ~1000.
     probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))
     monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
     config = ModelConfig(tiny.target, tiny.identical, n_ctx=2048, costs_dir=tmp_path)
@@ -206,10 +215,11 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.target.params.flash_attn is False and engine.draft.params.flash_attn is False
         off_costs = engine._verify_costs_path()
         assert off_costs != on_costs and engine.costs.verify.has(2)  # this setting's costs, timed
-        # A prompt that would reuse more than a system prompt's worth of the cache keeps it, and the setting.
+        # A prompt that would reuse more than a system prompt's worth of the cache keeps it, and the setting,
+        # although its depth (108) calls for the other one.
         tokens = engine.target.tokenize(long_prompt, parse_special=True)
-        assert len(tokens) > 600
-        engine.fit_flash_attn(tokens[:200], 16)
+        assert len(tokens) > 600 and probe.choice(100 + 16 // 2) is None
+        engine.fit_flash_attn(tokens[:100], 16)
         assert engine.target.params.flash_attn is False
         assert answer(engine, Strategy.DRAFT).tokens == short  # a new short prompt: on again, the same answer
         assert engine.target.params.flash_attn is None

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import math
 import os
 import platform
 import statistics
@@ -189,7 +190,9 @@ class FlashProbe:
     off: tuple[float, ...]
 
     def seconds(self, depth: int) -> tuple[float, float]:
-        """(on, off) at ``depth``: linear between the timed depths, and beyond them along the nearest two."""
+        """(on, off) at ``depth``: linear between the timed depths, and beyond the deepest along the last two;
+        below the shallowest, its own (a load starts with that depth's setting)."""
+        depth = max(depth, self.depths[0])
         x = np.asarray(self.depths, dtype=float)
         on, off = np.asarray(self.on), np.asarray(self.off)
         if len(x) == 1:
@@ -244,7 +247,7 @@ class FlashProbe:
         except (KeyError, TypeError) as exc:
             raise ValueError("not a saved flash-attention measurement") from exc
         ok = depths and len(on) == len(off) == len(depths) and list(depths) == sorted(set(depths))
-        if not ok or min(on + off) <= 0:
+        if not ok or not all(math.isfinite(t) and t > 0 for t in on + off):
             raise ValueError("not a saved flash-attention measurement")
         return cls(depths, on, off)
 
@@ -495,14 +498,15 @@ class LlamaBackend:
                 return ctx
         return None
 
-    def _open_context(self, flash_attn: bool | None) -> None:
+    def _open_context(self, flash_attn: bool | None, keep_model: bool = False) -> None:
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
             self._views.clear()
         self._ctx = self._new_context(self.params.n_ctx, flash_attn)
         if not self._ctx:
-            self.close()
+            if not keep_model:
+                self.close()
             raise BackendError(
                 f"llama.cpp could not create a context of {self.params.n_ctx} tokens for {self.path.name}: "
                 "try a smaller context size or fewer GPU layers"
@@ -518,9 +522,17 @@ class LlamaBackend:
 
     def set_flash_attn(self, flash_attn: bool | None) -> None:
         """Recreate the context with flash attention on, off, or as llama.cpp decides (the KV cache is emptied:
-        flash attention changes how llama.cpp lays out the cached values)."""
-        if not self.params.exact and not self.params.vocab_only and flash_attn != self.params.flash_attn:
-            self._open_context(flash_attn)
+        flash attention changes how llama.cpp lays out the cached values). If llama.cpp cannot make that context
+        (its buffers differ in size), the context comes back with the setting it had, and ``params.flash_attn``
+        says so; :class:`BackendError` only if neither can be made (the model is then closed)."""
+        previous = self.params.flash_attn
+        if self.params.exact or self.params.vocab_only or flash_attn == previous:
+            return
+        try:
+            self._open_context(flash_attn, keep_model=True)
+        except BackendError:
+            log.warning("%s: no context with flash attention %s; keeping it as it was", self.path.name, flash_attn)
+            self._open_context(previous)
 
     # ---- facts -------------------------------------------------------------------------------------
 

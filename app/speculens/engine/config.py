@@ -177,8 +177,10 @@ class ModelConfig:
             target runs llama.cpp's fastest kernels and verifies a draft in one batch, as llama.cpp's own
             speculative decoding does; batched kernels can round differently and flip a near-tie.
         flash_attn: flash attention for both models. ``auto`` times the target both ways at load on a CPU
-            (:meth:`speculens.engine.backend.LlamaBackend.probe_flash_attention`; the answer is kept in
-            ``costs_dir``) and leaves it to llama.cpp with layers on a GPU. Bit-exact mode always has it on.
+            (:meth:`speculens.engine.backend.LlamaBackend.probe_flash_attention`; the timings are kept in
+            ``costs_dir``) and runs each generation with the setting faster at its depth
+            (:meth:`speculens.engine.session.SpeculativeEngine.fit_flash_attn`); with layers on a GPU it leaves it
+            to llama.cpp. Bit-exact mode always has it on.
     """
 
     target: Path

@@ -34,7 +34,8 @@ class EngineInfo:
         gpu_backend: the GPU backend of the llama.cpp build (``None``: CPU only).
         speculation_off: why this target is only decoded plainly (a recurrent model whose state llama.cpp cannot
             take back), or ``None``.
-        flash_attn: whether the models run with flash attention, and why (empty when llama.cpp decided).
+        flash_attn: whether the models run with flash attention (on a CPU, measured: at which depths), and why
+            (empty when llama.cpp decided).
     """
 
     target: str

@@ -223,9 +223,11 @@ class SpeculativeEngine:
         wanted = probe.choice(depth)
         if wanted == target.params.flash_attn or target.common_prefix(prompt) > FLASH_SWITCH_KEEP:
             return
-        log.info("flash attention %s for %d tokens of context", "off" if wanted is False else "on", depth)
         self.save_costs()
         target.set_flash_attn(wanted)
+        if target.params.flash_attn != wanted:
+            return  # llama.cpp could not make that context: the old one is back, costs and all
+        log.info("flash attention %s for %d tokens of context", "off" if wanted is False else "on", depth)
         self.costs.forget_verify()
         self._restore(self._verify_costs_path, self.costs.restore_verify, self.costs.forget_verify)
         if self.draft is not None:
