@@ -184,7 +184,7 @@ def test_the_probe_chooses_by_depth_between_and_beyond_the_depths_it_timed() -> 
     assert probe.seconds(4000) == pytest.approx((0.238 + 1952 * 0.092 / 1792, 0.204 + 1952 * 0.048 / 1792))
     assert probe.seconds(0) == pytest.approx((0.146, 0.156))  # below the shallowest depth timed: its own
     assert [probe.choice(d) for d in (0, 256, 600, 900, 2048, 8000)] == [None, None, None, False, False, False]
-    assert probe.crossover() == 896  # the first step of 64 where off is 3% faster
+    assert probe.crossover() == 896  # the first step of 16 where off is 3% faster (881 tokens)
     assert probe.summary() == "on below 896 tokens of context, off from there (measured)"
     assert FlashProbe((256, 2048), (0.1, 0.2), (0.09, 0.15)).summary() == "off (measured faster here)"
     # Below the shallowest depth timed, that depth's answer (the load's): no line is drawn into the unmeasured.

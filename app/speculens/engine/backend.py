@@ -208,10 +208,10 @@ class FlashProbe:
         return False if off < (1.0 - FLASH_PROBE_MARGIN) * on else None
 
     def crossover(self) -> int | None:
-        """The shallowest depth, in steps of 64 tokens up to 16k, whose choice differs from the first timed
+        """The shallowest depth, in steps of 16 tokens up to 16k, whose choice differs from the first timed
         depth's (``None``: the same everywhere)."""
         first = self.choice(self.depths[0])
-        return next((d for d in range(self.depths[0], 16385, 64) if self.choice(d) != first), None)
+        return next((d for d in range(self.depths[0], 16385, 16) if self.choice(d) != first), None)
 
     def describe(self) -> str:
         """One line for the log and the UI."""
