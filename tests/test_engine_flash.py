@@ -223,6 +223,14 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.target.params.flash_attn is False
         assert answer(engine, Strategy.DRAFT).tokens == short  # a new short prompt: on again, the same answer
         assert engine.target.params.flash_attn is None
+        # 80 tokens in the cache, on: a prompt that goes on from them and calls for off switches only when they are
+        # at most a quarter of it (a long document pasted into a conversation), not for a few more tokens.
+        list(engine.generate(tokens[:80], GenerationConfig(max_tokens=4)))
+        assert engine.target.params.flash_attn is None and engine.target.common_prefix(tokens[:80]) == 80
+        engine.fit_flash_attn(tokens[:180], 16)
+        assert probe.choice(180 + 8) is False and engine.target.params.flash_attn is None
+        engine.fit_flash_attn(tokens[:480], 16)
+        assert engine.target.params.flash_attn is False
     assert on_costs.exists() and off_costs.exists()
     calls: list[int] = []
     monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: calls.append(1))

@@ -70,7 +70,8 @@ RECHECK_TOLERANCE = 1.3
 # 4.6, measured so on this VM) would otherwise steer every draft of 4 to 11 tokens for good.
 CALIBRATION_SAMPLES = 3
 # A generation that would decode faster with flash attention switched (see fit_flash_attn) switches only when the
-# caches hold no more than this many tokens it could reuse: a system prompt's, not a conversation's.
+# caches hold no more than this many tokens it could reuse (a system prompt's, not a conversation's), or no more
+# than a quarter of its prompt (a long document pasted into a conversation: the switch re-evaluates the rest).
 FLASH_SWITCH_KEEP = 64
 # A recurrent or hybrid target (Mamba, RWKV, Jamba ...) keeps this many state snapshots, so a verification can take
 # back up to this many rejected drafts; its drafts are capped at that length (memory grows with it).
@@ -213,7 +214,8 @@ class SpeculativeEngine:
     def fit_flash_attn(self, prompt: Sequence[int], max_tokens: int) -> None:
         """Before a generation: switch flash attention (target and draft) to the setting measured faster at the
         depth this generation decodes at (the prompt and half of what it may add), unless the caches hold more than
-        :data:`FLASH_SWITCH_KEEP` tokens this prompt would reuse (a conversation going on: a switch empties them).
+        :data:`FLASH_SWITCH_KEEP` tokens, and more than a quarter of this prompt, that it would reuse (a
+        conversation going on: a switch empties them, and evaluating them again would cost more than it gains).
         The verification costs of that setting are restored, or timed, as at a load. Nothing happens where the
         setting was not measured (set by the user, bit-exact mode, a GPU)."""
         probe, target = self._flash, self.target
@@ -221,7 +223,8 @@ class SpeculativeEngine:
             return
         depth = len(prompt) + max(0, min(max_tokens, target.n_ctx - len(prompt))) // 2
         wanted = probe.choice(depth)
-        if wanted == target.params.flash_attn or target.common_prefix(prompt) > FLASH_SWITCH_KEEP:
+        reused = target.common_prefix(prompt)
+        if wanted == target.params.flash_attn or reused > max(FLASH_SWITCH_KEEP, len(prompt) // 4):
             return
         self.save_costs()
         target.set_flash_attn(wanted)
