@@ -7,6 +7,7 @@ only at the positions the caller needs — never an ``n_ctx × n_vocab`` buffer.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import functools
@@ -192,14 +193,13 @@ class FlashProbe:
     def seconds(self, depth: int) -> tuple[float, float]:
         """(on, off) at ``depth``: linear between the timed depths, and beyond the deepest along the last two;
         below the shallowest, its own (a load starts with that depth's setting)."""
-        depth = max(depth, self.depths[0])
-        x = np.asarray(self.depths, dtype=float)
-        on, off = np.asarray(self.on), np.asarray(self.off)
+        x, on, off = self.depths, self.on, self.off
         if len(x) == 1:
-            return float(on[0]), float(off[0])
-        i = int(np.clip(np.searchsorted(x, depth) - 1, 0, len(x) - 2))
+            return on[0], off[0]
+        depth = max(depth, x[0])
+        i = min(max(bisect.bisect_left(x, depth) - 1, 0), len(x) - 2)
         f = (depth - x[i]) / (x[i + 1] - x[i])
-        return float(on[i] + f * (on[i + 1] - on[i])), float(off[i] + f * (off[i + 1] - off[i]))
+        return on[i] + f * (on[i + 1] - on[i]), off[i] + f * (off[i + 1] - off[i])
 
     def choice(self, depth: int) -> bool | None:
         """The setting for decoding at ``depth`` tokens of context: ``False`` when "off" is faster there by
@@ -207,10 +207,15 @@ class FlashProbe:
         on, off = self.seconds(depth)
         return False if off < (1.0 - FLASH_PROBE_MARGIN) * on else None
 
+    @property
+    def start(self) -> bool | None:
+        """The setting a load starts with: the shallowest timed depth's (a conversation starts short)."""
+        return self.choice(self.depths[0])
+
     def crossover(self) -> int | None:
         """The shallowest depth, in steps of 16 tokens up to 16k, whose choice differs from the first timed
         depth's (``None``: the same everywhere)."""
-        first = self.choice(self.depths[0])
+        first = self.start
         return next((d for d in range(self.depths[0], 16385, 16) if self.choice(d) != first), None)
 
     def describe(self) -> str:
@@ -222,7 +227,7 @@ class FlashProbe:
     def summary(self) -> str:
         """Which setting where, in a few words."""
         name = {None: "on", False: "off"}
-        first, at = self.choice(self.depths[0]), self.crossover()
+        first, at = self.start, self.crossover()
         if at is None:
             return f"{name[first]} (measured faster here)"
         return f"{name[first]} below {at} tokens of context, {name[self.choice(at)]} from there (measured)"

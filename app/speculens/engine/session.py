@@ -107,7 +107,7 @@ class SpeculativeEngine:
                 config.n_gpu_layers,
                 exact=config.exact,
                 rollback=RECURRENT_ROLLBACK,
-                flash_attn=saved.choice(saved.depths[0]) if saved is not None else forced,
+                flash_attn=saved.start if saved is not None else forced,
             ),
         )
         # What flash attention the models run with, and why (see choose_flash_attn).
@@ -173,11 +173,8 @@ class SpeculativeEngine:
             self.save_costs()  # the replaced draft's costs
             self.draft.close()
         self.draft = draft
-        self.costs.forget_draft()
         try:
-            self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
-            if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
-                calibrate_draft(draft, self.costs)
+            self._draft_costs()
         except BaseException:
             self.draft = None
             self.costs.forget_draft()
@@ -206,7 +203,7 @@ class SpeculativeEngine:
                     write_json_atomic(path, saved.state())
                 except OSError as exc:
                     log.warning("could not save the flash-attention measurement: %s", exc)
-            self.target.set_flash_attn(saved.choice(saved.depths[0]))
+            self.target.set_flash_attn(saved.start)
         log.info("%s: %s", c.target.name, saved.describe())
         self._flash = saved
         self.flash_note = saved.summary()
@@ -235,11 +232,16 @@ class SpeculativeEngine:
         self._restore(self._verify_costs_path, self.costs.restore_verify, self.costs.forget_verify)
         if self.draft is not None:
             self.draft.set_flash_attn(wanted)
-            self.costs.forget_draft()
-            self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
-            if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
-                calibrate_draft(self.draft, self.costs)
+            self._draft_costs()
         self.calibrate()
+
+    def _draft_costs(self) -> None:
+        """Put the loaded draft model's saved costs (for the current settings) in the cost model, or time it."""
+        assert self.draft is not None
+        self.costs.forget_draft()
+        self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
+        if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
+            calibrate_draft(self.draft, self.costs)
 
     def _flash_path(self) -> Path | None:
         c = self.config
