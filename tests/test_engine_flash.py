@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from pathlib import Path
 
 import llama_cpp
@@ -11,11 +12,15 @@ import numpy as np
 import pytest
 
 from conftest import TinyModels
+from speculens import lab
 from speculens.engine import session
+from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import BackendParams, FlashProbe, LlamaBackend, tiled_kv_state
 from speculens.engine.bench import BenchPrompt, BenchSetting, run_suite
-from speculens.engine.config import FlashAttention, GenerationConfig, ModelConfig, Strategy
-from speculens.engine.events import FinishEvent
+from speculens.engine.config import ContextFullError, FlashAttention, GenerationConfig, ModelConfig, Strategy
+from speculens.engine.drafters.base import Drafter
+from speculens.engine.drafters.draft_model import DraftModelDrafter
+from speculens.engine.events import FinishEvent, StartEvent
 from speculens.engine.session import SpeculativeEngine
 
 PROMPT = "the model of speculative decoding"
@@ -165,6 +170,12 @@ def test_a_set_choice_or_a_gpu_is_not_measured(tiny: TinyModels, monkeypatch: py
     for choice, expected in ((FlashAttention.ON, True), (FlashAttention.OFF, False)):
         with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=512, flash_attn=choice)) as engine:
             assert engine.target.params.flash_attn is expected and engine.info().flash_attn == choice.value
+            start = next(iter(engine.generate(PROMPT, GenerationConfig(max_tokens=2))))
+            assert isinstance(start, StartEvent) and start.flash_attn is expected  # what the answer decoded with
+    # Bit-exact mode runs it on whatever the setting says, and its answers say so.
+    with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=512, exact=True, flash_attn=FlashAttention.OFF)) as engine:
+        start = next(iter(engine.generate(PROMPT, GenerationConfig(max_tokens=2))))
+        assert isinstance(start, StartEvent) and start.flash_attn is True and start.flash_text == "on"
     monkeypatch.setattr(session, "offloaded_layers", lambda n: n)  # a GPU build: llama.cpp decides
     with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=512)) as engine:
         assert engine.target.params.flash_attn is None and "GPU" in engine.info().flash_attn
@@ -210,8 +221,10 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.target.params.flash_attn is None
         assert engine._verify_costs_path() is not None
         on_costs = engine._verify_costs_path()
-        deep = list(engine.generate(long_prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=16)))[-1]
+        events = list(engine.generate(long_prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=16)))
+        deep = events[-1]
         assert isinstance(deep, FinishEvent) and deep.tokens
+        assert isinstance(events[0], StartEvent) and events[0].flash_attn is False  # the event says which
         assert engine.target.params.flash_attn is False and engine.draft.params.flash_attn is False
         off_costs = engine._verify_costs_path()
         assert off_costs != on_costs and engine.costs.verify.has(2)  # this setting's costs, timed
@@ -223,6 +236,8 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.target.params.flash_attn is False
         assert answer(engine, Strategy.DRAFT).tokens == short  # a new short prompt: on again, the same answer
         assert engine.target.params.flash_attn is None
+        start = next(iter(engine.generate(PROMPT, GenerationConfig(max_tokens=2))))
+        assert isinstance(start, StartEvent) and start.flash_attn is None and start.flash_text == "as llama.cpp decides"
         # 80 tokens in the cache, on: a prompt that goes on from them and calls for off switches only when they are
         # at most a quarter of it (a long document pasted into a conversation), not for a few more tokens.
         list(engine.generate(tokens[:80], GenerationConfig(max_tokens=4)))
@@ -238,6 +253,60 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.info().flash_attn == probe.summary() and not calls
 
 
+def test_the_switch_waits_for_a_valid_prompt_and_times_at_the_full_thread_count(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))  # off from 192 tokens of context on
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    config = ModelConfig(
+        tiny.target, tiny.identical, n_ctx=512, n_threads=2, adaptive_threads=True, costs_dir=tmp_path
+    )
+    with SpeculativeEngine(config) as engine:
+        assert engine.threads is not None and engine.threads.full == 2
+        timed_at: list[tuple[int, int | None]] = []
+        calibrate = engine.calibrate
+
+        def recording_calibrate(repeats: int = 1) -> None:
+            assert engine.draft is not None
+            timed_at.append((engine.target.n_threads, engine.draft.n_threads))
+            calibrate(repeats)
+
+        monkeypatch.setattr(engine, "calibrate", recording_calibrate)
+        tokens = engine.target.tokenize(" ".join([PROMPT] * 160), parse_special=True)
+        # A prompt that does not fit is refused before anything is switched or timed.
+        with pytest.raises(ContextFullError):
+            engine.generate(tokens[:600], GenerationConfig(max_tokens=8))
+        assert engine.target.params.flash_attn is None and not timed_at
+        # A valid one switches when its generation begins, not when it is asked for.
+        events = engine.generate(tokens[:300], GenerationConfig(max_tokens=8))
+        assert engine.target.params.flash_attn is None and not timed_at
+        # A busy spell had the governor down to one thread: the switch's timings are still taken at two, and the
+        # prompt is evaluated at the governor's one.
+        engine.threads.count = 1
+        for backend in (engine.target, engine.draft):
+            assert backend is not None
+            backend.set_threads(1)
+        prefilled_at: list[int] = []
+        prefill = engine.target.prefill
+
+        def recording_prefill(prompt: list[int]) -> object:
+            prefilled_at.append(engine.target.n_threads)
+            return prefill(prompt)
+
+        monkeypatch.setattr(engine.target, "prefill", recording_prefill)
+        start = next(events)
+        assert isinstance(start, StartEvent) and start.flash_attn is False
+        assert timed_at == [(2, 2)] and prefilled_at == [1]
+        rest = list(events)
+        assert isinstance(rest[-1], FinishEvent) and rest[-1].tokens
+        assert {e.threads for e in rest[:-1] if hasattr(e, "threads")} == {1}  # then the governor's count again
+        # A generation cancelled before it begins does not switch back for its short prompt.
+        cancel = threading.Event()
+        cancel.set()
+        list(engine.generate(PROMPT, GenerationConfig(max_tokens=4), cancel))
+        assert engine.target.params.flash_attn is False and timed_at == [(2, 2)]
+
+
 def test_a_bench_prompt_runs_with_the_setting_for_its_depth_unless_every_run_has_fresh_costs(
     tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,3 +318,35 @@ def test_a_bench_prompt_runs_with_the_setting_for_its_depth_unless_every_run_has
         with SpeculativeEngine(ModelConfig(tiny.target, n_ctx=2048, costs_dir=tmp_path)) as engine:
             run_suite(engine, deep, plain, config, repeats=1, warmup=0, fresh_costs=fresh)
             assert engine.target.params.flash_attn is expected
+
+
+def test_the_pair_lab_runs_each_prompt_with_the_setting_a_generation_of_it_gets(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))  # off from 192 tokens of context on
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    seen: list[tuple[bool, bool | None, bool | str | None, int]] = []
+    real = lab.run_once
+
+    def recording(engine: SpeculativeEngine, prompt: list[int], config: GenerationConfig, sources: list[Drafter],
+                  costs: CostModel, cancel: threading.Event) -> object:
+        model = next((s.backend for s in sources if isinstance(s, DraftModelDrafter)), None)
+        draft = model.params.flash_attn if model is not None else "no draft"
+        seen.append((len(prompt) > 192, engine.target.params.flash_attn, draft, id(costs)))
+        return real(engine, prompt, config, sources, costs, cancel)
+
+    monkeypatch.setattr(lab, "run_once", recording)
+    prompts = [
+        BenchPrompt("short", "chat", ({"role": "user", "content": PROMPT},)),
+        BenchPrompt("deep", "long-context", ({"role": "user", "content": " ".join([PROMPT] * 100)},)),
+    ]
+    candidate = lab.Candidate(f"draft:{tiny.identical.name}", "Identical", Strategy.DRAFT, tiny.identical)
+    settings = lab.LabSettings(n_ctx=1024, n_threads=1, max_tokens=16, budget_s=0.0, min_rounds=2, max_rounds=2)
+    result = lab.PairLab(tiny.target, [candidate], prompts, settings).run()
+    assert result.rows["long-context"][candidate.key].tokens_per_second > 0
+    drafted = [(deep, target, draft) for deep, target, draft, _ in seen if draft != "no draft"]
+    assert len(drafted) == 4 and set(drafted) == {(False, None, None), (True, False, False)}
+    assert {(deep, target) for deep, target, draft, _ in seen if draft == "no draft"} == {(False, None), (True, False)}
+    # The draft's candidates cost their steps with each setting's own model, timed once per setting.
+    by_setting = {(target, cost) for _, target, draft, cost in seen if draft != "no draft"}
+    assert len(by_setting) == 2 and len({cost for _, cost in by_setting}) == 2

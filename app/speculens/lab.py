@@ -715,7 +715,11 @@ class PairLab:
         self.prompts = list(prompts)
         self.cancel = cancel or threading.Event()
         self.skipped: dict[str, str] = {c.key: c.problem or "not downloaded" for c in candidates if not c.runnable}
-        self._backends: list[LlamaBackend] = []
+        # The drafts by file and GPU setting, which candidates use each, and each one's cost model by the
+        # flash-attention settings (target's, draft's) it was timed with (see _fit).
+        self._by_file: dict[tuple[Path, int], LlamaBackend] = {}
+        self._draft_of: dict[str, tuple[Path, int]] = {}
+        self._draft_costs: dict[tuple[tuple[Path, int], bool | None, bool | None], CostModel] = {}
 
     def _model_config(self) -> ModelConfig:
         s = self.settings
@@ -777,6 +781,7 @@ class PairLab:
                     sampling=SamplingParams(temperature=0.0),
                     judge_probs=False,  # timed runs: no token view to show them in
                 )
+                self._fit(engine, costs, tokens[self.prompts[0].id])
                 self._run_one(engine, PLAIN, drafts, costs, tokens[self.prompts[0].id], base)  # warm-up, untimed
                 per_round = len(self.prompts) * len(self.candidates)
                 planned = s.min_rounds
@@ -785,6 +790,8 @@ class PairLab:
                     if rnd >= planned or self.cancel.is_set():
                         break
                     for prompt in self.prompts:
+                        if not self.cancel.is_set():
+                            self._fit(engine, costs, tokens[prompt.id])
                         # The order rotates, so a slow moment of the machine is shared out among candidates.
                         shift = (rnd + self.prompts.index(prompt)) % len(self.candidates)
                         for cand in [*self.candidates[shift:], *self.candidates[:shift]]:
@@ -817,8 +824,7 @@ class PairLab:
         s = self.settings
         drafts: dict[str, LlamaBackend] = {}
         costs: dict[str, CostModel] = {}
-        by_file: dict[tuple[Path, int], LlamaBackend] = {}
-        costs_by_file: dict[tuple[Path, int], CostModel] = {}
+        by_file = self._by_file
         failed: dict[tuple[Path, int], str] = {}
         keep = []
         for cand in self.candidates:
@@ -849,18 +855,38 @@ class PairLab:
                     self.skipped[cand.key] = failed[where] = problem or "a recurrent model cannot draft"
                     continue
                 by_file[where] = backend
-                # Its own cost model (the target's costs as measured, this draft's timed now), shared by the
-                # candidates that use this draft: the machine charges them alike.
-                cost = engine.new_costs()
-                cost.restore(engine.costs.state())
-                cost.forget_draft()
-                calibrate_draft(backend, cost, repeats=3)
-                costs_by_file[where] = cost
-            drafts[cand.key], costs[cand.key] = backend, costs_by_file[where]
+            drafts[cand.key], costs[cand.key] = backend, self._draft_cost(engine, where)
+            self._draft_of[cand.key] = where
             keep.append(cand)
         self.candidates = keep
-        self._backends = list(by_file.values())
         return drafts, costs
+
+    def _draft_cost(self, engine: SpeculativeEngine, where: tuple[Path, int]) -> CostModel:
+        """The cost model of the candidates drafting with the draft at ``where``, at the target's flash-attention
+        setting: the target's costs as measured, the draft's timed now (once per setting), shared by those
+        candidates: the machine charges them alike."""
+        key = (where, engine.target.params.flash_attn, self._by_file[where].params.flash_attn)
+        cost = self._draft_costs.get(key)
+        if cost is None:
+            cost = self._draft_costs[key] = engine.new_costs()
+            cost.restore(engine.costs.state())
+            cost.forget_draft()
+            calibrate_draft(self._by_file[where], cost, repeats=3)
+        return cost
+
+    def _fit(self, engine: SpeculativeEngine, costs: dict[str, CostModel], prompt: list[int]) -> None:
+        """Run a prompt's candidates with the flash-attention setting a generation of it gets in the app
+        (:meth:`SpeculativeEngine.fit_flash_attn`, on a CPU: by the depth it decodes at), so the lab's figures are
+        what a chat of that length gets: the drafts follow the target, with that setting's costs."""
+        before = engine.target.params.flash_attn
+        engine.fit_flash_attn(prompt, self.settings.max_tokens)
+        now = engine.target.params.flash_attn
+        if now == before:
+            return
+        for backend in self._by_file.values():
+            backend.set_flash_attn(now)
+        for key, where in self._draft_of.items():
+            costs[key] = self._draft_cost(engine, where)
 
     def _run_one(
         self,
@@ -888,9 +914,11 @@ class PairLab:
 
     def close(self) -> None:
         """Free the draft models (:meth:`run` does at its end)."""
-        for backend in self._backends:
+        for backend in self._by_file.values():
             backend.close()
-        self._backends = []
+        self._by_file.clear()
+        self._draft_of.clear()
+        self._draft_costs.clear()
 
 
 def _profile(engine: SpeculativeEngine, costs: dict[str, CostModel]) -> CostProfile:

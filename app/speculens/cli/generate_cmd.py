@@ -164,7 +164,8 @@ def summary(stats: RunningStats, start: StartEvent | None, reason: str, threads:
     lines = []
     if start is not None:
         lines.append(
-            f"prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in {start.prompt_s:.2f} s"
+            f"prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in {start.prompt_s:.2f} s, "
+            f"flash attention {start.flash_text}"
         )
     lines += [
         f"decoded {stats.n_generated} tokens (the first with the prompt) in {stats.elapsed_s:.2f} s, "

@@ -235,7 +235,8 @@ class _Loop:
             if controller is None or controller.could_pay():
                 model.prefill()
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
-        yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, name, sampling.seed)
+        flash = True if target.params.exact else target.params.flash_attn  # bit-exact mode always runs it on
+        yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, name, sampling.seed, flash)
 
         history = list(prompt)
         answer: list[int] = []

@@ -232,8 +232,19 @@ class SpeculativeEngine:
         self._restore(self._verify_costs_path, self.costs.restore_verify, self.costs.forget_verify)
         if self.draft is not None:
             self.draft.set_flash_attn(wanted)
-            self._draft_costs()
-        self.calibrate()
+        backends = [b for b in (target, self.draft) if b is not None]
+        try:
+            if self.threads is not None:
+                # Timed at the thread count the costs are kept for, not at the fewer a busy spell left.
+                for backend in backends:
+                    backend.set_threads(self.threads.full)
+            if self.draft is not None:
+                self._draft_costs()
+            self.calibrate()
+        finally:
+            if self.threads is not None:  # and the prompt is evaluated at the governor's count, as before
+                for backend in backends:
+                    backend.set_threads(self.threads.count)
 
     def _draft_costs(self) -> None:
         """Put the loaded draft model's saved costs (for the current settings) in the cost model, or time it."""
@@ -432,10 +443,20 @@ class SpeculativeEngine:
             config = replace(config, sampling=replace(config.sampling, seed=secrets.randbelow(2**31)))
         rng = np.random.default_rng(config.sampling.seed)
         drafters = self.drafters(config, rng)
-        self.fit_flash_attn(tokens, config.max_tokens)
-        return generate(
+        # Validated now (an empty or over-long prompt is refused before anything is switched or timed); the
+        # flash-attention switch runs with the generation, on the thread that takes its events.
+        events = generate(
             self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads
         )
+        return self._fitted(tokens, config.max_tokens, events, cancel)
+
+    def _fitted(
+        self, prompt: Sequence[int], max_tokens: int, events: Iterator[Event], cancel: threading.Event | None
+    ) -> Iterator[Event]:
+        """``events``, after :meth:`fit_flash_attn` (skipped when the generation is cancelled before it begins)."""
+        if cancel is None or not cancel.is_set():
+            self.fit_flash_attn(prompt, max_tokens)
+        yield from events
 
     def chat(
         self, messages: Messages, config: GenerationConfig, cancel: threading.Event | None = None

@@ -143,7 +143,8 @@ class LivePanel(QWidget):
                 seed = f", seed {event.seed}" if event.seed is not None else ""
                 self.status.setText(
                     f"Strategy {event.strategy}: prompt of {event.n_prompt} tokens "
-                    f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms){seed}; generating…"
+                    f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms){seed}, "
+                    f"flash attention {event.flash_text}; generating…"
                 )
             elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
                 self._show_steps(steps)
