@@ -163,6 +163,15 @@ def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
     assert "accepted by the target" in panel.view.token_at(0).tooltip()
 
 
+def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(panel: LivePanel) -> None:
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=False)], queued=True)
+    assert "flash attention off" in panel.status.text() and "generating" in panel.status.text()
+    feed(panel, [*KNOWN_STEPS, FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))])
+    assert "Finished (eog)" in panel.status.text() and "flash attention off" in panel.status.text()
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=None)], queued=True)
+    assert "flash attention as llama.cpp decides" in panel.status.text()
+
+
 def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS)
     final = stats(3, 7, 6, 4)

@@ -167,13 +167,17 @@ class LivePanel(QWidget):
 
     def finish(self, event: FinishEvent) -> None:
         """Show the final totals."""
+        from speculens.engine.events import StartEvent
+
         self.series.set_stats(event.stats)
         self.stats_strip.show_stats(event.stats)
         s = event.stats
         sources = {st.source for st in self.steps if st.source}
         drafted_by = f", drafted by {', '.join(sorted(sources))}" if sources else ""
         acceptance = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
+        start = next((e for e in self.events if isinstance(e, StartEvent)), None)
+        flash = f", flash attention {start.flash_text}" if start is not None else ""
         self.status.setText(
             f"Finished ({event.reason.value}): {s.n_generated} tokens in {s.n_steps} target passes, "
-            f"{s.tokens_per_second:.1f} tokens/s, {acceptance}{drafted_by}."
+            f"{s.tokens_per_second:.1f} tokens/s, {acceptance}{drafted_by}{flash}."
         )
