@@ -455,6 +455,9 @@ class LlamaBackend:
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
         self.n_rebuilds = 0  # rollbacks that had to rebuild a recurrent state from the start
+        # Whether this backend can run flash attention with this model, as a context made with it on showed
+        # (probe_flash_attention, or an earlier load's probe on this machine): None until known.
+        self.flash_supported: bool | None = None
         self.rollback = 0
         self.vocab = self._read_vocab()
         self._pieces: dict[int, bytes] = {}
@@ -538,6 +541,16 @@ class LlamaBackend:
         except BackendError:
             log.warning("%s: no context with flash attention %s; keeping it as it was", self.path.name, flash_attn)
             self._open_context(previous)
+
+    @property
+    def flash_attn_in_use(self) -> bool | None:
+        """Whether the context runs flash attention: as set, always in exact mode, and where llama.cpp decides, on
+        once this backend is known to support it (llama.cpp then turns it on); ``None`` when that is not known."""
+        if self.params.exact:
+            return True
+        if self.params.flash_attn is not None:
+            return self.params.flash_attn
+        return True if self.flash_supported else None
 
     # ---- facts -------------------------------------------------------------------------------------
 
@@ -847,6 +860,7 @@ class LlamaBackend:
             for ctx in contexts.values():
                 if ctx:
                     llama_cpp.llama_free(ctx)
+        self.flash_supported = True
         return FlashProbe(depths, tuple(timed[True]), tuple(timed[False]))
 
     def _timed_decode(self, ctx: Any, tokens: Sequence[int], position: int) -> float:

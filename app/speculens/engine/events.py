@@ -130,10 +130,11 @@ class StartEvent:
         prompt_s: time the prompt took (target and draft).
         strategy: the draft source's name.
         seed: the random seed this answer samples with (give it back to reproduce the answer).
-        flash_attn: whether the target decodes this answer with flash attention (``None``: as llama.cpp decides,
-            which turns it on wherever the backend supports it). On a CPU it is chosen per generation by the depth
-            it decodes at (see :meth:`speculens.engine.session.SpeculativeEngine.fit_flash_attn`), and the two
-            settings' kernels round differently, so a greedy answer can part from another run's at a near-tie.
+        flash_attn: whether the target decodes this answer with flash attention (``None``: left to llama.cpp, which
+            turns it on wherever the backend supports it, where that is not known). On a CPU it is chosen per
+            generation by the depth it decodes at (see
+            :meth:`speculens.engine.session.SpeculativeEngine.fit_flash_attn`), and the two settings' kernels
+            round differently, so a greedy answer can part from another run's at a near-tie.
     """
 
     n_prompt: int

@@ -235,8 +235,8 @@ class _Loop:
             if controller is None or controller.could_pay():
                 model.prefill()
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
-        flash = True if target.params.exact else target.params.flash_attn  # bit-exact mode always runs it on
-        yield StartEvent(len(prompt), n_evaluated, time.perf_counter() - t0, name, sampling.seed, flash)
+        elapsed = time.perf_counter() - t0
+        yield StartEvent(len(prompt), n_evaluated, elapsed, name, sampling.seed, target.flash_attn_in_use)
 
         history = list(prompt)
         answer: list[int] = []

@@ -205,6 +205,7 @@ class SpeculativeEngine:
                     log.warning("could not save the flash-attention measurement: %s", exc)
             self.target.set_flash_attn(saved.start)
         log.info("%s: %s", c.target.name, saved.describe())
+        self.target.flash_supported = True  # timed with it on, now or at an earlier load on this machine and build
         self._flash = saved
         self.flash_note = saved.summary()
 
