@@ -233,6 +233,14 @@ def test_a_busy_machine_marks_the_figures_noisy() -> None:
     assert "other programs used 60%" in (_noise(0.6, prompts, runs(10.0, 10.1)) or "")
     assert _noise(0.05, prompts, runs(10.0, 10.1)) is None
     assert "varied by 26%" in (_noise(0.05, prompts, runs(10.0, 13.0)) or "")
+    # One round (no spread): a candidate 2.7x faster at 1.07 tokens per pass means plain decoding was slowed.
+    lookup = [RunResult((), 107, 107 / 27.7, 0, 0, 0, 100, 10, 7)]
+    slowed = runs(10.1)
+    slowed[prompts[0].id]["lookup"] = lookup
+    assert "×2.74 over plain decoding with 1.07 tokens per target pass" in (_noise(0.05, prompts, slowed) or "")
+    fair = runs(25.0)
+    fair[prompts[0].id]["lookup"] = lookup
+    assert _noise(0.05, prompts, fair) is None
     share = _others_busy(0.05)
     assert share is None or 0.0 <= share <= 8.0  # a share of the CPUs (or a load average off Linux)
 

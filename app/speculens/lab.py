@@ -11,8 +11,9 @@ Qt-free; the app's Pair lab window and ``speculens-cli lab`` share it. Four part
   given acceptance, the acceptance it needs to pay at all, and whether it is hopeless (it loses even when
   every draft is accepted);
 * the **run** (:class:`PairLab`): one target, every candidate on every prompt, interleaved and repeated as the
-  benchmark does, within a time budget, cancellable (what was measured is kept); the load average before and
-  plain decoding's run-to-run spread mark a busy machine's figures as noisy;
+  benchmark does, within a time budget, cancellable (what was measured is kept); the load average before,
+  plain decoding's run-to-run spread, and a speedup no target pass could give (more than the tokens per pass)
+  mark a busy machine's figures as noisy;
 * the **result** (:class:`LabResult`): a ranked table per kind of text, the draft length the adaptive
   controller settled on, greedy identity, a recommendation in words, and the settings to apply; saved per
   machine and target, exported as JSON and CSV.
@@ -72,6 +73,9 @@ KINDS = {
 RECOMMEND_MARGIN = 0.03
 # Plain decoding whose runs spread more than this (max - min over the median) was measured on a busy machine.
 NOISY_SPREAD = 0.15
+# A candidate faster than plain decoding by more than this factor times its tokens per target pass marks the figures
+# noisy (see _noise).
+IMPOSSIBLE_MARGIN = 1.15
 # Other programs using more than this share of the CPUs when a run begins make it noisy.
 BUSY_SHARE = 0.3
 
@@ -987,6 +991,26 @@ def _noise(
             f"plain decoding's speed varied by {max(spreads):.0%} between rounds: something else used the CPUs, so "
             "differences of that size mean nothing"
         )
+    # A target pass costs at least a plain step, so no candidate can beat plain decoding by more than its tokens
+    # per pass; one that reads so was measured beside plain runs that something else slowed (a single round
+    # has no spread to tell it by).
+    for p in prompts:
+        by_key = runs[p.id]
+        plain = [r.tokens_per_second for r in by_key.get(PLAIN.key, [])]
+        if not plain or statistics.median(plain) <= 0:
+            continue
+        for key, results in by_key.items():
+            steps = sum(r.n_steps for r in results)
+            if key == PLAIN.key or not results or not steps:
+                continue
+            speedup = statistics.median(r.tokens_per_second for r in results) / statistics.median(plain)
+            per_pass = sum(r.n_generated for r in results) / steps
+            if speedup > IMPOSSIBLE_MARGIN * per_pass:
+                return (
+                    f"one candidate read ×{speedup:.2f} over plain decoding with {per_pass:.2f} tokens per target "
+                    "pass, more than any pass can give: something else used the CPUs while plain decoding ran, "
+                    "so run the lab again"
+                )
     return None
 
 
