@@ -409,6 +409,9 @@ def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
     window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 5_000, step_s=0.002)))
     send(qtbot, window, "short")
     assert "stopped" not in window.chat.figures.text()
+    # From another tour: an answer that hit the token limit stopped mid-line, and only "Finished (max_tokens)" said so.
+    assert window.chat.figures.text().endswith("· cut off at the Max tokens limit")
+    assert "Finished (cut off at the Max tokens limit)" in window.live_panel.status.text()
     window.chat.input.setPlainText("long")
     window.chat.send()
     qtbot.waitUntil(lambda: len(window.live_panel.view.toPlainText()) > 20, timeout=10_000)

@@ -167,7 +167,7 @@ def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(p
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=False)], queued=True)
     assert "flash attention off" in panel.status.text() and "generating" in panel.status.text()
     feed(panel, [*KNOWN_STEPS, FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))])
-    assert "Finished (eog)" in panel.status.text() and "flash attention off" in panel.status.text()
+    assert "Finished (the answer ended)" in panel.status.text() and "flash attention off" in panel.status.text()
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=None)], queued=True)
     assert "flash attention as llama.cpp decides" in panel.status.text()
 
@@ -176,7 +176,7 @@ def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS)
     final = stats(3, 7, 6, 4)
     feed(panel, [FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), final)])
-    assert "Finished (eog)" in panel.status.text()
+    assert "Finished (the answer ended)" in panel.status.text()
     series = panel.series
     assert series.emitted == [3, 3, 1] and series.accepted == [2, 2, 0]
     # α counts judged tokens only: 4 accepted + 1 rejection.

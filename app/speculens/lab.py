@@ -284,7 +284,8 @@ def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> E
         )
     else:
         text = (
-            f"drafts cost nothing; pays from {breakeven:.0%} acceptance, i.e. when the text repeats (×{s:.2f} at 70%)"
+            f"drafting is free, but verifying a batch costs more than one step: pays from {breakeven:.0%} acceptance, "
+            f"i.e. when the text repeats (×{s:.2f} at 70%)"
         )
         draft_cost = profile.draft_call.get(candidate.key)
         if candidate.strategy is Strategy.AUTO and draft_cost is not None:

@@ -30,6 +30,20 @@ class FinishReason(enum.StrEnum):
     CONTEXT = "context"  # the context window is full
     CANCELLED = "cancelled"
 
+    @property
+    def words(self) -> str:
+        """Why, in words for a status line."""
+        return _FINISH_WORDS[self]
+
+
+_FINISH_WORDS = {
+    FinishReason.EOG: "the answer ended",
+    FinishReason.MAX_TOKENS: "cut off at the Max tokens limit",
+    FinishReason.STOP: "a stop string appeared",
+    FinishReason.CONTEXT: "the context is full",
+    FinishReason.CANCELLED: "stopped",
+}
+
 
 @dataclass(frozen=True)
 class DraftToken:

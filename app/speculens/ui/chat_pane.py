@@ -492,7 +492,7 @@ class ChatPane(QWidget):
             seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
             drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
             tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
-            stopped = " · stopped" if finish.reason is FinishReason.CANCELLED else ""
+            stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
             threads = ""
             if len(turn.threads) > 1:  # the engine took threads back while another program kept a core busy
                 fewest = min(turn.threads)
@@ -502,8 +502,14 @@ class ChatPane(QWidget):
                 )
             self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}{threads}{stopped}")
         self.turn_finished.emit(finish)
-        reason = finish.reason.value
-        self.status_changed.emit("Stopped." if reason == "cancelled" else f"Answer finished ({reason}).")
+        if finish.reason is FinishReason.CANCELLED:
+            self.status_changed.emit("Stopped.")
+        elif finish.reason is FinishReason.MAX_TOKENS:
+            self.status_changed.emit(
+                "The answer was cut off at the Max tokens limit (Settings); raise it for longer answers."
+            )
+        else:
+            self.status_changed.emit(f"Answer finished ({finish.reason.words}).")
 
     def _withdraw_turn(self, turn: _Turn) -> None:
         """Take a turn that produced nothing back out: the conversation is as it was, the message back in the

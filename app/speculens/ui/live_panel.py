@@ -178,6 +178,6 @@ class LivePanel(QWidget):
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         flash = f", flash attention {start.flash_text}" if start is not None else ""
         self.status.setText(
-            f"Finished ({event.reason.value}): {s.n_generated} tokens in {s.n_steps} target passes, "
+            f"Finished ({event.reason.words}): {s.n_generated} tokens in {s.n_steps} target passes, "
             f"{s.tokens_per_second:.1f} tokens/s, {acceptance}{drafted_by}{flash}."
         )
