@@ -420,6 +420,20 @@ def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
     assert window.chat.figures.text().endswith("· stopped") and "tokens/s" in window.chat.figures.text()
 
 
+def test_a_long_prompt_counts_the_seconds_until_the_first_token(qtbot, tiny) -> None:
+    """From a new-user tour: a 1,064-token paste showed "Reading the prompt…" unchanged for 18 s."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(prompt_s=3.5)))
+    window.chat.input.setPlainText("a long paste")
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+        assert window.chat.figures.text() == "Reading the prompt…"
+        qtbot.waitUntil(lambda: window.chat.figures.text() == "Reading the prompt… 2 s", timeout=10_000)
+        qtbot.waitUntil(lambda: window.chat.figures.text() == "Reading the prompt… 3 s", timeout=10_000)
+    assert "tokens/s" in window.chat.figures.text()  # the count stops when the answer begins, and ends with it
+    qtbot.wait(1200)
+    assert "Reading" not in window.chat.figures.text()
+
+
 def test_a_message_sent_before_the_models_are_loaded_says_it_waits_for_them(qtbot, tiny) -> None:
     """From a new-user tour: on the first start the figures line said "Generating…" under an empty answer while
     the demo models were still being assembled and loaded."""

@@ -210,6 +210,12 @@ class ChatPane(QWidget):
         self.settings = settings
         self.store = store
         self._models_ready = False  # see set_models_state
+        # Until the first token, the line under the answer counts the seconds spent reading the prompt: a long one
+        # takes a while on a CPU (a 1,064-token paste took 18 s in a tour), and a line that never changes looks hung.
+        self._reading_since = 0.0
+        self._reading_timer = QTimer(self)
+        self._reading_timer.setInterval(1000)
+        self._reading_timer.timeout.connect(self._show_reading)
         self.observers = list(observers)
         self.conversation = Conversation()
         self.pair = ""
@@ -429,6 +435,8 @@ class ChatPane(QWidget):
         self.turn = turn
         # The last answer's figures are not this one's; until its first token, say what it waits for.
         self.figures.setText("Reading the prompt…" if self._models_ready else "Waiting for the models to load…")
+        self._reading_since = time.monotonic()
+        self._reading_timer.start()
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])
@@ -436,7 +444,17 @@ class ChatPane(QWidget):
 
     def _turn_started(self, turn: _Turn) -> None:
         if self.turn is turn:  # the prompt is read: tokens follow
+            self._reading_timer.stop()
             self.figures.setText("Generating…")
+
+    def _show_reading(self) -> None:
+        """A second more of waiting for the first token: say how long it has been."""
+        if self.turn is None:
+            self._reading_timer.stop()
+            return
+        waited = int(time.monotonic() - self._reading_since)
+        what = "Reading the prompt" if self._models_ready else "Waiting for the models to load"
+        self.figures.setText(f"{what}… {waited} s" if waited >= 2 else f"{what}…")
 
     def _stream(self, turn: _Turn, chunk: str) -> None:
         if turn.conversation is not self.conversation or self._stream_cursor is None:
@@ -467,6 +485,7 @@ class ChatPane(QWidget):
 
     def _end_turn(self, turn: _Turn) -> None:
         if self.turn is turn:
+            self._reading_timer.stop()
             self.turn = None
             self.figures.setText("")  # "Generating…" goes; a finished answer sets its own figures after this
         self._stream_cursor = None
