@@ -48,6 +48,7 @@ def test_candidates_show_every_draft_and_grey_the_incompatible_one_with_its_reas
     assert not (item.flags() & Qt.ItemFlag.ItemIsEnabled)
     assert "tokenizer mismatch" in item.toolTip().lower()
     assert lab.candidate_table.item(index[f"draft:{tiny.mismatch.name}"], 2).text() == "cannot draft"
+    assert lab.candidate_table.item(index[f"draft:{tiny.mismatch.name}"], 1).text() == "Tokenizer mismatch"
     assert lab.target_path == tiny.target  # the settings' target is chosen
 
 

@@ -357,7 +357,10 @@ class PairLabWindow(QMainWindow):
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
             table.setItem(row, 0, item)
             est = estimates.get(cand.key)
-            table.setItem(row, 1, _item(est.text if est is not None else "", est.text if est is not None else ""))
+            # A candidate that cannot run says why where its estimate would be (a tour saw only "cannot draft").
+            why = cand.problem.split(": ", 1)[0] if cand.problem and not cand.runnable else ""
+            text = est.text if est is not None else why
+            table.setItem(row, 1, _item(text, cand.problem or text if est is None else text))
             table.removeCellWidget(row, 2)
             if cand.download is not None:
                 button = QPushButton("Download", table)
@@ -632,7 +635,7 @@ class PairLabWindow(QMainWindow):
         drafts = [k for k, c in result.candidates.items() if c.strategy is Strategy.DRAFT and c.n_draft is None]
         rows = [(kind, result.rows[kind][k]) for kind in kinds for k in drafts if k in result.rows[kind]]
         if not rows:
-            self.sweep_plot.setTitle("Draft length: no draft model measured")
+            self.sweep_plot.setTitle("Draft length: measure a draft model on its own (a “Draft …” row) to see this")
             return
         kind, row = max(rows, key=lambda kr: kr[1].speedup or 0.0)
         est = result.estimates.get(row.key)
