@@ -720,10 +720,9 @@ class PairLab:
         self.prompts = list(prompts)
         self.cancel = cancel or threading.Event()
         self.skipped: dict[str, str] = {c.key: c.problem or "not downloaded" for c in candidates if not c.runnable}
-        # The drafts by file and GPU setting, which candidates use each, and each one's cost model by the
-        # flash-attention settings (target's, draft's) it was timed with (see _fit).
+        # The drafts by file and GPU setting, and each one's cost model by the flash-attention settings (target's,
+        # draft's) it was timed with (see _fit).
         self._by_file: dict[tuple[Path, int], LlamaBackend] = {}
-        self._draft_of: dict[str, tuple[Path, int]] = {}
         self._draft_costs: dict[tuple[tuple[Path, int], bool | None, bool | None], CostModel] = {}
 
     def _model_config(self) -> ModelConfig:
@@ -861,7 +860,6 @@ class PairLab:
                     continue
                 by_file[where] = backend
             drafts[cand.key], costs[cand.key] = backend, self._draft_cost(engine, where)
-            self._draft_of[cand.key] = where
             keep.append(cand)
         self.candidates = keep
         return drafts, costs
@@ -890,8 +888,9 @@ class PairLab:
             return
         for backend in self._by_file.values():
             backend.set_flash_attn(now)
-        for key, where in self._draft_of.items():
-            costs[key] = self._draft_cost(engine, where)
+        for cand in self.candidates:
+            if cand.draft is not None and (where := (cand.draft, cand.n_gpu_layers_draft)) in self._by_file:
+                costs[cand.key] = self._draft_cost(engine, where)
 
     def _run_one(
         self,
@@ -922,7 +921,6 @@ class PairLab:
         for backend in self._by_file.values():
             backend.close()
         self._by_file.clear()
-        self._draft_of.clear()
         self._draft_costs.clear()
 
 
@@ -997,14 +995,14 @@ def _noise(
     # has no spread to tell it by).
     for p in prompts:
         by_key = runs[p.id]
-        plain = [r.tokens_per_second for r in by_key.get(PLAIN.key, [])]
-        if not plain or statistics.median(plain) <= 0:
+        plain = statistics.median([r.tokens_per_second for r in by_key.get(PLAIN.key, [])] or [0.0])
+        if plain <= 0:
             continue
         for key, results in by_key.items():
             steps = sum(r.n_steps for r in results)
             if key == PLAIN.key or not results or not steps:
                 continue
-            speedup = statistics.median(r.tokens_per_second for r in results) / statistics.median(plain)
+            speedup = statistics.median(r.tokens_per_second for r in results) / plain
             per_pass = sum(r.n_generated for r in results) / steps
             if speedup > IMPOSSIBLE_MARGIN * per_pass:
                 return (

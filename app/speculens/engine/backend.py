@@ -455,8 +455,8 @@ class LlamaBackend:
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
         self.n_rebuilds = 0  # rollbacks that had to rebuild a recurrent state from the start
-        # Whether this backend can run flash attention with this model, as a context made with it on showed
-        # (probe_flash_attention, or an earlier load's probe on this machine): None until known.
+        # Whether this backend can run flash attention with this model, as a probe with it on showed (now or at an
+        # earlier load on this machine: SpeculativeEngine.choose_flash_attn sets it); None until known.
         self.flash_supported: bool | None = None
         self.rollback = 0
         self.vocab = self._read_vocab()
@@ -860,7 +860,6 @@ class LlamaBackend:
             for ctx in contexts.values():
                 if ctx:
                     llama_cpp.llama_free(ctx)
-        self.flash_supported = True
         return FlashProbe(depths, tuple(timed[True]), tuple(timed[False]))
 
     def _timed_decode(self, ctx: Any, tokens: Sequence[int], position: int) -> float:

@@ -434,8 +434,8 @@ class ChatPane(QWidget):
         turn = _Turn(self, self.conversation, text)
         self.turn = turn
         # The last answer's figures are not this one's; until its first token, say what it waits for.
-        self.figures.setText("Reading the prompt…" if self._models_ready else "Waiting for the models to load…")
         self._reading_since = time.monotonic()
+        self._show_reading()
         self._reading_timer.start()
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
