@@ -142,6 +142,17 @@ class VocabInfo:
             if i not in self.special and ("\n" in text or "Ċ" in text or text == "<0x0A>")
         )
 
+    @functools.cached_property
+    def symbol_ids(self) -> frozenset[int]:
+        """Ids of the ordinary tokens with no letter or digit (punctuation, operators, spacing): never part of
+        a name. BPE's spellings of a space, tab and line break (``Ġ``, ``ĉ``, ``Ċ``) and SPM's ``▁`` are not
+        letters here."""
+        return frozenset(
+            i
+            for i, text in enumerate(self.texts)
+            if i not in self.special and not any(c.isalnum() for c in text if c not in "ĠĉĊ▁")
+        )
+
     def fingerprint(self) -> str:
         """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""
         h = hashlib.sha256()

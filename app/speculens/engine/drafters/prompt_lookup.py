@@ -18,6 +18,12 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   not yet been confirmed :data:`SUBST_TRUST` times, or whose replacement has varied (``var`` → ``const``
   here, ``let`` there): the target then decides that token itself, as the bonus of a fully accepted draft,
   instead of throwing away the rest of a long batch;
+* **longer names**: a token renamed to two to :data:`LONGER_NAME` tokens (``cnt`` written `` item``
+  ``_count``) is learnt the same way, when the copy resumes at the source token after it, and drafted whole.
+  Punctuation is never renamed so (``items`` written ``stock: int`` has an annotation added), nor is a token
+  with words inserted before it (``a`` written ``x, a``). Until one is learnt, a draft after two tokens of a
+  departure guesses that the copy resumes there (confidence 0). At a line's first word a longer name is
+  taken for a replaced first word (below) until the answer has written it the same way twice;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original;
 * **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
@@ -62,6 +68,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 from speculens.engine.vocab import VocabInfo
@@ -70,7 +77,20 @@ STRONG_MATCH = 3  # suffix tokens that make a fresh match worth confidence 1
 LONG_RUN = 4  # tokens copied in a row that make a copy worth confidence 3 (twice as many: 4)
 SUBST_TRUST = 2  # times a substitution must have been seen before drafts go through it
 HEAD_KEPT = 2  # tokens of a line's rest the answer must keep for its replaced first word to count (see _end_line)
+LONGER_NAME = 4  # the most tokens a renamed token is learnt as (`` cnt`` -> `` item`` ``_count``: two)
 _WS = -1  # the key every whitespace-only token shares
+
+
+@dataclass
+class _Departure:
+    """The answer departed from the copy it followed; what it wrote since, in case it was a rename to a longer
+    name (the copy resuming at the source token after the replaced one: see ``_resume``)."""
+
+    at: int  # the source position the answer departed at
+    written: list[int]  # the answer's tokens since
+    run: int  # source tokens it had followed in a row before
+    rename: bool  # whether it may be a rename: a word, after a copy followed, in a line of a kind not edited
+    marked: int | None = None  # the kind of line its second token marked edited (undone by a resume)
 
 
 class PromptLookupDrafter:
@@ -83,6 +103,8 @@ class PromptLookupDrafter:
         indent: the width in columns of each token that is only spaces, for the indentation shift.
         newlines: ids of the tokens that end a line (their text holds a line break), for the edited kinds of
             line (none: lines are not told apart).
+        symbols: ids of the tokens with no letter or digit (punctuation), which are never renamed to a longer
+            name: a comma the answer writes as ``: int,`` has a type annotation inserted before it.
     """
 
     name = "lookup"
@@ -94,6 +116,7 @@ class PromptLookupDrafter:
         whitespace: Collection[int] = (),
         indent: Mapping[int, int] | None = None,
         newlines: Collection[int] = (),
+        symbols: Collection[int] = (),
     ) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
@@ -103,12 +126,18 @@ class PromptLookupDrafter:
         self.whitespace = frozenset(whitespace) | frozenset(self.indent)
         self._by_width = {w: i for i, w in sorted(self.indent.items(), reverse=True)}
         self.newlines = frozenset(newlines)
+        self.symbols = frozenset(symbols)
         self.begin(())
 
     @classmethod
     def for_vocab(cls, vocab: VocabInfo) -> PromptLookupDrafter:
         """A drafter that knows this vocabulary's indentation and line breaks."""
-        return cls(whitespace=vocab.whitespace_ids, indent=vocab.indent_widths, newlines=vocab.newline_ids)
+        return cls(
+            whitespace=vocab.whitespace_ids,
+            indent=vocab.indent_widths,
+            newlines=vocab.newline_ids,
+            symbols=vocab.symbol_ids,
+        )
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Start a new index over the prompt."""
@@ -120,12 +149,15 @@ class PromptLookupDrafter:
         self._run = 0  # tokens in a row that followed the copy
         self._miss = 0  # tokens in a row that did not
         self._followed = 0  # the run before the last miss
-        self._subst: dict[int, int] = {}  # source token -> the answer's replacement for it
+        self._subst: dict[int, tuple[int, ...]] = {}  # source token -> the answer's replacement for it
         self._trust: dict[int, int] = {}  # source token -> times its substitution was seen
         self._unsure: set[int] = set()  # source tokens the answer has replaced in more than one way
         self._shift = 0  # columns the answer indents deeper than the source it copies
-        # the last mismatch (source, answer token): a substitution, learnt if the copy resumes after it
-        self._pending: tuple[int, int] | None = None
+        # the last mismatch (source, answer tokens): a substitution, learnt if the copy resumes after it
+        self._pending: tuple[int, tuple[int, ...]] | None = None
+        self._departure: _Departure | None = None  # the answer's departure from the copy, while it lasts
+        # the rest of a longer name the answer has begun writing in place of the source token before _ptr
+        self._owed: tuple[int, ...] = ()
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
         self._heads: set[int] = set()  # kinds of line whose first word the answer replaces (see _end_line)
@@ -170,21 +202,29 @@ class PromptLookupDrafter:
             return False
         return not self.newlines or position == 0 or history[position - 1] in self.newlines
 
-    def _expected(self, position: int) -> int:
-        """What the answer is expected to write where its source, at history ``position``, has its token."""
+    def _expected(self, position: int) -> tuple[int, ...]:
+        """What the answer is expected to write where its source, at history ``position``, has its token (more
+        than one token for a name renamed to a longer one)."""
         source = self._history[position]
         if source in self._subst:
             return self._subst[source]
         if self._shift and self._indentation(position):
-            return self._by_width.get(self.indent[source] + self._shift, source)
-        return source
+            return (self._by_width.get(self.indent[source] + self._shift, source),)
+        return (source,)
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
         realigned, self._realigned = self._realigned is not None, None
         if self._ptr is None or self._ptr >= len(self._history):
-            self._ptr = None
+            self._ptr, self._owed = None, ()
             return
+        if self._owed:  # inside a longer name learnt for the source token before _ptr
+            if token == self._owed[0]:
+                self._owed = self._owed[1:]
+                if not self._owed:
+                    self._confirmed(self._history[self._ptr - 1])
+                return
+            self._unwind()
         history = self._history
         if (
             (self._run > 0 or realigned)
@@ -193,68 +233,149 @@ class PromptLookupDrafter:
         ):
             self._line = self._source_line(self._ptr)  # the answer starts a line as a copy of this one
         source = history[self._ptr]
-        if self._indentation(self._ptr) and token in self.indent and token != self._expected(self._ptr):
+        expected = self._expected(self._ptr)
+        if self._indentation(self._ptr) and token in self.indent and (token,) != expected:
             # Re-indented: the copy goes on at another depth, and so will the lines after it. The draft was
             # wrong here all the same: confidence starts again.
             self._shift = self.indent[token] - self.indent[source]
             self._followed = self._run
             self._run = 0
             self._miss = 1
-            self._pending = None
+            self._pending = self._departure = None
             self._ptr += 1
             return
-        expected = self._expected(self._ptr)
-        if token in (expected, source):
-            if token == source and source in self._subst:
-                self._unsure.add(source)  # kept the original this time
-                del self._subst[source]
-            elif token == expected != source:
-                self._trust[source] = self._trust.get(source, 0) + 1
-            if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
-                old, new = self._pending
-                if self._subst.get(old, new) != new:
-                    self._unsure.add(old)
-                self._subst[old] = new
-                self._trust[old] = 1
-            self._pending = None
-            self._suspect = self._head_miss = None
-            if self._heads and source in self._heads and self._ptr == self._first_word(self._line_start(self._ptr)):
-                self._heads.discard(source)  # a line of this kind kept its first word
-                self._replacement.pop(source, None)
-            self._run += 1
-            if source not in self.whitespace:  # indentation is shared by every line of a block: it tells nothing
-                self._count_kept(self._ptr)
-            self._miss = 0
-            if source in self.newlines:
-                start = self._line_start(self._ptr)
-                if self._run > self._ptr - start:
-                    self._edited.discard(self._kind(start))  # a line of its kind was copied whole
+        if token in (expected[0], source) or (self._departure is not None and self._resumes(self._departure, token)):
+            self._match(token)
         else:
-            start = self._line_start(self._ptr)
-            if self._miss == 0:
-                # Only a copy that came into this line from the lines before, and kept to it past its first
-                # word, tells what the answer does with lines of its kind: a lookup that picked the wrong line
-                # tells nothing, nor does a line inserted before this one (a departure at its first word).
-                followed = self._run >= self._ptr - start + LONG_RUN and self._ptr > self._first_word(start)
-                self._suspect = self._kind(start) if followed else None
-                # A departure at the first word of a line the copy came into (its indentation followed).
-                at_head = self._ptr == self._first_word(start) and self._run >= self._ptr - start
-                self._head_miss = start if at_head else None
-            else:
-                if self._suspect is not None:  # two misses in a row: more than a renamed token
-                    self._edited.add(self._suspect)
-                    self._suspect = None
-                if self._head_miss is not None:
-                    self._head, self._head_miss = self._head_miss, None
-            # In a line of a kind the answer edits, a departure is an edit, not a renamed identifier.
-            edit = bool(self._edited) and self._kind(start) in self._edited
-            if source in self._subst and not edit:
-                self._unsure.add(source)  # replaced, but not as learnt
-            self._pending = None if edit else (source, token)
-            self._followed = self._run if self._miss == 0 else 0
-            self._run = 0
-            self._miss += 1
-        self._ptr += 1
+            self._mismatch(token)
+
+    def _match(self, token: int) -> None:
+        """The answer wrote what the copy had at ``_ptr`` (or the first token of the longer name learnt for it)."""
+        assert self._ptr is not None
+        history, ptr = self._history, self._ptr
+        source, expected = history[ptr], self._expected(ptr)
+        if len(expected) > 1 and token == expected[0]:
+            self._owed = expected[1:]  # trusted once written whole (see _follow)
+        elif token == source and source in self._subst:
+            self._unsure.add(source)  # kept the original this time
+            del self._subst[source]
+        elif token == expected[0] != source:
+            self._trust[source] = self._trust.get(source, 0) + 1
+        if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
+            old, new = self._pending
+            if self._subst.get(old, new) != new:
+                self._unsure.add(old)
+            self._subst[old] = new
+            self._trust[old] = 1
+        self._pending = self._departure = None
+        self._suspect = self._head_miss = None
+        if token == source in self._heads and ptr == self._first_word(self._line_start(ptr)):
+            self._heads.discard(source)  # a line of this kind kept its first word
+            self._replacement.pop(source, None)
+        self._run += 1
+        if source not in self.whitespace:  # indentation is shared by every line of a block: it tells nothing
+            self._count_kept(ptr)
+        self._miss = 0
+        if source in self.newlines:
+            start = self._line_start(ptr)
+            if self._run > ptr - start:
+                self._edited.discard(self._kind(start))  # a line of its kind was copied whole
+        self._ptr = ptr + 1
+
+    def _mismatch(self, token: int) -> None:
+        """The answer departed from the copy at ``_ptr``."""
+        assert self._ptr is not None
+        history, ptr = self._history, self._ptr
+        source, start = history[ptr], self._line_start(ptr)
+        dep = self._departure
+        if self._miss == 0:
+            # Only a copy that came into this line from the lines before, and kept to it past its first
+            # word, tells what the answer does with lines of its kind: a lookup that picked the wrong line
+            # tells nothing, nor does a line inserted before this one (a departure at its first word).
+            followed = self._run >= ptr - start + LONG_RUN and ptr > self._first_word(start)
+            self._suspect = self._kind(start) if followed else None
+            # A departure at the first word of a line the copy came into (its indentation followed).
+            at_head = ptr == self._first_word(start) and self._run >= ptr - start
+            self._head_miss = start if at_head else None
+            dep = None
+        else:
+            if self._suspect is not None:  # two misses in a row: more than a renamed token
+                if dep is not None and self._suspect not in self._edited:
+                    dep.marked = self._suspect
+                self._edited.add(self._suspect)
+                self._suspect = None
+            if self._head_miss is not None:
+                self._head, self._head_miss = self._head_miss, None
+        # In a line of a kind the answer edits, a departure is an edit, not a renamed identifier.
+        edit = bool(self._edited) and self._kind(start) in self._edited
+        if dep is None and self._miss == 0:
+            rename = source not in self.symbols and not edit and self._run >= 2
+            dep = _Departure(ptr, [], self._run, rename)
+        if dep is not None:
+            dep.written.append(token)
+            dep.rename = dep.rename and token not in self.symbols  # "items" written "stock: int" is an edit
+            if len(dep.written) > LONGER_NAME:
+                dep = None
+        self._departure = dep
+        if source in self._subst and not edit:
+            self._unsure.add(source)  # replaced, but not as learnt
+        if dep is not None and dep.rename:
+            self._pending = (history[dep.at], tuple(dep.written))
+        else:
+            self._pending = None if edit else (source, (token,))
+        self._followed = self._run if self._miss == 0 else 0
+        self._run = 0
+        self._miss += 1
+        self._ptr = ptr + 1
+
+    def _resumes(self, dep: _Departure, token: int) -> bool:
+        """Whether ``token`` resumes the copy after a rename to a longer name: the answer wrote two to
+        :data:`LONGER_NAME` tokens in place of the source token it departed at, and now writes the one after it
+        (``cnt`` written `` item`` ``_count``). If so the copy goes on there, the replacement is pending as a
+        substitution (learnt by :meth:`_match`, as a renamed token is), and what its second token marked (an
+        edited kind of line, a replaced first word) is undone unless the token was replaced otherwise before:
+        then it is an edit after all (``print`` written ``logger.error`` here, ``logger.info`` there)."""
+        history, n = self._history, len(dep.written)
+        if not (dep.rename and 2 <= n <= LONGER_NAME and dep.at + 1 < len(history)):
+            return False
+        old = history[dep.at]
+        if token != self._expected(dep.at + 1)[0] or dep.written[-1] == old:
+            return False  # not the copy resuming, or a token inserted before the source's (an annotation)
+        new = tuple(dep.written)
+        if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
+            self._edited.discard(dep.marked)
+        self._ptr = dep.at + 1
+        self._run, self._miss, self._followed = 0, 1, dep.run
+        self._pending = (old, new)
+        return True
+
+    def _confirmed(self, source: int) -> None:
+        """The answer wrote the longer name learnt for ``source`` whole again. Once it has as often as a
+        substitution needs to be trusted, and never otherwise, a line beginning with ``source`` is a line with a
+        renamed first word, not one whose first word the answer writes its own way (``print`` written
+        ``logger.error`` here and ``logger.info`` there, see :meth:`_end_line`): drafts go through it."""
+        trust = self._trust[source] = self._trust.get(source, 0) + 1
+        if trust >= SUBST_TRUST and source not in self._unsure:
+            self._heads.discard(source)
+            self._replacement.pop(source, None)
+
+    def _unwind(self) -> None:
+        """The answer began the longer name learnt for the source token before ``_ptr`` but wrote another token
+        in it: what it wrote of the name departed from that token after all."""
+        assert self._ptr is not None
+        self._ptr -= 1
+        known = self._subst[self._history[self._ptr]]
+        written, self._owed = known[: len(known) - len(self._owed)], ()
+        self._run = max(0, self._run - 1)
+        self._miss = 0
+        for token in written:
+            self._mismatch(token)
+
+    def _jump(self, position: int | None) -> None:
+        """Copy from history ``position`` on (``None``: nothing to copy), forgetting the departure in progress."""
+        self._ptr = position
+        self._pending = self._departure = None
+        self._owed = ()
 
     def _count_kept(self, position: int) -> None:
         """The answer's current line followed a copy at history ``position``."""
@@ -302,10 +423,9 @@ class PromptLookupDrafter:
         if self._ptr != nxt:
             # After a line of a kind the answer edits, the next line is the source's (confidence 1); after
             # another departure, a guess (confidence 0: drafted, but learnt apart from the real copies).
-            self._ptr = nxt
+            self._jump(nxt)
             self._realigned = 1 if line is not None and self._kind(start) in self._edited else 0
             self._run = self._miss = 0
-            self._pending = None
 
     def _replaced_by(self, start: int) -> tuple[int, int] | None:
         """What the answer's current line wrote in place of the first word of the source line at ``start`` before
@@ -420,13 +540,14 @@ class PromptLookupDrafter:
         if n_max <= 0:
             return EMPTY_DRAFT
         confidence = 4 if self._run >= 2 * LONG_RUN else 3 if self._run >= LONG_RUN else 2
+        guess = None  # where a draft guesses the copy resumes, while the copy itself waits (see _resumes)
         if self._run == 0 and self._realigned is None:
             found, size = self._lookup()
+            dep = self._departure
             if (here := self._after_head()) == -1:
                 return EMPTY_DRAFT  # logging.info: ".info" is the answer's, and "(" comes after it, not now
             if here is not None:
-                self._ptr = here
-                self._pending = None
+                self._jump(here)
                 self._line_indent()
                 confidence = 2  # as sure as a copy just begun: the line goes on as it did the last time
             elif self._ptr is not None and self._miss == 1 and self._followed >= 2 and size < STRONG_MATCH:
@@ -435,31 +556,50 @@ class PromptLookupDrafter:
                 # The answer departed inside a line it rewrites (print(...) -> logging.error(...)): the rest is that
                 # source line's, not what followed the suffix's latest occurrence, which is often the answer's
                 # own earlier edited line, with another message.
-                self._ptr = here
-                self._pending = None
+                self._jump(here)
                 self._line_indent()
                 confidence = 1
+            elif (
+                dep is not None
+                and dep.rename
+                and len(dep.written) < LONGER_NAME
+                and size < STRONG_MATCH
+                and self._history[dep.at] not in self._heads
+            ):
+                # Maybe a name renamed to a longer one (cnt -> item_count): a guess that the copy resumes after
+                # it. The copy itself stays where it is until the answer shows it (see _resumes). Not where the
+                # answer replaces a first word (print) otherwise: that is a line inserted before this one.
+                guess, confidence = dep.at + 1, 0
             elif found is not None:
-                self._ptr = found
-                self._pending = None  # a departure is a substitution only if the same copy resumes after it
+                self._jump(found)
                 confidence = 1 if size >= STRONG_MATCH else 0
                 self._align_indent(found, size)
             else:
-                self._ptr = None
-        elif 0 < self._run < LONG_RUN and self._ptr is not None and not self._in_line(self._ptr):
+                self._jump(None)
+        elif 0 < self._run < LONG_RUN and not self._owed and self._ptr is not None and not self._in_line(self._ptr):
             # A copy just found elsewhere, while the answer's line rewrites a source line that has the same
             # text: the source line's continuation is the likelier (the answer's own earlier edited line
             # shares its first words, logging.error(", but not its message).
             here = self._lookup_line()
             if here is not None:
-                self._ptr, self._run, self._pending = here, 0, None
+                self._jump(here)
+                self._run = 0
                 self._line_indent()
                 confidence = 1
         if self._realigned is not None:
             confidence = self._realigned
-        if self._ptr is None:
+        ptr = self._ptr if guess is None else guess
+        if ptr is None:
             return EMPTY_DRAFT
-        ptr = self._ptr
+        owed = self._owed
+        if owed:
+            renamed = self._history[ptr - 1]  # the answer is writing the longer name learnt for it
+            if renamed in self._unsure or (
+                renamed in self._heads and ptr - 1 == self._first_word(self._line_start(ptr - 1))
+            ):
+                return EMPTY_DRAFT  # replaced in more than one way, or maybe so: the target decides how
+            if self._trust.get(renamed, 0) < SUBST_TRUST:
+                confidence = min(confidence, 1)  # its first confirmation
         if ptr >= self._answer_from:
             confidence = min(confidence, 3)  # the answer repeating itself: see the module docstring
         source = self._history[ptr : ptr + n_max]
@@ -478,9 +618,10 @@ class PromptLookupDrafter:
             if t in self.newlines and edited and (inside or self._kind(ptr + i + 1) in edited):
                 source = source[: i + 1]  # the next line is of an edited kind (or this one was): stop here
                 break
-        if not source:
+        tokens = [*owed, *(t for i in range(len(source)) for t in self._expected(ptr + i))][:n_max]
+        if not tokens:
             return EMPTY_DRAFT
-        return Draft(tuple(self._expected(ptr + i) for i in range(len(source))), confidence=confidence)
+        return Draft(tuple(tokens), confidence=confidence)
 
     def end(self, history: Sequence[int]) -> None:
         """Nothing to persist."""
