@@ -372,3 +372,17 @@ def test_help_lists_every_menu_shortcut(qtbot, tiny) -> None:
         assert key and key in text
     assert "Pair lab" in text and "Ctrl+Shift+L" in text and "Shift+Enter" in text
     assert "Models window: close it" in text and "stop a run" in text  # the tool windows' Esc
+
+
+def test_the_settings_command_brings_back_a_closed_settings_panel(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, load=False)
+    window.show()
+    dock = window.docks["Settings"]
+    dock.close()
+    assert not dock.isVisible()
+    action = next(a for a in window.menuBar().actions()[0].menu().actions() if a.text() == "&Settings…")
+    assert action.shortcut().toString() == "Ctrl+,"
+    action.trigger()
+    qtbot.waitUntil(dock.isVisible)
+    assert window.docks["Live"].visibleRegion().isEmpty()  # tabbed with the Live panel: Settings is in front
+    assert "Ctrl+," in window.shortcuts_html()

@@ -208,6 +208,8 @@ class MainWindow(QMainWindow):
         self._add(file_menu, "Export step events as &CSV…", self.export_csv)
         self._add(file_menu, "Export charts as &PNG…", self.export_png)
         file_menu.addSeparator()
+        self._add(file_menu, "&Settings…", self.show_settings, "Ctrl+,")
+        file_menu.addSeparator()
         self._add(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
 
         chat_menu = menu.addMenu("&Chat")
@@ -570,6 +572,15 @@ class MainWindow(QMainWindow):
             "<tr><td><b>Ctrl+Enter</b></td><td>In the Pair lab: run</td></tr>"
         )
         return f"<table cellspacing='6'>{''.join(rows)}</table>"
+
+    def show_settings(self) -> None:
+        """The Settings panel, brought to the front (its dock shown again if it was closed) with the focus in it."""
+        dock = self.docks["Settings"]
+        if dock.isFloating() and not dock.isVisible():
+            dock.setFloating(False)
+        dock.show()
+        dock.raise_()
+        self.settings_panel.strategy.setFocus(Qt.FocusReason.ShortcutFocusReason)  # its first field
 
     def show_shortcuts(self) -> None:
         """The keyboard shortcuts, in a dialog."""
