@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -147,11 +148,8 @@ class VocabInfo:
         """Ids of the ordinary tokens with no letter or digit (punctuation, operators, spacing): never part of
         a name. BPE's spellings of a space, tab and line break (``Ġ``, ``ĉ``, ``Ċ``) and SPM's ``▁`` are not
         letters here."""
-        return frozenset(
-            i
-            for i, text in enumerate(self.texts)
-            if i not in self.special and not any(c.isalnum() for c in text if c not in "ĠĉĊ▁")
-        )
+        word = re.compile(r"[^\W_ĠĉĊ▁]")  # a letter or digit (a word character but "_"), not those spellings
+        return frozenset(i for i, text in enumerate(self.texts) if i not in self.special and not word.search(text))
 
     def fingerprint(self) -> str:
         """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""
