@@ -429,7 +429,7 @@ class MainWindow(QMainWindow):
         self.docks["Teach"].raise_()
 
     def _on_status_message(self, message: str) -> None:
-        self.statusBar().showMessage(message, 10000)
+        self.statusBar().showMessage(message)  # kept until the next one: the loaded models, say, stay said
 
     def _on_models_load_failed(self, message: str) -> None:
         if not self._closing:
