@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -288,3 +289,23 @@ def test_the_settled_draft_length_is_that_of_the_steps_that_drafted() -> None:
     rows = _summarise(prompts, [PLAIN, lookup], runs, "2026-01-01")["code-rewrite"]
     assert rows["lookup"].settled_n_draft == 8.0 and rows["lookup"].acceptance == pytest.approx(37 / 40)
     assert rows["none"].settled_n_draft == 0.0  # plain decoding never drafts
+
+
+def test_the_eta_is_paced_by_the_runs_not_by_loading(
+    tiny: TinyModels, library: Library, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading and profiling take two seconds here, each run a small fraction of that: the time left after the
+    # first runs must not be read at two seconds a run.
+    real = PairLab._profile_into
+
+    def slow_profile(self: PairLab, *args: object) -> None:
+        time.sleep(2.0)
+        real(self, *args)
+
+    monkeypatch.setattr(PairLab, "_profile_into", slow_profile)
+    candidates = [c for c in list_candidates(tiny.target, library, n_ctx=512) if c.key in ("lookup", "ngram-cache")]
+    seen: list[LabProgress] = []
+    PairLab(tiny.target, candidates, lab_prompts(["chat", "code-generation"]), QUICK).run(seen.append)
+    first = next(p for p in seen if p.done == 2)
+    assert first.elapsed_s > 2.0
+    assert first.eta_s < 0.5 * (first.total - first.done)  # not elapsed / done per run: over 1 s a run

@@ -790,6 +790,7 @@ class PairLab:
                 per_round = len(self.prompts) * len(self.candidates)
                 planned = s.min_rounds
                 done = 0
+                t_runs = time.monotonic()  # the pace of runs leaves out loading, profiling and the warm-up
                 for rnd in range(s.max_rounds):
                     if rnd >= planned or self.cancel.is_set():
                         break
@@ -804,16 +805,16 @@ class PairLab:
                             if progress is not None:
                                 elapsed = time.monotonic() - t0
                                 total = per_round * planned
-                                eta = elapsed / done * (total - done) if done else 0.0
+                                eta = (time.monotonic() - t_runs) / done * (total - done) if done else 0.0
                                 what = f"{KINDS.get(prompt.category, prompt.category)}: {cand.label} (round {rnd + 1})"
                                 progress(LabProgress(done, total, elapsed, eta, what))
                             run = self._run_one(engine, cand, drafts, costs, tokens[prompt.id], base)
                             if run is not None:
                                 runs[prompt.id][cand.key].append(run)
                             done += 1
-                    # As many rounds as the budget holds, at the pace measured so far.
-                    pace = (time.monotonic() - t0) / (rnd + 1)
-                    fits = int(s.budget_s // pace) if pace > 0 else s.max_rounds
+                    # As many rounds as what is left of the budget after loading holds, at the pace measured so far.
+                    pace = (time.monotonic() - t_runs) / (rnd + 1)
+                    fits = int((s.budget_s - (t_runs - t0)) // pace) if pace > 0 else s.max_rounds
                     planned = min(s.max_rounds, max(s.min_rounds, fits))
             finally:
                 self.close()
