@@ -154,3 +154,22 @@ def test_flash_attention_is_chosen_in_the_loading_group_and_needs_a_reload(qtbot
         panel.flash_attn.setCurrentIndex(panel.flash_attn.findData("off"))
     assert store.settings.flash_attn == "off"
     assert not panel.reload_note.isHidden() and "flash attention" in panel.reload_note.text().lower()
+
+
+def test_the_flash_attention_choice_is_explained_in_the_panel_with_what_the_load_measured(
+    qtbot, store: SettingsStore
+) -> None:
+    """From a user tour: what the choice does was only in a tooltip."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    assert "whichever this machine decodes faster" in panel.flash_note.text()
+    with qtbot.waitSignal(store.changed):
+        panel.flash_attn.setCurrentIndex(panel.flash_attn.findData("off"))
+    assert panel.flash_note.text().startswith("Off for both models")
+    panel.set_flash_measured("off (forced)")
+    assert panel.flash_note.text().endswith("Loaded: off (forced).")
+    with qtbot.waitSignal(store.changed):
+        panel.exact.setChecked(True)
+    assert panel.flash_note.text().startswith("Always on with bit-exact verification")
+    panel.set_flash_measured("")
+    assert "Loaded" not in panel.flash_note.text()

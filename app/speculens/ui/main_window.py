@@ -406,6 +406,8 @@ class MainWindow(QMainWindow):
         elif models.loading:
             self.progress.setRange(0, 0)  # llama.cpp does not report loading progress through the engine
         self.settings_panel.set_gpu_backend(models.gpu_backend)
+        info = models.loaded.info if models.loaded is not None else None
+        self.settings_panel.set_flash_measured(info.flash_attn if info is not None and not info.exact else "")
         self.chat.pair = f"{target} ▸ {source}"  # what answered, for the record (not whether it was loaded)
 
     def _on_conversation_opened(self, conversation: Conversation) -> None:

@@ -104,6 +104,12 @@ class SettingsPanel(QWidget):
         for key in FLASH_ATTN:
             self.flash_attn.addItem(FlashAttention(key).label, key)
         self._add("flash_attn", self.flash_attn)
+        # What the choice does, in the panel (the tooltip says more): a user deciding sees it without hovering.
+        self.flash_note = QLabel()
+        self.flash_note.setWordWrap(True)
+        self.flash_note.setAccessibleName("About flash attention")
+        self.flash_note.setStyleSheet("QLabel { color: palette(placeholder-text) }")
+        self._flash_measured = ""
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()
@@ -146,6 +152,7 @@ class SettingsPanel(QWidget):
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         for name in ("n_ctx", "threads", "n_gpu_layers", "n_gpu_layers_draft", "exact", "flash_attn"):
             form.addRow(SPECS[name].label, self.fields[name])
+        form.addRow(self.flash_note)
         form.addRow(self.gpu_note)
 
         body = QWidget()
@@ -250,6 +257,7 @@ class SettingsPanel(QWidget):
         finally:
             self._updating = False
         self._update_reload_note()
+        self._update_flash_note()
 
     def _read(self) -> dict[str, object]:
         n_draft = self.n_draft.value()
@@ -290,6 +298,26 @@ class SettingsPanel(QWidget):
                 "GPU layers are disabled: this llama.cpp build is CPU-only. Install a build with Metal "
                 "(Apple silicon) or CUDA (NVIDIA) to offload layers to the GPU."
             )
+
+    def set_flash_measured(self, text: str) -> None:
+        """What the loaded models run with (``on below 416 tokens of context, off from there (measured)``), or
+        ``""`` when nothing is loaded."""
+        self._flash_measured = text
+        self._update_flash_note()
+
+    def _update_flash_note(self) -> None:
+        if self.exact.isChecked():
+            note = "Always on with bit-exact verification."
+        else:
+            note = {
+                "auto": "Automatic: on a CPU, on or off, whichever this machine decodes faster at each answer's "
+                "context (timed once per model); on a GPU, llama.cpp's choice.",
+                "on": "On for both models.",
+                "off": "Off for both models: on a small CPU often faster at long contexts.",
+            }.get(str(self.flash_attn.currentData()), "")
+        if self._flash_measured:
+            note += f" Loaded: {self._flash_measured}."
+        self.flash_note.setText(note)
 
     def _on_widget_changed(self, *_args: object) -> None:
         if not self._updating:
