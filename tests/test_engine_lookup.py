@@ -413,3 +413,19 @@ def test_the_vocabulary_knows_its_punctuation() -> None:
     texts = ("def", "Ġ=", "):Ċ", "ĠĠĠ", "_count", "(cnt", "Ġx1", "<|im_end|>", ".")
     vocab = VocabInfo(2, len(texts), -1, 7, frozenset({7}), False, False, texts, frozenset({7}))
     assert vocab.symbol_ids == {1, 2, 3, 8}  # a space's Ġ is no letter; a special token is never punctuation
+
+
+def test_a_corrected_word_resumes_the_copy_right_after_it() -> None:
+    # A paragraph copied with its typos corrected: "tech ique" written "technique" (two tokens as one), and
+    # "ac urate" written "accurate". The copy goes on after each, with nothing learnt: the draft made right after
+    # the corrected word's next token continues the paragraph, rather than the source's "ique ...".
+    tech, ique, technique, ac, urate, accurate = 600, 601, 602, 603, 604, 605
+    words = [*range(100, 110), tech, ique, *range(110, 130), ac, urate, *range(130, 140)]
+    prompt = [1, 2, NL, *words, NL, 3]
+    fixed = {tech: (technique,), ique: (), ac: (accurate,), urate: ()}
+    answer = [t for w in words for t in fixed.get(w, (w,))]
+    out = drafts(PromptLookupDrafter(newlines={NL}, symbols={NL}), prompt, answer)
+    after = answer.index(technique) + 2  # the draft made once "technique 110" is written
+    assert out[after].tokens[:4] == (111, 112, 113, 114) and out[after].confidence == 2
+    after = answer.index(accurate) + 2
+    assert out[after].tokens[:4] == (131, 132, 133, 134)

@@ -24,6 +24,8 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   with words inserted before it (``a`` written ``x, a``). Until one is learnt, a draft after two tokens of a
   departure guesses that the copy resumes there (confidence 0). At a line's first word a longer name is
   taken for a replaced first word (below) until the answer has written it the same way twice;
+* **corrected words**: when the answer writes fewer tokens in place of more (a typo corrected: `` tech``
+  ``ique`` written `` technique``) and goes on with the source a few tokens on, the copy goes on from there;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original;
 * **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
@@ -329,24 +331,39 @@ class PromptLookupDrafter:
         self._ptr = ptr + 1
 
     def _resumes(self, dep: _Departure, token: int) -> bool:
-        """Whether ``token`` resumes the copy after a rename to a longer name: the answer wrote two to
-        :data:`LONGER_NAME` tokens in place of the source token it departed at, and now writes the one after it
-        (``cnt`` written `` item`` ``_count``). If so the copy goes on there, the replacement is pending as a
-        substitution (learnt by :meth:`_match`, as a renamed token is), and what its second token marked (an
-        edited kind of line, a replaced first word) is undone unless the token was replaced otherwise before:
-        then it is an edit after all (``print`` written ``logger.error`` here, ``logger.info`` there)."""
+        """Whether ``token`` resumes the copy a few source tokens after the one the answer departed at, having
+        written up to :data:`LONGER_NAME` tokens in place of another number of them, and if so, go on there.
+
+        * A rename to a longer name: two or more tokens in place of one (``cnt`` written `` item`` ``_count``).
+          The replacement is pending as a substitution (learnt by :meth:`_match`, as a renamed token is), and
+          what its second token marked (an edited kind of line) is undone unless the token was replaced
+          otherwise before: then it is an edit after all (``print`` written ``logger.error`` here,
+          ``logger.info`` there).
+        * A word corrected or reworded: tokens in place of more of them (`` tech`` ``ique`` written
+          `` technique``). Nothing is learnt; the copy goes on after them rather than waiting for a lookup.
+
+        As many tokens in place of as many is the copy's own alignment (see :meth:`_mismatch`)."""
         history, n = self._history, len(dep.written)
-        if not (dep.rename and 2 <= n <= LONGER_NAME and dep.at + 1 < len(history)):
-            return False
         old = history[dep.at]
-        if token != self._expected(dep.at + 1)[0] or dep.written[-1] == old:
-            return False  # not the copy resuming, or a token inserted before the source's (an annotation)
-        new = tuple(dep.written)
-        if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
-            self._edited.discard(dep.marked)
-        self._ptr = dep.at + 1
+        if not dep.rename or n > LONGER_NAME or dep.written[-1] == old:
+            return False  # an edit, or a token inserted before the source's (an annotation)
+        for skip in range(1, LONGER_NAME + 1):
+            at = dep.at + skip
+            if at >= len(history) or (skip > 1 and at >= self._answer_from):
+                return False  # the answer's own earlier text departs from itself too often to realign on it
+            if skip != n and token == self._expected(at)[0]:
+                break
+        else:
+            return False
+        if skip == 1:
+            new = tuple(dep.written)
+            if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
+                self._edited.discard(dep.marked)
+            self._pending = (old, new)
+        else:
+            self._pending = None
+        self._ptr = at
         self._run, self._miss, self._followed = 0, 1, dep.run
-        self._pending = (old, new)
         return True
 
     def _confirmed(self, source: int) -> None:
