@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from speculens.engine.drafters.prompt_lookup import LONG_RUN, PromptLookupDrafter
 from speculens.engine.vocab import VocabInfo
 
@@ -363,11 +365,12 @@ def renamed(lines: list[list[int]], old: int, new: Sequence[int]) -> tuple[list[
     return [1, 2, NL, *source, 3], [t for s in source for t in (new if s == old else (s,))]
 
 
-def test_a_name_renamed_to_a_longer_one_is_learnt_and_drafted_whole() -> None:
-    # "cnt" becomes "item _count" (one token written as two) wherever it occurs inside a line.
+@pytest.mark.parametrize("length", [2, 3, 4])
+def test_a_name_renamed_to_a_longer_one_is_learnt_and_drafted_whole(length: int) -> None:
+    # "cnt" becomes "item _count" (one token written as two, or three, or four) wherever it occurs in a line.
     cnt, item, count = 600, 601, 602
     lines = [[WS4, 70 + i, 80 + i, cnt, 90 + i, 100 + i, 110 + i, NL] for i in range(6)]  # "total += cnt * x"
-    prompt, answer = renamed(lines, cnt, (item, count))
+    prompt, answer = renamed(lines, cnt, (item, *range(count, count + length - 1)))
     hits = follow(PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL}), prompt, answer)
     before = [i for i, t in enumerate(answer) if t == item]  # the draft made just before each "item"
     assert hits[before[0]] == 0  # the first rename is news
@@ -410,9 +413,10 @@ def test_a_token_inserted_before_the_source_s_is_no_longer_name() -> None:
 
 
 def test_the_vocabulary_knows_its_punctuation() -> None:
-    texts = ("def", "Ġ=", "):Ċ", "ĠĠĠ", "_count", "(cnt", "Ġx1", "<|im_end|>", ".")
+    texts = ("def", "Ġ=", "):Ċ", "ĠĠĠ", "_count", "(cnt", "Ġx1", "<|im_end|>", ".", "čĊ", "<0x0A>", "<0x41>", "_")
     vocab = VocabInfo(2, len(texts), -1, 7, frozenset({7}), False, False, texts, frozenset({7}))
-    assert vocab.symbol_ids == {1, 2, 3, 8}  # a space's Ġ is no letter; a special token is never punctuation
+    # A space's Ġ is no letter; a special token is never punctuation; a byte token is its byte; "_" is in names.
+    assert vocab.symbol_ids == {1, 2, 3, 8, 9, 10}
 
 
 def test_a_corrected_word_resumes_the_copy_right_after_it() -> None:
@@ -429,3 +433,13 @@ def test_a_corrected_word_resumes_the_copy_right_after_it() -> None:
     assert out[after].tokens[:4] == (111, 112, 113, 114) and out[after].confidence == 2
     after = answer.index(accurate) + 2
     assert out[after].tokens[:4] == (131, 132, 133, 134)
+
+
+def test_words_inserted_before_a_token_resume_the_copy_after_it() -> None:
+    # "a b c" written "a x b c": once "b c" follows "x", the copy goes on from "c", though nothing is learnt.
+    words = list(range(100, 130))
+    prompt = [1, 2, NL, *words, NL, 3]
+    answer = [t for w in words for t in ((700, w) if w == 110 else (w,))]
+    out = drafts(PromptLookupDrafter(newlines={NL}, symbols={NL}), prompt, answer)
+    after = answer.index(700) + 3  # "x b c" written
+    assert out[after].tokens[:3] == (112, 113, 114) and out[after].confidence > 0

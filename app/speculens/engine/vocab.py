@@ -145,11 +145,21 @@ class VocabInfo:
 
     @functools.cached_property
     def symbol_ids(self) -> frozenset[int]:
-        """Ids of the ordinary tokens with no letter or digit (punctuation, operators, spacing): never part of
-        a name. BPE's spellings of a space, tab and line break (``Ġ``, ``ĉ``, ``Ċ``) and SPM's ``▁`` are not
-        letters here."""
-        word = re.compile(r"[^\W_ĠĉĊ▁]")  # a letter or digit (a word character but "_"), not those spellings
-        return frozenset(i for i, text in enumerate(self.texts) if i not in self.special and not word.search(text))
+        """Ids of the ordinary tokens with no letter, digit or ``_`` (punctuation, operators, spacing, line
+        breaks): never part of a name. BPE's spellings of a space, tab and line breaks (``Ġ``, ``ĉ``, ``Ċ``,
+        ``č``) and SPM's ``▁`` are not letters here, and SPM's byte tokens (``<0x0A>``) count as their byte.
+        Punctuation outside ASCII, spelt byte by byte in BPE (an em dash is ``âĢĶ``), counts as a word."""
+        word = re.compile(r"[^\WĠĉĊč▁]")  # a word character, not one of those spellings
+        byte = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+        def symbol(text: str) -> bool:
+            if (m := byte.fullmatch(text)) is not None:
+                c = chr(int(m.group(1), 16))
+                return not (c.isalnum() or c == "_")
+            return not word.search(text)
+
+        found = (i for i, text in enumerate(self.texts) if i not in self.special and symbol(text))
+        return frozenset(found) | self.newline_ids
 
     def fingerprint(self) -> str:
         """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""

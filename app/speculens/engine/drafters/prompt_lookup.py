@@ -55,9 +55,10 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
 Each draft says how it was found (:attr:`Draft.confidence`): 4 continues a copy the answer has followed for
 at least twice :data:`LONG_RUN` tokens, 3 for at least :data:`LONG_RUN`, 2 one it has just started
 following (or the rest of a line after its replaced first word), 1 follows a copy across a single
-substitution, resumes the source after an edited line or inside the line being rewritten, or starts one from
-a suffix of at least :data:`STRONG_MATCH` tokens, 0 is a guess from a shorter match (or the source line after
-some other departure). A copy of the answer's own earlier text never rises above 3, however long it has been
+substitution, resumes the source after an edited line or inside the line being rewritten, starts one from
+a suffix of at least :data:`STRONG_MATCH` tokens, or goes through a longer name not yet confirmed (at most 1),
+0 is a guess from a shorter match (or the source line after some other departure, or after what may be a
+longer name). A copy of the answer's own earlier text never rises above 3, however long it has been
 followed: a rewrite copies its prompt faithfully, but where an answer repeats itself (a type written out
 again, with one more field) it departs from itself more often, and counting those copies with the prompt's
 long ones would make the long drafts of the next copy of the prompt look riskier than they are (the held-out
@@ -86,7 +87,7 @@ _WS = -1  # the key every whitespace-only token shares
 @dataclass
 class _Departure:
     """The answer departed from the copy it followed; what it wrote since, in case it was a rename to a longer
-    name (the copy resuming at the source token after the replaced one: see ``_resume``)."""
+    name (the copy resuming at the source token after the replaced one: see ``_resumes``)."""
 
     at: int  # the source position the answer departed at
     written: list[int]  # the answer's tokens since
@@ -160,6 +161,7 @@ class PromptLookupDrafter:
         self._departure: _Departure | None = None  # the answer's departure from the copy, while it lasts
         # the rest of a longer name the answer has begun writing in place of the source token before _ptr
         self._owed: tuple[int, ...] = ()
+        self._name: tuple[int, ...] = ()  # the whole of that name (a substitution learnt meanwhile may differ)
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
         self._heads: set[int] = set()  # kinds of line whose first word the answer replaces (see _end_line)
@@ -257,7 +259,7 @@ class PromptLookupDrafter:
         history, ptr = self._history, self._ptr
         source, expected = history[ptr], self._expected(ptr)
         if len(expected) > 1 and token == expected[0]:
-            self._owed = expected[1:]  # trusted once written whole (see _follow)
+            self._owed, self._name = expected[1:], expected  # trusted once written whole (see _follow)
         elif token == source and source in self._subst:
             self._unsure.add(source)  # kept the original this time
             del self._subst[source]
@@ -332,21 +334,24 @@ class PromptLookupDrafter:
 
     def _resumes(self, dep: _Departure, token: int) -> bool:
         """Whether ``token`` resumes the copy a few source tokens after the one the answer departed at, having
-        written up to :data:`LONGER_NAME` tokens in place of another number of them, and if so, go on there.
+        written up to :data:`LONGER_NAME` tokens (words, not punctuation) in place of another number of them, and
+        if so, go on there.
 
         * A rename to a longer name: two or more tokens in place of one (``cnt`` written `` item`` ``_count``).
           The replacement is pending as a substitution (learnt by :meth:`_match`, as a renamed token is), and
           what its second token marked (an edited kind of line) is undone unless the token was replaced
           otherwise before: then it is an edit after all (``print`` written ``logger.error`` here,
           ``logger.info`` there).
-        * A word corrected or reworded: tokens in place of more of them (`` tech`` ``ique`` written
-          `` technique``). Nothing is learnt; the copy goes on after them rather than waiting for a lookup.
+        * Anything else: a word corrected or reworded (`` tech`` ``ique`` written `` technique``), words
+          inserted before the source's token (``a`` written ``x a``). Nothing is learnt; the copy goes on rather
+          than waiting for a lookup to find it again. Not on the answer's own earlier text.
 
         As many tokens in place of as many is the copy's own alignment (see :meth:`_mismatch`)."""
         history, n = self._history, len(dep.written)
         old = history[dep.at]
-        if not dep.rename or n > LONGER_NAME or dep.written[-1] == old:
-            return False  # an edit, or a token inserted before the source's (an annotation)
+        if not dep.rename or n > LONGER_NAME:
+            return False  # an edit
+        inserted = dep.written[-1] == old  # "x a": no longer name for "a"
         for skip in range(1, LONGER_NAME + 1):
             at = dep.at + skip
             if at >= len(history) or (skip > 1 and at >= self._answer_from):
@@ -355,7 +360,7 @@ class PromptLookupDrafter:
                 break
         else:
             return False
-        if skip == 1:
+        if skip == 1 and not inserted:
             new = tuple(dep.written)
             if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
                 self._edited.discard(dep.marked)
@@ -381,8 +386,8 @@ class PromptLookupDrafter:
         in it: what it wrote of the name departed from that token after all."""
         assert self._ptr is not None
         self._ptr -= 1
-        known = self._subst[self._history[self._ptr]]
-        written, self._owed = known[: len(known) - len(self._owed)], ()
+        name = self._name
+        written, self._owed = name[: len(name) - len(self._owed)], ()
         self._run = max(0, self._run - 1)
         self._miss = 0
         for token in written:
@@ -579,7 +584,7 @@ class PromptLookupDrafter:
             elif (
                 dep is not None
                 and dep.rename
-                and len(dep.written) < LONGER_NAME
+                and len(dep.written) <= LONGER_NAME
                 and size < STRONG_MATCH
                 and self._history[dep.at] not in self._heads
             ):
