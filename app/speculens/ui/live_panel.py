@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from speculens.engine.events import StartEvent
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import TokenLegend, TokenView
 from speculens.ui.worker import Record, RecordKind
@@ -167,8 +168,6 @@ class LivePanel(QWidget):
 
     def finish(self, event: FinishEvent) -> None:
         """Show the final totals."""
-        from speculens.engine.events import StartEvent
-
         self.series.set_stats(event.stats)
         self.stats_strip.show_stats(event.stats)
         s = event.stats

@@ -359,8 +359,8 @@ class PairLabWindow(QMainWindow):
             est = estimates.get(cand.key)
             # A candidate that cannot run says why where its estimate would be (a tour saw only "cannot draft").
             why = cand.problem.split(": ", 1)[0] if cand.problem and not cand.runnable else ""
-            text = est.text if est is not None else why
-            table.setItem(row, 1, _item(text, cand.problem or text if est is None else text))
+            text, tip = (est.text, est.text) if est is not None else (why, cand.problem or "")
+            table.setItem(row, 1, _item(text, tip))
             table.removeCellWidget(row, 2)
             if cand.download is not None:
                 button = QPushButton("Download", table)

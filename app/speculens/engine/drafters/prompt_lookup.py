@@ -273,7 +273,7 @@ class PromptLookupDrafter:
             self._trust[old] = 1
         self._pending = self._departure = None
         self._suspect = self._head_miss = None
-        if token == source in self._heads and ptr == self._first_word(self._line_start(ptr)):
+        if token == source and self._replaced_head(ptr):
             self._heads.discard(source)  # a line of this kind kept its first word
             self._replacement.pop(source, None)
         self._run += 1
@@ -301,7 +301,6 @@ class PromptLookupDrafter:
             # A departure at the first word of a line the copy came into (its indentation followed).
             at_head = ptr == self._first_word(start) and self._run >= ptr - start
             self._head_miss = start if at_head else None
-            dep = None
         else:
             if self._suspect is not None:  # two misses in a row: more than a renamed token
                 if dep is not None and self._suspect not in self._edited:
@@ -312,9 +311,8 @@ class PromptLookupDrafter:
                 self._head, self._head_miss = self._head_miss, None
         # In a line of a kind the answer edits, a departure is an edit, not a renamed identifier.
         edit = bool(self._edited) and self._kind(start) in self._edited
-        if dep is None and self._miss == 0:
-            rename = source not in self.symbols and not edit and self._run >= 2
-            dep = _Departure(ptr, [], self._run, rename)
+        if self._miss == 0:
+            dep = _Departure(ptr, [], self._run, rename=source not in self.symbols and not edit and self._run >= 2)
         if dep is not None:
             dep.written.append(token)
             dep.rename = dep.rename and token not in self.symbols  # "items" written "stock: int" is an edit
@@ -349,7 +347,7 @@ class PromptLookupDrafter:
         As many tokens in place of as many is the copy's own alignment (see :meth:`_mismatch`)."""
         history, n = self._history, len(dep.written)
         old = history[dep.at]
-        if not dep.rename or n > LONGER_NAME:
+        if not dep.rename:
             return False  # an edit
         inserted = dep.written[-1] == old  # "x a": no longer name for "a"
         for skip in range(1, LONGER_NAME + 1):
@@ -370,6 +368,11 @@ class PromptLookupDrafter:
         self._ptr = at
         self._run, self._miss, self._followed = 0, 1, dep.run
         return True
+
+    def _replaced_head(self, position: int) -> bool:
+        """Whether history ``position`` holds the first word of its line, of a kind whose first word the answer
+        replaces (see :meth:`_end_line`)."""
+        return self._history[position] in self._heads and position == self._first_word(self._line_start(position))
 
     def _confirmed(self, source: int) -> None:
         """The answer wrote the longer name learnt for ``source`` whole again. Once it has as often as a
@@ -581,13 +584,7 @@ class PromptLookupDrafter:
                 self._jump(here)
                 self._line_indent()
                 confidence = 1
-            elif (
-                dep is not None
-                and dep.rename
-                and len(dep.written) <= LONGER_NAME
-                and size < STRONG_MATCH
-                and self._history[dep.at] not in self._heads
-            ):
+            elif dep is not None and dep.rename and size < STRONG_MATCH and self._history[dep.at] not in self._heads:
                 # Maybe a name renamed to a longer one (cnt -> item_count): a guess that the copy resumes after
                 # it. The copy itself stays where it is until the answer shows it (see _resumes). Not where the
                 # answer replaces a first word (print) otherwise: that is a line inserted before this one.
@@ -616,9 +613,7 @@ class PromptLookupDrafter:
         owed = self._owed
         if owed:
             renamed = self._history[ptr - 1]  # the answer is writing the longer name learnt for it
-            if renamed in self._unsure or (
-                renamed in self._heads and ptr - 1 == self._first_word(self._line_start(ptr - 1))
-            ):
+            if renamed in self._unsure or self._replaced_head(ptr - 1):
                 return EMPTY_DRAFT  # replaced in more than one way, or maybe so: the target decides how
             if self._trust.get(renamed, 0) < SUBST_TRUST:
                 confidence = min(confidence, 1)  # its first confirmation
@@ -634,7 +629,7 @@ class PromptLookupDrafter:
             if t == just_replaced or t in self._unsure or (t in self._subst and self._trust.get(t, 0) < SUBST_TRUST):
                 source = source[:i]  # the target decides this one
                 break
-            if t in self._heads and ptr + i == self._first_word(self._line_start(ptr + i)):
+            if self._replaced_head(ptr + i):
                 source = source[:i]  # the answer replaces this kind of line's first word: the target writes it
                 break
             if t in self.newlines and edited and (inside or self._kind(ptr + i + 1) in edited):
