@@ -234,16 +234,68 @@ def test_a_busy_machine_marks_the_figures_noisy() -> None:
     assert "other programs used 60%" in (_noise(0.6, prompts, runs(10.0, 10.1)) or "")
     assert _noise(0.05, prompts, runs(10.0, 10.1)) is None
     assert "varied by 26%" in (_noise(0.05, prompts, runs(10.0, 13.0)) or "")
-    # One round (no spread): a candidate 2.7x faster at 1.07 tokens per pass means plain decoding was slowed.
-    lookup = [RunResult((), 107, 107 / 27.7, 0, 0, 0, 100, 10, 7)]
-    slowed = runs(10.1)
-    slowed[prompts[0].id]["lookup"] = lookup
-    assert "×2.74 over plain decoding with 1.07 tokens per target pass" in (_noise(0.05, prompts, slowed) or "")
-    fair = runs(25.0)
-    fair[prompts[0].id]["lookup"] = lookup
-    assert _noise(0.05, prompts, fair) is None
     share = _others_busy(0.05)
     assert share is None or 0.0 <= share <= 8.0  # a share of the CPUs (or a load average off Linux)
+
+
+def test_a_speedup_no_target_pass_can_give_marks_its_row_and_is_never_recommended() -> None:
+    """One round has no spread to tell a slowed plain run by: a candidate 2.7x faster than plain decoding at 1.07
+    tokens per target pass can only mean plain decoding was slowed. Its row says so and is left out."""
+    from speculens.engine.bench import RunResult
+    from speculens.lab import LabResult, _summarise, lab_prompts
+
+    prompts = lab_prompts(["chat"])
+    candidates = [PLAIN, Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)]
+
+    def summary(plain_tps: float) -> LabResult:
+        runs = {
+            prompts[0].id: {
+                "none": [RunResult((), 100, 100 / plain_tps, 0, 0, 0, 100, 0, 0)],
+                "lookup": [RunResult((), 107, 107 / 27.7, 0, 0, 0, 100, 10, 7)],
+            }
+        }
+        rows = _summarise(prompts, candidates, runs, "2026-01-01")
+        return LabResult("t.gguf", rows=rows, candidates={c.key: c for c in candidates})
+
+    slowed = summary(10.1)
+    row = slowed.rows["chat"]["lookup"]
+    assert row.noisy is not None and "×2.74 over plain decoding with 1.07 tokens per target pass" in row.noisy
+    # Plain decoding alone is left, and it is the figure that was slowed: nothing is recommended.
+    assert slowed.best("chat") is None and slowed.overall_best() is None
+    assert [r.key for r in slowed.ranking("chat")] == ["none", "lookup"]
+    words = " ".join(slowed.recommendation())
+    assert "left out as faster than their tokens per target pass can make them: Prompt lookup (×2.74 at" in words
+    assert "plain decoding is fastest" not in words
+    fair = summary(23.0)  # ×1.19: within what 1.07 tokens per pass can give
+    assert fair.rows["chat"]["lookup"].noisy is None and fair.best("chat").key == "lookup"
+
+
+def test_a_result_saved_before_rows_were_checked_is_checked_when_loaded() -> None:
+    """From a tour: a result saved before the check recommended prompt lookup at ×2.86 with 1.07 tokens per pass,
+    without a word of warning."""
+    from speculens.lab import LabResult, Row
+
+    rows = {
+        "chat": {
+            "none": Row("none", "Plain decoding", 10.0, 1.0, None, 1.0, 0.0, True, 1, "2026-11-27T22:42"),
+            "lookup": Row("lookup", "Prompt lookup", 28.6, 2.86, 0.7, 1.07, 4.0, True, 1, "2026-11-27T22:42"),
+            "auto": Row("auto", "Automatic", 14.0, 1.4, 0.8, 1.9, 4.0, True, 1, "2026-11-27T22:42"),
+        }
+    }
+    candidates = {
+        "none": PLAIN,
+        "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP),
+        "auto": Candidate("auto", "Automatic", Strategy.AUTO),
+    }
+    doc = LabResult("t.gguf", rows=rows, candidates=candidates).to_document()
+    for row in doc["kinds"]["chat"].values():
+        del row["noisy"]  # what the older version wrote
+    old = LabResult.from_document(doc)
+    assert old.rows["chat"]["lookup"].noisy is not None and old.rows["chat"]["auto"].noisy is None
+    assert old.best("chat").key == "auto"
+    # A row measured with the check keeps what it found (here: nothing, whatever its figures say).
+    doc["kinds"]["chat"]["lookup"]["noisy"] = None
+    assert LabResult.from_document(doc).best("chat").key == "lookup"
 
 
 def test_a_candidate_that_never_drafted_or_a_single_run_does_not_make_a_recommendation() -> None:

@@ -187,3 +187,27 @@ def test_the_headline_says_one_setting_for_all_kinds_when_a_kind_has_its_own_bes
     rows.pop("chat")
     lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
     assert "Recommended: lookup" in lab.recommendation.text()
+    assert not lab.noisy.isVisible()
+
+
+def test_a_speedup_no_pass_can_give_is_marked_and_not_recommended(lab) -> None:  # type: ignore[no-untyped-def]
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row
+
+    impossible = "×2.86 over plain decoding with 1.07 tokens per target pass, more than any pass can give"
+    rows = {
+        "chat": {
+            "none": Row("none", "Plain decoding", 10.0, 1.0, None, 1.0, 0.0, True, 1, "2026-01-01"),
+            "lookup": Row("lookup", "Prompt lookup", 28.6, 2.86, 0.7, 1.07, 4.0, True, 1, "2026-01-01", impossible),
+        }
+    }
+    candidates = {"none": PLAIN, "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)}
+    lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
+    assert "Recommended" not in lab.recommendation.text() and not lab.apply_button.isEnabled()
+    assert "Prompt lookup (×2.86 at 1.07 tokens per pass)" in lab.recommendation.text()
+    assert "marked ⚠ cannot be true" in lab.noisy.text() and not lab.noisy.isHidden()
+    table = lab.tabs.widget(0)
+    cells = {table.item(i, 0).text(): table.item(i, 2) for i in range(table.rowCount())}
+    assert cells["Prompt lookup"].text() == "×2.86 ⚠" and impossible in cells["Prompt lookup"].toolTip()
+    assert table.item(0, 0).text() == "Plain decoding"
+    assert lab._legend_names == []  # the chart draws no bar for it

@@ -11,9 +11,9 @@ Qt-free; the app's Pair lab window and ``speculens-cli lab`` share it. Four part
   given acceptance, the acceptance it needs to pay at all, and whether it is hopeless (it loses even when
   every draft is accepted);
 * the **run** (:class:`PairLab`): one target, every candidate on every prompt, interleaved and repeated as the
-  benchmark does, within a time budget, cancellable (what was measured is kept); the load average before,
-  plain decoding's run-to-run spread, and a speedup no target pass could give (more than the tokens per pass)
-  mark a busy machine's figures as noisy;
+  benchmark does, within a time budget, cancellable (what was measured is kept); the load average before and
+  plain decoding's run-to-run spread mark a busy machine's figures as noisy, and a speedup no target pass could
+  give (more than the tokens per pass) marks its row, which is then never recommended, saved or not;
 * the **result** (:class:`LabResult`): a ranked table per kind of text, the draft length the adaptive
   controller settled on, greedy identity, a recommendation in words, and the settings to apply; saved per
   machine and target, exported as JSON and CSV.
@@ -73,8 +73,8 @@ KINDS = {
 RECOMMEND_MARGIN = 0.03
 # Plain decoding whose runs spread more than this (max - min over the median) was measured on a busy machine.
 NOISY_SPREAD = 0.15
-# A candidate faster than plain decoding by more than this factor times its tokens per target pass marks the figures
-# noisy (see _noise).
+# A candidate faster than plain decoding by more than this factor times its tokens per target pass marks its row
+# noisy (see _impossible).
 IMPOSSIBLE_MARGIN = 1.15
 # Other programs using more than this share of the CPUs when a run begins make it noisy.
 BUSY_SHARE = 0.3
@@ -345,6 +345,8 @@ class Row:
         identical: every greedy answer equals plain decoding's (``None`` when plain decoding was not measured).
         runs: timed runs behind the figures.
         date: when it was measured (ISO 8601).
+        noisy: why its speedup cannot be true (see :func:`_impossible`), or ``None``; such a row is never
+            recommended.
     """
 
     key: str
@@ -357,6 +359,7 @@ class Row:
     identical: bool | None
     runs: int
     date: str
+    noisy: str | None = None
 
 
 @dataclass
@@ -391,12 +394,14 @@ class LabResult:
         """The kind's rows, fastest first; candidates that drafted nothing come last, whatever their speed: they
         decoded plainly, and their difference from plain decoding is the machine's noise (a user tour read a
         draft model that never drafted at ×1.13 on top of the table)."""
-        return sorted(self.rows.get(kind, {}).values(), key=lambda r: (not _drafted(r), -(r.speedup or 0.0)))
+        return sorted(
+            self.rows.get(kind, {}).values(), key=lambda r: (not _drafted(r), r.noisy is not None, -(r.speedup or 0.0))
+        )
 
     def best(self, kind: str) -> Row | None:
-        """The kind's candidate to recommend (see :meth:`_pick`)."""
+        """The kind's candidate to recommend (see :meth:`_pick`); rows whose speedup cannot be true are left out."""
         rows = self.rows.get(kind, {})
-        key = self._pick({k: r.speedup for k, r in rows.items() if r.speedup and _drafted(r)}, rows.values())
+        key = self._pick({k: r.speedup for k, r in rows.items() if r.speedup and _trusted(r)}, rows.values())
         return rows[key] if key is not None else None
 
     def overall_best(self) -> Row | None:
@@ -407,7 +412,7 @@ class LabResult:
         scores = {}
         for key in keys:
             rows = [self.rows[k][key] for k in kinds]
-            if all((r.speedup or 0.0) > 0 for r in rows) and any(_drafted(r) for r in rows):
+            if all((r.speedup or 0.0) > 0 and r.noisy is None for r in rows) and any(_drafted(r) for r in rows):
                 scores[key] = math.exp(statistics.fmean(math.log(r.speedup or 0.0) for r in rows))
         chosen = self._pick(scores, [r for k in kinds for r in self.rows[k].values()])
         return self.rows[kinds[0]][chosen] if chosen is not None else None
@@ -417,8 +422,10 @@ class LabResult:
         figure rests on a single run, which this noise can move that far); among the candidates within that
         margin of the best, the simplest (no draft model to load, the adaptive controller over a fixed
         length), then the fastest. A candidate that never drafted decoded plainly: its figure is plain
-        decoding's, and whatever it read above 1 is noise (the caller leaves it out)."""
-        if not scores:
+        decoding's, and whatever it read above 1 is noise (the caller leaves it out). Nothing when plain decoding
+        is all that is left beside figures that cannot be true: those were measured against a slowed plain run."""
+        rows = list(rows)
+        if not scores or (set(scores) == {PLAIN.key} and any(r.noisy for r in rows)):
             return None
         single = any(r.runs < 2 for r in rows if r.key in scores)
         margin = NOISY_SPREAD if single else RECOMMEND_MARGIN
@@ -435,30 +442,42 @@ class LabResult:
         return (1 if cand.draft is not None else 0) + (1 if cand.n_draft is not None else 0)
 
     def recommendation(self) -> list[str]:
-        """The verdict in words, one sentence per kind of text."""
+        """The verdict in words, one sentence per kind of text (and one for the figures left out as impossible)."""
         out = []
         for kind in self.rows:
-            row = self.best(kind)
-            if row is None:
-                continue
-            name = KINDS.get(kind, kind).lower()
-            if row.key != PLAIN.key:
-                acc = f", acceptance {row.acceptance:.0%}" if row.acceptance is not None else ""
-                out.append(f"For {name}, use {row.label}: ×{row.speedup:.2f} over plain decoding{acc}.")
-                continue
-            ranked = [r for r in self.ranking(kind) if r.key != PLAIN.key]
-            runner = next((r for r in ranked if _drafted(r)), None)
-            if runner is None and ranked:
+            out += self._verdict(kind)
+            left_out = [
+                f"{r.label} (×{r.speedup or 0:.2f} at {r.mean_accepted_length:.2f} tokens per pass)"
+                for r in self.ranking(kind)
+                if r.noisy is not None
+            ]
+            if left_out:
                 out.append(
-                    f"For {name}, plain decoding: no candidate found anything worth drafting in this text, so their "
-                    "figures are plain decoding's own (and their differences from it, noise)."
+                    f"For {KINDS.get(kind, kind).lower()}, left out as faster than their tokens per target pass can "
+                    f"make them: {', '.join(left_out)}. Something else used the CPUs while plain decoding ran: run "
+                    "the lab again."
                 )
-                continue
-            why = self._why_not(runner)
-            if runner is not None and runner.runs < 2 and (runner.speedup or 0.0) >= 1.0 + RECOMMEND_MARGIN:
-                why += f" (one run each: on this machine a difference under {NOISY_SPREAD:.0%} can be noise)"
-            out.append(f"For {name}, plain decoding is fastest on this machine{why}.")
         return out
+
+    def _verdict(self, kind: str) -> list[str]:
+        row = self.best(kind)
+        if row is None:
+            return []
+        name = KINDS.get(kind, kind).lower()
+        if row.key != PLAIN.key:
+            acc = f", acceptance {row.acceptance:.0%}" if row.acceptance is not None else ""
+            return [f"For {name}, use {row.label}: ×{row.speedup:.2f} over plain decoding{acc}."]
+        ranked = [r for r in self.ranking(kind) if r.key != PLAIN.key and r.noisy is None]
+        runner = next((r for r in ranked if _drafted(r)), None)
+        if runner is None and ranked:
+            return [
+                f"For {name}, plain decoding: no candidate found anything worth drafting in this text, so their "
+                "figures are plain decoding's own (and their differences from it, noise)."
+            ]
+        why = self._why_not(runner)
+        if runner is not None and runner.runs < 2 and (runner.speedup or 0.0) >= 1.0 + RECOMMEND_MARGIN:
+            why += f" (one run each: on this machine a difference under {NOISY_SPREAD:.0%} can be noise)"
+        return [f"For {name}, plain decoding is fastest on this machine{why}."]
 
     def _why_not(self, row: Row | None) -> str:
         if row is None:
@@ -505,7 +524,7 @@ class LabResult:
             profile = doc.get("profile")
             return cls(
                 target=str(doc["target"]),
-                rows={kind: {key: Row(**r) for key, r in rows.items()} for kind, rows in doc.get("kinds", {}).items()},
+                rows={kind: {k: _row_from(r) for k, r in rows.items()} for kind, rows in doc.get("kinds", {}).items()},
                 estimates={
                     k: Estimate(
                         e["key"],
@@ -973,6 +992,11 @@ def _drafted(row: Row) -> bool:
     return row.key == PLAIN.key or row.acceptance is not None
 
 
+def _trusted(row: Row) -> bool:
+    """Whether a row can be recommended: it speculated (or is plain decoding) and its speedup can be true."""
+    return _drafted(row) and row.noisy is None
+
+
 def _noise(
     busy_before: float | None, prompts: Sequence[BenchPrompt], runs: dict[str, dict[str, list[RunResult]]]
 ) -> str | None:
@@ -991,27 +1015,36 @@ def _noise(
             f"plain decoding's speed varied by {max(spreads):.0%} between rounds: something else used the CPUs, so "
             "differences of that size mean nothing"
         )
-    # A target pass costs at least a plain step, so no candidate can beat plain decoding by more than its tokens
-    # per pass; one that reads so was measured beside plain runs that something else slowed (a single round
-    # has no spread to tell it by).
-    for p in prompts:
-        by_key = runs[p.id]
-        plain = statistics.median([r.tokens_per_second for r in by_key.get(PLAIN.key, [])] or [0.0])
-        if plain <= 0:
-            continue
-        for key, results in by_key.items():
-            steps = sum(r.n_steps for r in results)
-            if key == PLAIN.key or not results or not steps:
-                continue
-            speedup = statistics.median(r.tokens_per_second for r in results) / plain
-            per_pass = sum(r.n_generated for r in results) / steps
-            if speedup > IMPOSSIBLE_MARGIN * per_pass:
-                return (
-                    f"one candidate read ×{speedup:.2f} over plain decoding with {per_pass:.2f} tokens per target "
-                    "pass, more than any pass can give: something else used the CPUs while plain decoding ran, "
-                    "so run the lab again"
-                )
     return None
+
+
+def _impossible(speedup: float | None, per_pass: float) -> str | None:
+    """Why a speedup cannot be true, or ``None``. A target pass costs at least a plain step, so no candidate can
+    beat plain decoding by more than its tokens per pass; one that reads so was measured beside plain runs that
+    something else slowed (a single round has no spread to tell it by)."""
+    if speedup is None or speedup <= IMPOSSIBLE_MARGIN * per_pass:
+        return None
+    return (
+        f"×{speedup:.2f} over plain decoding with {per_pass:.2f} tokens per target pass, more than any pass can "
+        "give: something else used the CPUs while plain decoding ran, so run the lab again"
+    )
+
+
+def _impossible_on(by_key: dict[str, list[RunResult]], key: str) -> str | None:
+    """:func:`_impossible` for one candidate's runs on one prompt (``by_key``: that prompt's runs by candidate)."""
+    results = by_key.get(key, [])
+    steps = sum(r.n_steps for r in results)
+    plain = statistics.median([r.tokens_per_second for r in by_key.get(PLAIN.key, [])] or [0.0])
+    if key == PLAIN.key or not steps or plain <= 0:
+        return None
+    speedup = statistics.median(r.tokens_per_second for r in results) / plain
+    return _impossible(speedup, sum(r.n_generated for r in results) / steps)
+
+
+def _row_from(doc: dict[str, Any]) -> Row:
+    """A saved row; one saved before rows carried their own check gets it here, from its pooled figures."""
+    row = Row(**doc)
+    return row if "noisy" in doc else replace(row, noisy=_impossible(row.speedup, row.mean_accepted_length))
 
 
 def _summarise(
@@ -1056,6 +1089,7 @@ def _summarise(
                 identical=identical,
                 runs=len(all_runs),
                 date=date,
+                noisy=next((n for i in paired if (n := _impossible_on(runs[i], cand.key)) is not None), None),
             )
         out[kind] = rows
     return out

@@ -88,6 +88,8 @@ def _speedup_cell(r: Row) -> tuple[str, str, bool]:
     """The speedup column: a candidate that drafted nothing decoded plainly, and says so."""
     if r.speedup is None:
         return "–", "plain decoding was not measured on these prompts (the run was stopped first)", True
+    if r.noisy is not None:
+        return f"×{r.speedup:.2f} ⚠", f"Left out of the recommendation: it read {r.noisy}.", True
     if r.key != PLAIN.key and r.acceptance is None:
         return (
             f"×{r.speedup:.2f}, drafted nothing",
@@ -541,7 +543,19 @@ class PairLabWindow(QMainWindow):
         )
         self.header.setToolTip(result.llama_build)
         shown = latest or result
-        notes = [_sentence(n) for n in (shown.noisy, "cancelled before the end" if shown.cancelled else None) if n]
+        impossible = any(r.noisy for rows in result.rows.values() for r in rows.values())
+        notes = [
+            _sentence(n)
+            for n in (
+                shown.noisy,
+                "cancelled before the end" if shown.cancelled else None,
+                "speedups marked ⚠ cannot be true (more than their tokens per pass can give): they were measured "
+                "beside plain runs that something else slowed, and are left out of the recommendation"
+                if impossible
+                else None,
+            )
+            if n
+        ]
         self.noisy.setText("⚠ " + " ".join(notes) if notes else "")
         self.noisy.setVisible(bool(notes))
         best = result.overall_best()
@@ -589,8 +603,8 @@ class PairLabWindow(QMainWindow):
     def _plot_speedups(self, result: LabResult) -> None:
         kinds = list(result.rows)
         keys: list[str] = []
-        for kind in kinds:  # the best few of each kind, plain decoding left out (it is the 1.0 line)
-            keys += [r.key for r in result.ranking(kind) if r.key != PLAIN.key][:3]
+        for kind in kinds:  # the best few of each kind, plain decoding (the 1.0 line) and impossible figures left out
+            keys += [r.key for r in result.ranking(kind) if r.key != PLAIN.key and r.noisy is None][:3]
         keys = list(dict.fromkeys(keys))[:6]
         width = 0.8 / max(len(keys), 1)
         top = 1.0
