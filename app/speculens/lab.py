@@ -569,6 +569,7 @@ class LabResult:
                 "identical",
                 "runs",
                 "date",
+                "noisy",
             ]
         )
         for kind in self.rows:
@@ -585,6 +586,7 @@ class LabResult:
                         "" if r.identical is None else r.identical,
                         r.runs,
                         r.date,
+                        r.noisy or "",
                     ]
                 )
         return out.getvalue()
