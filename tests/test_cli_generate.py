@@ -70,6 +70,14 @@ def test_chat_reads_turns_from_stdin(tiny: TinyModels) -> None:
     assert len(out.stdout.splitlines()) >= 2
 
 
+def test_a_chat_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(tiny: TinyModels) -> None:
+    turns = "hello\n" + "word " * 400 + "\nhow are you\n"
+    out = cli("generate", "-m", tiny.target, "-s", "lookup", "-n", "8", "--ctx", "256", "--chat", input=turns)
+    assert out.returncode == 1  # the exit status still says a message failed
+    assert "goes on without this message" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.count("n_drafted") == 2  # both other turns were answered
+
+
 def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path) -> None:
     plain = cli("generate", "-m", tiny.target, "-s", "none", "-n", "48", "print hello world")
     corpus = tmp_path / "corpus"

@@ -299,6 +299,34 @@ def test_second_chat_turn_evaluates_only_the_new_tokens(tiny: TinyModels) -> Non
     assert [m["role"] for m in chat.messages] == ["user", "assistant", "user", "assistant"]
 
 
+def test_a_chat_turn_that_fails_leaves_the_conversation_as_it_was(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as engine:
+        chat = ChatSession(engine)
+        config = greedy(max_tokens=8)
+        list(chat.send("one two three", config))
+        before = list(chat.messages)
+        with pytest.raises(PromptError):
+            list(chat.send("word " * 400, config))
+        assert chat.messages == before
+        chat_for_real = engine.chat
+
+        def fails_after_starting(*args, **kwargs):  # type: ignore[no-untyped-def]
+            events = chat_for_real(*args, **kwargs)
+            yield next(events)
+            raise BackendError("decode failed")
+
+        monkeypatch.setattr(engine, "chat", fails_after_starting)
+        with pytest.raises(BackendError):
+            list(chat.send("four five", config))
+        assert chat.messages == before  # no user message left without its answer
+        monkeypatch.undo()
+        list(chat.send("six seven", config))
+    assert [m["role"] for m in chat.messages] == ["user", "assistant", "user", "assistant"]
+    assert chat.messages[2]["content"] == "six seven"
+
+
 def test_missing_and_non_gguf_files_give_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="not found"):
         LlamaBackend(tmp_path / "nope.gguf")

@@ -24,6 +24,7 @@ from speculens.engine.config import (
     FlashAttention,
     GenerationConfig,
     ModelConfig,
+    PromptError,
     Strategy,
 )
 from speculens.engine.events import FinishEvent, Origin, RunningStats, StartEvent, StepEvent, event_to_dict
@@ -253,16 +254,22 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
+            failed = False
             while True:
                 if interactive:
                     print("> ", end="", file=sys.stderr, flush=True)
                 line = sys.stdin.readline()
                 if not line:
-                    return 0
+                    return 1 if failed else 0
                 if not line.strip():
                     continue
                 events = chat.send(line.rstrip("\n"), config, cancel)
-                finish, start, threads = consume(events, sys.stdout, args.color, log)
+                try:
+                    finish, start, threads = consume(events, sys.stdout, args.color, log)
+                except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
+                    print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
+                    failed = True
+                    continue
                 sys.stdout.write("\n")
                 sys.stdout.flush()
                 print(summary(finish.stats, start, finish.reason.value, threads), file=sys.stderr)

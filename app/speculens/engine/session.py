@@ -621,14 +621,11 @@ class ChatSession:
             self.messages.append({"role": "system", "content": system})
 
     def send(self, user_text: str, config: GenerationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Add a user message and generate the assistant's answer; the answer joins the history at the end."""
+        """Generate the assistant's answer to a user message; both join the history when the answer ends (a
+        stopped answer too, with what was said). A turn that fails (a message too long for what is left of the
+        context) leaves the history as it was, so the conversation can go on."""
         messages = [*self.messages, {"role": "user", "content": user_text}]
-        events = self.engine.chat(messages, config, cancel)
-        self.messages = messages
-        return self._record(events)
-
-    def _record(self, events: Iterator[Event]) -> Iterator[Event]:
-        for event in events:
+        for event in self.engine.chat(messages, config, cancel):
             if isinstance(event, FinishEvent):
-                self.messages.append({"role": "assistant", "content": event.text})
+                self.messages = [*messages, {"role": "assistant", "content": event.text}]
             yield event
