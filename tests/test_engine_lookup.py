@@ -381,6 +381,59 @@ def test_a_name_renamed_to_a_longer_one_is_learnt_and_drafted_whole(length: int)
     assert sum(hits) > 1.5 * sum(one_for_one)
 
 
+def shortened(lines: list[list[int]], old: Sequence[int], new: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A prompt of a lead-in line and ``lines``, and an answer that copies them with the name ``old`` (several
+    tokens) written ``new``."""
+    source = [t for line in [[50, 51, 52, NL], *lines] for t in line]
+    answer, i = [], 0
+    while i < len(source):
+        if tuple(source[i : i + len(old)]) == tuple(old):
+            answer += new
+            i += len(old)
+        else:
+            answer.append(source[i])
+            i += 1
+    return [1, 2, NL, *source, 3], answer
+
+
+SHORTER = [((601, 602), [600]), ((601, 602, 603), [600]), ((601, 602, 603), [600, 604])]
+
+
+@pytest.mark.parametrize(("old", "new"), SHORTER)
+def test_a_name_renamed_to_a_shorter_one_is_learnt_and_drafted_whole(old: tuple[int, ...], new: list[int]) -> None:
+    # "item _count" becomes "n" (two tokens written as one, or three as one, or three as two) wherever it occurs.
+    lines = [[WS4, 70 + i, 80 + i, *old, 90 + i, 100 + i, 110 + i, NL] for i in range(6)]  # "total += item_count * x"
+    prompt, answer = shortened(lines, old, new)
+    hits = follow(PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL}), prompt, answer)
+    before = [i for i, t in enumerate(answer) if t == new[0]]  # the draft made just before each new name
+    assert hits[before[0]] == 0  # the first rename is news
+    assert all(hits[i] >= min(6, len(answer) - i) for i in before[2:])  # then the name and the rest of the line
+    # Where the old name's first token occurs without the rest of it, it is drafted as it is.
+    prompt, answer = shortened([*lines, [WS4, 120, old[0], 121, 122, 123, 124, NL]], old, new)
+    drafter = PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL})
+    out = drafts(drafter, prompt, answer)
+    assert out[answer.index(120)].tokens[:3] == (120, old[0], 121)
+
+
+def test_a_shorter_name_is_not_learnt_over_punctuation_and_is_forgotten_when_the_answer_keeps_the_old() -> None:
+    a, b, comma, n = 601, 602, 603, 600
+    # "f(a, b)" written "f(n)": ", b" is punctuation and a word, not the rest of a name.
+    lines = [[WS4, 70 + i, 80 + i, a, comma, b, 90 + i, 100 + i, NL] for i in range(6)]
+    prompt, answer = shortened(lines, (a, comma, b), (n,))
+    out = drafts(PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL, comma}), prompt, answer)
+    assert all(n not in d.tokens for d in out)
+    # "a b" written "n" three times, then "a b" again: after that, "a b" is drafted as it is, not "n".
+    lines = [[WS4, 70 + i, 80 + i, a, b, 90 + i, 100 + i, NL] for i in range(8)]
+    prompt, renamed_answer = shortened(lines[:3], (a, b), (n,))
+    kept = [t for line in lines[3:] for t in line]
+    prompt = [1, 2, NL, *[t for line in [[50, 51, 52, NL], *lines] for t in line], 3]
+    answer = [*renamed_answer, *kept]
+    out = drafts(PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL}), prompt, answer)
+    last_a = len(answer) - len(lines[-1]) + 3  # the last line's "a"
+    assert all(n not in d.tokens for d in out[len(renamed_answer) + len(lines[3]) :])
+    assert out[last_a + 1].tokens[:2] == (b, 97)  # "b" is no longer dropped
+
+
 def test_a_longer_name_at_a_line_s_first_word_is_drafted_once_confirmed() -> None:
     # Lines that begin with the renamed name: first a replaced first word (the target writes it), then, once
     # the same replacement was written twice, a rename drafted through like any other.

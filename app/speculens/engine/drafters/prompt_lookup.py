@@ -24,8 +24,10 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   with words inserted before it (``a`` written ``x, a``). Until one is learnt, a draft after two tokens of a
   departure guesses that the copy resumes there (confidence 0). At a line's first word a longer name is
   taken for a replaced first word (below) until the answer has written it the same way twice;
-* **corrected words**: when the answer writes fewer tokens in place of more (a typo corrected: `` tech``
-  ``ique`` written `` technique``) and goes on with the source a few tokens on, the copy goes on from there;
+* **shorter names**: fewer tokens in place of up to :data:`LONGER_NAME` words (`` item`` ``_count`` written
+  `` n``, or a typo corrected: `` tech`` ``ique`` written `` technique``), when the copy resumes just after
+  them, are learnt as a substitution of their first token that applies where the rest follows it (and drops
+  the rest). Any other departure the copy resumes after, a few tokens on, moves the copy there;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original;
 * **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
@@ -153,11 +155,15 @@ class PromptLookupDrafter:
         self._miss = 0  # tokens in a row that did not
         self._followed = 0  # the run before the last miss
         self._subst: dict[int, tuple[int, ...]] = {}  # source token -> the answer's replacement for it
+        # source token -> the rest of a name renamed to a shorter one (see _resumes): the substitution applies
+        # where they follow it, and they are dropped
+        self._tails: dict[int, tuple[int, ...]] = {}
         self._trust: dict[int, int] = {}  # source token -> times its substitution was seen
         self._unsure: set[int] = set()  # source tokens the answer has replaced in more than one way
         self._shift = 0  # columns the answer indents deeper than the source it copies
-        # the last mismatch (source, answer tokens): a substitution, learnt if the copy resumes after it
-        self._pending: tuple[int, tuple[int, ...]] | None = None
+        # the last mismatch (source, answer tokens, the rest of the source name they replace): a substitution,
+        # learnt if the copy resumes after it
+        self._pending: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
         self._departure: _Departure | None = None  # the answer's departure from the copy, while it lasts
         # the rest of a longer name the answer has begun writing in place of the source token before _ptr
         self._owed: tuple[int, ...] = ()
@@ -210,11 +216,29 @@ class PromptLookupDrafter:
         """What the answer is expected to write where its source, at history ``position``, has its token (more
         than one token for a name renamed to a longer one)."""
         source = self._history[position]
-        if source in self._subst:
+        if self._tails and self._dropped(position):
+            return ()
+        if source in self._subst and self._has_tail(position):
             return self._subst[source]
         if self._shift and self._indentation(position):
             return (self._by_width.get(self.indent[source] + self._shift, source),)
         return (source,)
+
+    def _has_tail(self, position: int) -> bool:
+        """Whether the rest of the name renamed to a shorter one at history ``position`` follows it there (true
+        for every other substitution)."""
+        tail = self._tails.get(self._history[position], ())
+        return tuple(self._history[position + 1 : position + 1 + len(tail)]) == tail
+
+    def _dropped(self, position: int) -> bool:
+        """Whether history ``position`` holds part of the rest of a name renamed to a shorter one."""
+        history = self._history
+        return any(
+            head + len(self._tails.get(history[head], ())) >= position
+            and history[head] in self._subst
+            and self._has_tail(head)
+            for head in range(position - 1, max(position - LONGER_NAME, -1), -1)
+        )
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
@@ -230,6 +254,11 @@ class PromptLookupDrafter:
                 return
             self._unwind()
         history = self._history
+        while self._tails and self._ptr < len(history) and self._dropped(self._ptr):
+            self._ptr += 1  # the rest of a name renamed to a shorter one: the answer wrote none of it
+        if self._ptr >= len(history):
+            self._ptr = None
+            return
         if (
             (self._run > 0 or realigned)
             and (not history or history[-1] in self.newlines)
@@ -260,16 +289,21 @@ class PromptLookupDrafter:
         source, expected = history[ptr], self._expected(ptr)
         if len(expected) > 1 and token == expected[0]:
             self._owed, self._name = expected[1:], expected  # trusted once written whole (see _follow)
-        elif token == source and source in self._subst:
+        elif token == source and source in self._subst and expected != (source,):
             self._unsure.add(source)  # kept the original this time
             del self._subst[source]
+            self._tails.pop(source, None)
         elif token == expected[0] != source:
             self._trust[source] = self._trust.get(source, 0) + 1
         if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
-            old, new = self._pending
-            if self._subst.get(old, new) != new:
+            old, new, tail = self._pending
+            if self._subst.get(old, new) != new or self._tails.get(old, tail) != tail:
                 self._unsure.add(old)
             self._subst[old] = new
+            if tail:
+                self._tails[old] = tail
+            else:
+                self._tails.pop(old, None)
             self._trust[old] = 1
         self._pending = self._departure = None
         self._suspect = self._head_miss = None
@@ -319,12 +353,12 @@ class PromptLookupDrafter:
             if len(dep.written) > LONGER_NAME:
                 dep = None
         self._departure = dep
-        if source in self._subst and not edit:
+        if source in self._subst and self._has_tail(ptr) and not edit:
             self._unsure.add(source)  # replaced, but not as learnt
         if dep is not None and dep.rename:
-            self._pending = (history[dep.at], tuple(dep.written))
+            self._pending = (history[dep.at], tuple(dep.written), ())
         else:
-            self._pending = None if edit else (source, (token,))
+            self._pending = None if edit else (source, (token,), ())
         self._followed = self._run if self._miss == 0 else 0
         self._run = 0
         self._miss += 1
@@ -340,9 +374,12 @@ class PromptLookupDrafter:
           what its second token marked (an edited kind of line) is undone unless the token was replaced
           otherwise before: then it is an edit after all (``print`` written ``logger.error`` here,
           ``logger.info`` there).
-        * Anything else: a word corrected or reworded (`` tech`` ``ique`` written `` technique``), words
-          inserted before the source's token (``a`` written ``x a``). Nothing is learnt; the copy goes on rather
-          than waiting for a lookup to find it again. Not on the answer's own earlier text.
+        * A rename to a shorter name: fewer tokens in place of more words (`` item`` ``_count`` written `` n``,
+          or `` tech`` ``ique`` written `` technique``, a typo corrected). It is pending the same way, with the
+          rest of the old name: the substitution applies where that follows the token, and drafts drop it.
+        * Anything else: words inserted before the source's token (``a`` written ``x a``), or a replacement
+          beginning or ending with punctuation. Nothing is learnt; the copy goes on rather than waiting for a
+          lookup to find it again. Not on the answer's own earlier text.
 
         As many tokens in place of as many is the copy's own alignment (see :meth:`_mismatch`)."""
         history, n = self._history, len(dep.written)
@@ -354,15 +391,16 @@ class PromptLookupDrafter:
             at = dep.at + skip
             if at >= len(history) or (skip > 1 and at >= self._answer_from):
                 return False  # the answer's own earlier text departs from itself too often to realign on it
-            if skip != n and token == self._expected(at)[0]:
+            if skip != n and (expected := self._expected(at)) and token == expected[0]:
                 break
         else:
             return False
-        if skip == 1 and not inserted:
-            new = tuple(dep.written)
+        new, tail = tuple(dep.written), tuple(history[dep.at + 1 : at])
+        words = not any(t in self.symbols or t in self.whitespace for t in tail)
+        if not inserted and (skip == 1 or (skip > n and words)):
             if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
                 self._edited.discard(dep.marked)
-            self._pending = (old, new)
+            self._pending = (old, new, tail)
         else:
             self._pending = None
         self._ptr = at
@@ -626,7 +664,9 @@ class PromptLookupDrafter:
         if inside:
             confidence = 0  # the answer rewrites lines of this kind: copying one is a guess
         for i, t in enumerate(source):
-            if t == just_replaced or t in self._unsure or (t in self._subst and self._trust.get(t, 0) < SUBST_TRUST):
+            if t == just_replaced or t in self._unsure or (
+                t in self._subst and self._trust.get(t, 0) < SUBST_TRUST and self._has_tail(ptr + i)
+            ):
                 source = source[:i]  # the target decides this one
                 break
             if self._replaced_head(ptr + i):
