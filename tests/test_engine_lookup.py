@@ -434,6 +434,49 @@ def test_a_shorter_name_is_not_learnt_over_punctuation_and_is_forgotten_when_the
     assert out[last_a + 1].tokens[:2] == (b, 97)  # "b" is no longer dropped
 
 
+def test_a_deleted_word_is_no_shorter_name() -> None:
+    # "a b" written "b" once (a word deleted), then kept: nothing is learnt, so "a b" is drafted on later lines.
+    a, b = 601, 602
+    lines = [[WS4, 70 + i, 80 + i, a, b, 90 + i, 100 + i, NL] for i in range(6)]
+    prompt, _ = shortened(lines, (a, b), (a, b))
+    answer = [50, 51, 52, NL, *[t for i, line in enumerate(lines) for t in line if not (i == 0 and t == a)]]
+    out = drafts(PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL}), prompt, answer)
+    last = len(answer) - len(lines[-1])  # the last line's indentation
+    assert out[last].tokens[:5] == (WS4, 75, 85, a, b)
+
+
+def test_a_shorter_name_drops_its_rest_only_where_the_copy_came_through_it() -> None:
+    # Overlapping shorter names, "a b" -> n and "b c" -> m: where the source has "a b c", the answer writes "n c".
+    a, b, c, n, m = 601, 602, 605, 600, 606
+    lines = [
+        *[[WS4, 70 + i, a, b, 90 + i, NL] for i in range(4)],
+        *[[WS4, 170 + i, b, c, 190 + i, NL] for i in range(4)],
+        *[[WS4, 270 + i, a, b, c, 290 + i, 291 + i, NL] for i in range(3)],
+    ]
+    prompt, _ = shortened(lines, (a, b), (a, b))
+    renamed = []
+    for line in [[50, 51, 52, NL], *lines]:
+        i = 0
+        while i < len(line):
+            pair = tuple(line[i : i + 2])
+            renamed.append(n if pair == (a, b) else m if pair == (b, c) else line[i])
+            i += 2 if pair in ((a, b), (b, c)) else 1
+    drafter = PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL})
+    out = drafts(drafter, prompt, renamed)
+    last = len(renamed) - 5  # the last line: "WS4 272 n c 292 293 NL"
+    assert renamed[last - 1 : last + 2] == [272, n, c]
+    assert out[last].tokens[:3] == (n, c, 292)
+    # "a b" -> n learnt, then the answer writes the old name in a line of its own (no copy followed): a lookup
+    # after "a" finds the source's "a b" and drafts "b", which only a copy through a renamed "a" leaves out.
+    lines = [[WS4, 70 + i, 80 + i, a, b, 90 + i, 100 + i, NL] for i in range(5)]
+    prompt, renamed = shortened(lines[:4], (a, b), (n,))
+    prompt, _ = shortened(lines, (a, b), (a, b))
+    own = [WS4, 400, 401, 402, 403, 404, a]
+    answer = [*renamed, *own, b, 405, NL]
+    out = drafts(PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL}), prompt, answer)
+    assert out[len(renamed) + len(own)].tokens[:2] == (b, 94)
+
+
 def test_a_longer_name_at_a_line_s_first_word_is_drafted_once_confirmed() -> None:
     # Lines that begin with the renamed name: first a replaced first word (the target writes it), then, once
     # the same replacement was written twice, a rename drafted through like any other.

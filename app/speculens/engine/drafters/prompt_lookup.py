@@ -26,8 +26,9 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   taken for a replaced first word (below) until the answer has written it the same way twice;
 * **shorter names**: fewer tokens in place of up to :data:`LONGER_NAME` words (`` item`` ``_count`` written
   `` n``, or a typo corrected: `` tech`` ``ique`` written `` technique``), when the copy resumes just after
-  them, are learnt as a substitution of their first token that applies where the rest follows it (and drops
-  the rest). Any other departure the copy resumes after, a few tokens on, moves the copy there;
+  them, are learnt as a substitution of their first token that applies where the rest follows it: a copy
+  that goes through the first token as renamed goes on after the rest. A word deleted (`` a`` `` b`` written
+  `` b``) is no new name. Any other departure the copy resumes after, a few tokens on, moves the copy there;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original;
 * **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
@@ -168,6 +169,7 @@ class PromptLookupDrafter:
         # the rest of a longer name the answer has begun writing in place of the source token before _ptr
         self._owed: tuple[int, ...] = ()
         self._name: tuple[int, ...] = ()  # the whole of that name (a substitution learnt meanwhile may differ)
+        self._resume = 0  # where the copy goes on once that name is written (see _after)
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
         self._heads: set[int] = set()  # kinds of line whose first word the answer replaces (see _end_line)
@@ -216,8 +218,6 @@ class PromptLookupDrafter:
         """What the answer is expected to write where its source, at history ``position``, has its token (more
         than one token for a name renamed to a longer one)."""
         source = self._history[position]
-        if self._tails and self._dropped(position):
-            return ()
         if source in self._subst and self._has_tail(position):
             return self._subst[source]
         if self._shift and self._indentation(position):
@@ -230,15 +230,13 @@ class PromptLookupDrafter:
         tail = self._tails.get(self._history[position], ())
         return tuple(self._history[position + 1 : position + 1 + len(tail)]) == tail
 
-    def _dropped(self, position: int) -> bool:
-        """Whether history ``position`` holds part of the rest of a name renamed to a shorter one."""
-        history = self._history
-        return any(
-            head + len(self._tails.get(history[head], ())) >= position
-            and history[head] in self._subst
-            and self._has_tail(head)
-            for head in range(position - 1, max(position - LONGER_NAME, -1), -1)
-        )
+    def _after(self, position: int) -> int:
+        """The source position a copy goes on at once the answer has written the token at history ``position`` as
+        it expects: past the rest of a name renamed to a shorter one, which the answer leaves out."""
+        tail = self._tails.get(self._history[position])
+        if tail and self._history[position] in self._subst and self._has_tail(position):
+            return position + 1 + len(tail)
+        return position + 1
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
@@ -251,14 +249,10 @@ class PromptLookupDrafter:
                 self._owed = self._owed[1:]
                 if not self._owed:
                     self._confirmed(self._history[self._ptr - 1])
+                    self._ptr = self._resume
                 return
             self._unwind()
         history = self._history
-        while self._tails and self._ptr < len(history) and self._dropped(self._ptr):
-            self._ptr += 1  # the rest of a name renamed to a shorter one: the answer wrote none of it
-        if self._ptr >= len(history):
-            self._ptr = None
-            return
         if (
             (self._run > 0 or realigned)
             and (not history or history[-1] in self.newlines)
@@ -287,8 +281,10 @@ class PromptLookupDrafter:
         assert self._ptr is not None
         history, ptr = self._history, self._ptr
         source, expected = history[ptr], self._expected(ptr)
+        after = self._after(ptr) if token == expected[0] != source else ptr + 1  # a renamed token: past its name
         if len(expected) > 1 and token == expected[0]:
             self._owed, self._name = expected[1:], expected  # trusted once written whole (see _follow)
+            self._resume, after = after, ptr + 1
         elif token == source and source in self._subst and expected != (source,):
             self._unsure.add(source)  # kept the original this time
             del self._subst[source]
@@ -318,7 +314,7 @@ class PromptLookupDrafter:
             start = self._line_start(ptr)
             if self._run > ptr - start:
                 self._edited.discard(self._kind(start))  # a line of its kind was copied whole
-        self._ptr = ptr + 1
+        self._ptr = after
 
     def _mismatch(self, token: int) -> None:
         """The answer departed from the copy at ``_ptr``."""
@@ -376,7 +372,9 @@ class PromptLookupDrafter:
           ``logger.info`` there).
         * A rename to a shorter name: fewer tokens in place of more words (`` item`` ``_count`` written `` n``,
           or `` tech`` ``ique`` written `` technique``, a typo corrected). It is pending the same way, with the
-          rest of the old name: the substitution applies where that follows the token, and drafts drop it.
+          rest of the old name: the substitution applies where that follows the token, and a copy through the
+          renamed token goes on after it (see :meth:`_after`). Not when the answer writes a token of the old
+          name again (`` a`` `` b`` written `` b``: a word deleted).
         * Anything else: words inserted before the source's token (``a`` written ``x a``), or a replacement
           beginning or ending with punctuation. Nothing is learnt; the copy goes on rather than waiting for a
           lookup to find it again. Not on the answer's own earlier text.
@@ -396,8 +394,10 @@ class PromptLookupDrafter:
         else:
             return False
         new, tail = tuple(dep.written), tuple(history[dep.at + 1 : at])
-        words = not any(t in self.symbols or t in self.whitespace for t in tail)
-        if not inserted and (skip == 1 or (skip > n and words)):
+        # The rest of a shorter name: words, none of them written again (`` a`` `` b`` written `` b``: a word
+        # deleted, no new name).
+        shorter = skip > n and not any(t in self.symbols or t in self.whitespace or t in new for t in (old, *tail))
+        if not inserted and (skip == 1 or shorter):
             if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
                 self._edited.discard(dep.marked)
             self._pending = (old, new, tail)
@@ -657,25 +657,26 @@ class PromptLookupDrafter:
                 confidence = min(confidence, 1)  # its first confirmation
         if ptr >= self._answer_from:
             confidence = min(confidence, 3)  # the answer repeating itself: see the module docstring
-        source = self._history[ptr : ptr + n_max]
-        just_replaced = self._pending[0] if self._pending is not None else None  # maybe a substitution
+        history, just_replaced = self._history, self._pending[0] if self._pending is not None else None
         edited = self._edited
         inside = bool(edited) and self._kind(self._line_start(ptr)) in edited
         if inside:
             confidence = 0  # the answer rewrites lines of this kind: copying one is a guess
-        for i, t in enumerate(source):
+        tokens = list(owed)
+        at = self._resume if owed else ptr
+        while at < len(history) and len(tokens) < n_max:
+            t = history[at]
             if t == just_replaced or t in self._unsure or (
-                t in self._subst and self._trust.get(t, 0) < SUBST_TRUST and self._has_tail(ptr + i)
+                t in self._subst and self._trust.get(t, 0) < SUBST_TRUST and self._has_tail(at)
             ):
-                source = source[:i]  # the target decides this one
-                break
-            if self._replaced_head(ptr + i):
-                source = source[:i]  # the answer replaces this kind of line's first word: the target writes it
-                break
-            if t in self.newlines and edited and (inside or self._kind(ptr + i + 1) in edited):
-                source = source[: i + 1]  # the next line is of an edited kind (or this one was): stop here
-                break
-        tokens = [*owed, *(t for i in range(len(source)) for t in self._expected(ptr + i))][:n_max]
+                break  # maybe a substitution, or not yet trusted: the target decides this one
+            if self._replaced_head(at):
+                break  # the answer replaces this kind of line's first word: the target writes it
+            tokens += self._expected(at)
+            if t in self.newlines and edited and (inside or self._kind(at + 1) in edited):
+                break  # the next line is of an edited kind (or this one was): stop here
+            at = self._after(at)
+        tokens = tokens[:n_max]
         if not tokens:
             return EMPTY_DRAFT
         return Draft(tuple(tokens), confidence=confidence)
