@@ -157,7 +157,7 @@ class PromptLookupDrafter:
         self._followed = 0  # the run before the last miss
         self._subst: dict[int, tuple[int, ...]] = {}  # source token -> the answer's replacement for it
         # source token -> the rest of a name renamed to a shorter one (see _resumes): the substitution applies
-        # where they follow it, and they are dropped
+        # where they follow it, and a copy through it skips them (see _after)
         self._tails: dict[int, tuple[int, ...]] = {}
         self._trust: dict[int, int] = {}  # source token -> times its substitution was seen
         self._unsure: set[int] = set()  # source tokens the answer has replaced in more than one way
