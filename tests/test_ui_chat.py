@@ -422,7 +422,9 @@ def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
 
 def test_a_long_prompt_counts_the_seconds_until_the_first_token(qtbot, tiny) -> None:
     """From a new-user tour: a 1,064-token paste showed "Reading the prompt…" unchanged for 18 s."""
-    window = fake_window(qtbot, tiny, FakeFactory(Script(prompt_s=3.5)))
+    # 4.5 s, so the 3 s count has a whole second to show even when a busy CI machine fires the timer late (a
+    # prompt of 3.5 s once ended before a late third tick).
+    window = fake_window(qtbot, tiny, FakeFactory(Script(prompt_s=4.5)))
     window.chat.input.setPlainText("a long paste")
     with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
         qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
