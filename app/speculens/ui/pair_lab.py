@@ -543,21 +543,15 @@ class PairLabWindow(QMainWindow):
         )
         self.header.setToolTip(result.llama_build)
         shown = latest or result
-        impossible = any(r.noisy for rows in result.rows.values() for r in rows.values())
-        notes = [
-            _sentence(n)
-            for n in (
-                shown.noisy,
-                "cancelled before the end" if shown.cancelled else None,
+        notes: list[str | None] = [shown.noisy, "cancelled before the end" if shown.cancelled else None]
+        if any(r.noisy for rows in result.rows.values() for r in rows.values()):
+            notes.append(
                 "speedups marked ⚠ cannot be true (more than their tokens per pass can give): they were measured "
                 "beside plain runs that something else slowed, and are left out of the recommendation"
-                if impossible
-                else None,
             )
-            if n
-        ]
-        self.noisy.setText("⚠ " + " ".join(notes) if notes else "")
-        self.noisy.setVisible(bool(notes))
+        sentences = [_sentence(n) for n in notes if n]
+        self.noisy.setText("⚠ " + " ".join(sentences) if sentences else "")
+        self.noisy.setVisible(bool(sentences))
         best = result.overall_best()
         lines = [html.escape(s) for s in result.recommendation()]
         if best is not None:

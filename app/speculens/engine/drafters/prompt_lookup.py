@@ -657,7 +657,8 @@ class PromptLookupDrafter:
                 confidence = min(confidence, 1)  # its first confirmation
         if ptr >= self._answer_from:
             confidence = min(confidence, 3)  # the answer repeating itself: see the module docstring
-        history, just_replaced = self._history, self._pending[0] if self._pending is not None else None
+        history = self._history
+        just_replaced = self._pending[0] if self._pending is not None else None  # maybe a substitution
         edited = self._edited
         inside = bool(edited) and self._kind(self._line_start(ptr)) in edited
         if inside:
