@@ -477,6 +477,23 @@ def test_a_shorter_name_drops_its_rest_only_where_the_copy_came_through_it() -> 
     assert out[len(renamed) + len(own)].tokens[:2] == (b, 94)
 
 
+def test_two_shorter_names_sharing_their_first_token_are_both_learnt() -> None:
+    # "user _id" becomes "uid" and "user _name" becomes "name", on alternate lines: each is its own name, so
+    # neither makes the other look replaced in two ways (which would stop every draft at "user").
+    user, id_, name_, uid, name = 601, 602, 603, 600, 604
+    lines = [[WS4, 70 + i, 80 + i, user, id_ if i % 2 else name_, 90 + i, 100 + i, NL] for i in range(10)]
+    source = [t for line in [[50, 51, 52, NL], *lines] for t in line]
+    answer, i = [], 0
+    while i < len(source):
+        pair = tuple(source[i : i + 2])
+        answer.append(uid if pair == (user, id_) else name if pair == (user, name_) else source[i])
+        i += 2 if pair in ((user, id_), (user, name_)) else 1
+    drafter = PromptLookupDrafter(whitespace={WS4}, newlines={NL}, symbols={WS4, NL})
+    hits = follow(drafter, [1, 2, NL, *source, 3], answer)
+    before = [i for i, t in enumerate(answer) if t in (uid, name)]  # the draft made just before each new name
+    assert all(hits[i] >= min(6, len(answer) - i) for i in before[4:])  # each seen twice: drafted through
+
+
 def test_a_longer_name_at_a_line_s_first_word_is_drafted_once_confirmed() -> None:
     # Lines that begin with the renamed name: first a replaced first word (the target writes it), then, once
     # the same replacement was written twice, a rename drafted through like any other.

@@ -26,9 +26,10 @@ its most recent occurrence is often the wrong one. So the drafter here follows a
   taken for a replaced first word (below) until the answer has written it the same way twice;
 * **shorter names**: fewer tokens in place of up to :data:`LONGER_NAME` words (`` item`` ``_count`` written
   `` n``, or a typo corrected: `` tech`` ``ique`` written `` technique``), when the copy resumes just after
-  them, are learnt as a substitution of their first token that applies where the rest follows it: a copy
-  that goes through the first token as renamed goes on after the rest. A word deleted (`` a`` `` b`` written
-  `` b``) is no new name. Any other departure the copy resumes after, a few tokens on, moves the copy there;
+  them, are learnt as a substitution of the whole old name, which applies where all of it occurs (so
+  `` user`` ``_id`` written `` uid`` and `` user`` ``_name`` written `` name`` are two names): a copy that goes
+  through it as renamed goes on after its last token. A word deleted (`` a`` `` b`` written `` b``) is no new
+  name. Any other departure the copy resumes after, a few tokens on, moves the copy there;
 * **indentation-blind matching**: whitespace-only tokens match one another when a source is looked up, so a
   re-indented line still finds the original;
 * **indentation shift**: when the answer indents a copied line deeper (or shallower) than its source, the
@@ -155,20 +156,23 @@ class PromptLookupDrafter:
         self._run = 0  # tokens in a row that followed the copy
         self._miss = 0  # tokens in a row that did not
         self._followed = 0  # the run before the last miss
-        self._subst: dict[int, tuple[int, ...]] = {}  # source token -> the answer's replacement for it
-        # source token -> the rest of a name renamed to a shorter one (see _resumes): the substitution applies
-        # where they follow it, and a copy through it skips them (see _after)
-        self._tails: dict[int, tuple[int, ...]] = {}
-        self._trust: dict[int, int] = {}  # source token -> times its substitution was seen
-        self._unsure: set[int] = set()  # source tokens the answer has replaced in more than one way
+        # A source name -> the answer's replacement for it. A name is one token, or more for one renamed to a
+        # shorter name (see _resumes): its substitution applies where the whole name occurs, and a copy through
+        # it skips the rest (see _after), so `` user`` ``_id`` and `` user`` ``_name`` are two names.
+        self._subst: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._names: dict[int, list[tuple[int, ...]]] = {}  # first token -> the names in _subst, longest first
+        self._trust: dict[tuple[int, ...], int] = {}  # source name -> times its substitution was seen
+        self._unsure: set[tuple[int, ...]] = set()  # source names the answer has replaced in more than one way
+        self._unsure_first: set[int] = set()  # their first tokens
         self._shift = 0  # columns the answer indents deeper than the source it copies
         # the last mismatch (source, answer tokens, the rest of the source name they replace): a substitution,
         # learnt if the copy resumes after it
         self._pending: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
         self._departure: _Departure | None = None  # the answer's departure from the copy, while it lasts
-        # the rest of a longer name the answer has begun writing in place of the source token before _ptr
+        # the rest of a longer name the answer has begun writing in place of the source name at _ptr - 1 on
         self._owed: tuple[int, ...] = ()
         self._name: tuple[int, ...] = ()  # the whole of that name (a substitution learnt meanwhile may differ)
+        self._renamed: tuple[int, ...] = ()  # the source name it replaces
         self._resume = 0  # where the copy goes on once that name is written (see _after)
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
@@ -218,25 +222,55 @@ class PromptLookupDrafter:
         """What the answer is expected to write where its source, at history ``position``, has its token (more
         than one token for a name renamed to a longer one)."""
         source = self._history[position]
-        if source in self._subst and self._has_tail(position):
-            return self._subst[source]
+        if (name := self._name_at(position)) is not None:
+            return self._subst[name]
         if self._shift and self._indentation(position):
             return (self._by_width.get(self.indent[source] + self._shift, source),)
         return (source,)
 
-    def _has_tail(self, position: int) -> bool:
-        """Whether the rest of the name renamed to a shorter one at history ``position`` follows it there (true
-        for every other substitution)."""
-        tail = self._tails.get(self._history[position], ())
-        return tuple(self._history[position + 1 : position + 1 + len(tail)]) == tail
+    def _occurs(self, name: tuple[int, ...], position: int) -> bool:
+        """Whether the source name ``name`` occurs at history ``position`` (its first token is there)."""
+        return len(name) == 1 or tuple(self._history[position : position + len(name)]) == name
+
+    def _name_at(self, position: int) -> tuple[int, ...] | None:
+        """The longest source name with a learnt substitution that occurs at history ``position``."""
+        names = self._names.get(self._history[position])
+        return next((n for n in names if self._occurs(n, position)), None) if names else None
+
+    def _unsure_at(self, position: int) -> bool:
+        """Whether a name the answer has replaced in more than one way occurs at history ``position``."""
+        return self._history[position] in self._unsure_first and any(
+            n[0] == self._history[position] and self._occurs(n, position) for n in self._unsure
+        )
+
+    def _learn(self, name: tuple[int, ...], new: tuple[int, ...]) -> None:
+        """Substitute ``new`` for the source name ``name`` from now on (seen once); replaced otherwise before, it
+        is unsure."""
+        if self._subst.get(name, new) != new:
+            self._doubt(name)
+        if name not in self._subst:
+            names = self._names.setdefault(name[0], [])
+            names.append(name)
+            names.sort(key=len, reverse=True)
+        self._subst[name] = new
+        self._trust[name] = 1
+
+    def _forget(self, name: tuple[int, ...]) -> None:
+        """The answer kept the source name ``name`` as it is: no more substitution for it."""
+        self._doubt(name)
+        del self._subst[name]
+        self._names[name[0]].remove(name)
+
+    def _doubt(self, name: tuple[int, ...]) -> None:
+        """The answer replaced the source name ``name`` in more than one way (or kept it)."""
+        self._unsure.add(name)
+        self._unsure_first.add(name[0])
 
     def _after(self, position: int) -> int:
         """The source position a copy goes on at once the answer has written the token at history ``position`` as
         it expects: past the rest of a name renamed to a shorter one, which the answer leaves out."""
-        tail = self._tails.get(self._history[position])
-        if tail and self._history[position] in self._subst and self._has_tail(position):
-            return position + 1 + len(tail)
-        return position + 1
+        name = self._name_at(position)
+        return position + (len(name) if name is not None else 1)
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
@@ -248,7 +282,7 @@ class PromptLookupDrafter:
             if token == self._owed[0]:
                 self._owed = self._owed[1:]
                 if not self._owed:
-                    self._confirmed(self._history[self._ptr - 1])
+                    self._confirmed(self._renamed)
                     self._ptr = self._resume
                 return
             self._unwind()
@@ -283,24 +317,16 @@ class PromptLookupDrafter:
         source, expected = history[ptr], self._expected(ptr)
         after = self._after(ptr) if token == expected[0] != source else ptr + 1  # a renamed token: past its name
         if len(expected) > 1 and token == expected[0]:
-            self._owed, self._name = expected[1:], expected  # trusted once written whole (see _follow)
+            # trusted once written whole (see _follow)
+            self._owed, self._name, self._renamed = expected[1:], expected, self._name_at(ptr) or (source,)
             self._resume, after = after, ptr + 1
-        elif token == source and source in self._subst and expected != (source,):
-            self._unsure.add(source)  # kept the original this time
-            del self._subst[source]
-            self._tails.pop(source, None)
-        elif token == expected[0] != source:
-            self._trust[source] = self._trust.get(source, 0) + 1
+        elif token == source and (name := self._name_at(ptr)) is not None and expected != (source,):
+            self._forget(name)  # kept the original this time
+        elif token == expected[0] != source and (name := self._name_at(ptr)) is not None:
+            self._trust[name] += 1
         if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
             old, new, tail = self._pending
-            if self._subst.get(old, new) != new or self._tails.get(old, tail) != tail:
-                self._unsure.add(old)
-            self._subst[old] = new
-            if tail:
-                self._tails[old] = tail
-            else:
-                self._tails.pop(old, None)
-            self._trust[old] = 1
+            self._learn((old, *tail), new)
         self._pending = self._departure = None
         self._suspect = self._head_miss = None
         if token == source and self._replaced_head(ptr):
@@ -349,8 +375,8 @@ class PromptLookupDrafter:
             if len(dep.written) > LONGER_NAME:
                 dep = None
         self._departure = dep
-        if source in self._subst and self._has_tail(ptr) and not edit:
-            self._unsure.add(source)  # replaced, but not as learnt
+        if (name := self._name_at(ptr)) is not None and not edit:
+            self._doubt(name)  # replaced, but not as learnt
         if dep is not None and dep.rename:
             self._pending = (history[dep.at], tuple(dep.written), ())
         else:
@@ -398,7 +424,8 @@ class PromptLookupDrafter:
         # deleted, no new name).
         shorter = skip > n and not any(t in self.symbols or t in self.whitespace or t in new for t in (old, *tail))
         if not inserted and (skip == 1 or shorter):
-            if dep.marked is not None and self._subst.get(old, new) == new and old not in self._unsure:
+            name = (old, *tail)
+            if dep.marked is not None and self._subst.get(name, new) == new and name not in self._unsure:
                 self._edited.discard(dep.marked)
             self._pending = (old, new, tail)
         else:
@@ -412,15 +439,15 @@ class PromptLookupDrafter:
         replaces (see :meth:`_end_line`)."""
         return self._history[position] in self._heads and position == self._first_word(self._line_start(position))
 
-    def _confirmed(self, source: int) -> None:
-        """The answer wrote the longer name learnt for ``source`` whole again. Once it has as often as a
-        substitution needs to be trusted, and never otherwise, a line beginning with ``source`` is a line with a
+    def _confirmed(self, name: tuple[int, ...]) -> None:
+        """The answer wrote the longer name learnt for the source name ``name`` whole again. Once it has as often
+        as a substitution needs to be trusted, and never otherwise, a line beginning with ``name`` is a line with a
         renamed first word, not one whose first word the answer writes its own way (``print`` written
         ``logger.error`` here and ``logger.info`` there, see :meth:`_end_line`): drafts go through it."""
-        trust = self._trust[source] = self._trust.get(source, 0) + 1
-        if trust >= SUBST_TRUST and source not in self._unsure:
-            self._heads.discard(source)
-            self._replacement.pop(source, None)
+        trust = self._trust[name] = self._trust.get(name, 0) + 1
+        if trust >= SUBST_TRUST and name not in self._unsure:
+            self._heads.discard(name[0])
+            self._replacement.pop(name[0], None)
 
     def _unwind(self) -> None:
         """The answer began the longer name learnt for the source token before ``_ptr`` but wrote another token
@@ -650,7 +677,7 @@ class PromptLookupDrafter:
             return EMPTY_DRAFT
         owed = self._owed
         if owed:
-            renamed = self._history[ptr - 1]  # the answer is writing the longer name learnt for it
+            renamed = self._renamed  # the answer is writing the longer name learnt for it
             if renamed in self._unsure or self._replaced_head(ptr - 1):
                 return EMPTY_DRAFT  # replaced in more than one way, or maybe so: the target decides how
             if self._trust.get(renamed, 0) < SUBST_TRUST:
@@ -666,10 +693,8 @@ class PromptLookupDrafter:
         tokens = list(owed)
         at = self._resume if owed else ptr
         while at < len(history) and len(tokens) < n_max:
-            t = history[at]
-            if t == just_replaced or t in self._unsure or (
-                t in self._subst and self._trust.get(t, 0) < SUBST_TRUST and self._has_tail(at)
-            ):
+            t, name = history[at], self._name_at(at)
+            if t == just_replaced or self._unsure_at(at) or (name is not None and self._trust[name] < SUBST_TRUST):
                 break  # maybe a substitution, or not yet trusted: the target decides this one
             if self._replaced_head(at):
                 break  # the answer replaces this kind of line's first word: the target writes it
