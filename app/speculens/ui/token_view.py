@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QToolTip, QWidget
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
 if TYPE_CHECKING:
     from speculens.engine.events import StepEvent
@@ -278,8 +278,9 @@ class TokenView(QPlainTextEdit):
         )
 
 
-class TokenLegend(QWidget):
-    """The colour key with a count per kind.
+class TokenLegend(QLabel):
+    """The colour key with a count per kind, wrapped between kinds where the panel is narrow: the counts grow with
+    the answer, and a legend that kept to one row would widen the dock, and the window, with every digit.
 
     Args:
         parent: the Qt parent.
@@ -287,27 +288,22 @@ class TokenLegend(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self._labels: dict[TokenKind, QLabel] = {}
-        for kind, (label, _rgba, _fg, _strike) in KIND_STYLE.items():
-            widget = QLabel(self)
-            widget.setTextFormat(Qt.TextFormat.RichText)
-            widget.setToolTip(f"Tokens shown as: {label}")
-            widget.setAccessibleName(f"Legend: {label}")
-            self._labels[kind] = widget
-            layout.addWidget(widget)
-        layout.addStretch(1)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setWordWrap(True)
+        self.setToolTip("The colour of each kind of token in the answer, and how many it has")
         self.set_counts(dict.fromkeys(TokenKind, 0))
 
     def set_counts(self, counts: dict[TokenKind, int]) -> None:
         """Show the counts next to the colours."""
-        for kind, widget in self._labels.items():
-            label, (r, g, b, a), fg, strike = KIND_STYLE[kind]
+        items = []
+        for kind, (label, (r, g, b, a), fg, strike) in KIND_STYLE.items():
             alpha = max(a, 60) / 255
             style = f"background-color: rgba({r},{g},{b},{alpha:.2f}); padding: 1px 4px;"
             if fg:
                 style += f" color: {fg};"
             if strike:
                 style += " text-decoration: line-through;"
-            widget.setText(f'<span style="{style}">{html.escape(label)}</span> {counts.get(kind, 0)}')
+            name = html.escape(label).replace(" ", "&nbsp;")  # a line breaks between kinds, never inside one
+            items.append(f'<span style="{style}">{name}</span>&nbsp;{counts.get(kind, 0)}')
+        self.setText(" &nbsp; ".join(items))
+        self.setAccessibleName("Legend: " + ", ".join(f"{counts.get(k, 0)} {s[0]}" for k, s in KIND_STYLE.items()))
