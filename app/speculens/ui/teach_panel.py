@@ -20,7 +20,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QHBoxLayout,
+    QGridLayout,
     QLabel,
     QPushButton,
     QSplitter,
@@ -200,11 +200,13 @@ class TeachPanel(QWidget):
             "decoding token for token (slower: no repacked weights; reloads the target)"
         )
         self.exact.clicked.connect(self.exact_toggled)
-        top = QHBoxLayout()
-        top.addWidget(self.step_mode)
-        top.addWidget(self.exact)
-        top.addStretch(1)
-        top.addWidget(self.next_button)
+        # Two rows: in one, the three set the narrowest width of the docks they share, and so the window's
+        # (wider than a 1280-pixel screen).
+        top = QGridLayout()
+        top.addWidget(self.step_mode, 0, 0)
+        top.addWidget(self.next_button, 0, 2)
+        top.addWidget(self.exact, 1, 0)
+        top.setColumnStretch(1, 1)
 
         self.explanation = QTextBrowser(self)
         self.explanation.setAccessibleName("Step explanation")
@@ -215,7 +217,7 @@ class TeachPanel(QWidget):
         )
         self.explanation.setHtml(self._intro)
 
-        self.curve_plot = pg.PlotWidget(self, title="Expected speedup over plain decoding, as measured here")
+        self.curve_plot = pg.PlotWidget(self, title="Expected speedup by draft length")
         self.curve_plot.setBackground(None)
         self.curve_plot.setLabel("bottom", "draft length k")
         self.curve_plot.getAxis("bottom").setTickSpacing(1, 1)  # k counts tokens (see update_curve)
