@@ -495,3 +495,26 @@ def test_the_legend_s_growing_counts_never_widen_the_panel(panel: LivePanel) -> 
     panel.legend.set_counts(dict.fromkeys(TokenKind, 123456))
     assert panel.minimumSizeHint().width() < 300
     assert panel.legend.heightForWidth(250) > panel.legend.heightForWidth(2000)  # two rows or more when narrow
+
+
+def test_the_teach_caption_never_lies_over_its_chart_in_a_short_dock(qtbot) -> None:
+    # A wrapped label's height is left out of a layout's minimum, so a short dock laid the caption (four lines at
+    # this width) over the chart's axis. Its minimum height is now its text's, and the panel asks for the room.
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    teach.show()
+    teach.resize(400, 600)
+    step = declined_step(4, (1.0, 0.93, 0.81, 0.7, 0.62))
+    feed(teach, [step], queued=True)  # type: ignore[arg-type]
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=step)])
+    teach.resize(400, 200)  # shorter than the panel can be: it keeps its minimum
+
+    def laid_out() -> None:
+        caption = teach.curve_label
+        assert caption.height() >= caption.heightForWidth(caption.width()) > caption.fontMetrics().height()
+        assert caption.geometry().top() > teach.curve_plot.geometry().bottom()
+
+    qtbot.waitUntil(laid_out, timeout=3000)
+    assert teach.minimumSizeHint().height() >= teach.curve_plot.height() + teach.curve_label.height()
