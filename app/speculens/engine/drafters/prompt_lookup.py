@@ -158,12 +158,11 @@ class PromptLookupDrafter:
         self._followed = 0  # the run before the last miss
         # A source name -> the answer's replacement for it. A name is one token, or more for one renamed to a
         # shorter name (see _resumes): its substitution applies where the whole name occurs, and a copy through
-        # it skips the rest (see _after), so `` user`` ``_id`` and `` user`` ``_name`` are two names.
+        # it skips the rest (see _match and draft), so `` user`` ``_id`` and `` user`` ``_name`` are two names.
         self._subst: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._names: dict[int, list[tuple[int, ...]]] = {}  # first token -> the names in _subst, longest first
         self._trust: dict[tuple[int, ...], int] = {}  # source name -> times its substitution was seen
         self._unsure: set[tuple[int, ...]] = set()  # source names the answer has replaced in more than one way
-        self._unsure_first: set[int] = set()  # their first tokens
         self._shift = 0  # columns the answer indents deeper than the source it copies
         # the last mismatch (source, answer tokens, the rest of the source name they replace): a substitution,
         # learnt if the copy resumes after it
@@ -173,7 +172,7 @@ class PromptLookupDrafter:
         self._owed: tuple[int, ...] = ()
         self._name: tuple[int, ...] = ()  # the whole of that name (a substitution learnt meanwhile may differ)
         self._renamed: tuple[int, ...] = ()  # the source name it replaces
-        self._resume = 0  # where the copy goes on once that name is written (see _after)
+        self._resume = 0  # where the copy goes on once that name is written (past the source name)
         self._edited: set[int] = set()  # kinds of line (see _kind) the answer has edited, not just renamed in
         self._suspect: int | None = None  # the kind of the line of the last miss, edited if the next one misses
         self._heads: set[int] = set()  # kinds of line whose first word the answer replaces (see _end_line)
@@ -239,9 +238,8 @@ class PromptLookupDrafter:
 
     def _unsure_at(self, position: int) -> bool:
         """Whether a name the answer has replaced in more than one way occurs at history ``position``."""
-        return self._history[position] in self._unsure_first and any(
-            n[0] == self._history[position] and self._occurs(n, position) for n in self._unsure
-        )
+        first = self._history[position]
+        return any(n[0] == first and self._occurs(n, position) for n in self._unsure)
 
     def _learn(self, name: tuple[int, ...], new: tuple[int, ...]) -> None:
         """Substitute ``new`` for the source name ``name`` from now on (seen once); replaced otherwise before, it
@@ -264,13 +262,6 @@ class PromptLookupDrafter:
     def _doubt(self, name: tuple[int, ...]) -> None:
         """The answer replaced the source name ``name`` in more than one way (or kept it)."""
         self._unsure.add(name)
-        self._unsure_first.add(name[0])
-
-    def _after(self, position: int) -> int:
-        """The source position a copy goes on at once the answer has written the token at history ``position`` as
-        it expects: past the rest of a name renamed to a shorter one, which the answer leaves out."""
-        name = self._name_at(position)
-        return position + (len(name) if name is not None else 1)
 
     def _follow(self, token: int) -> None:
         """Move the copy along with one token of the answer, learning substitutions."""
@@ -314,15 +305,16 @@ class PromptLookupDrafter:
         """The answer wrote what the copy had at ``_ptr`` (or the first token of the longer name learnt for it)."""
         assert self._ptr is not None
         history, ptr = self._history, self._ptr
-        source, expected = history[ptr], self._expected(ptr)
-        after = self._after(ptr) if token == expected[0] != source else ptr + 1  # a renamed token: past its name
+        source, name, expected = history[ptr], self._name_at(ptr), self._expected(ptr)
+        renamed = name is not None and token == expected[0] != source
+        after = ptr + len(name) if renamed and name is not None else ptr + 1  # a renamed token: past its name
         if len(expected) > 1 and token == expected[0]:
             # trusted once written whole (see _follow)
-            self._owed, self._name, self._renamed = expected[1:], expected, self._name_at(ptr) or (source,)
+            self._owed, self._name, self._renamed = expected[1:], expected, name or (source,)
             self._resume, after = after, ptr + 1
-        elif token == source and (name := self._name_at(ptr)) is not None and expected != (source,):
+        elif token == source and name is not None and expected != (source,):
             self._forget(name)  # kept the original this time
-        elif token == expected[0] != source and (name := self._name_at(ptr)) is not None:
+        elif renamed and name is not None:
             self._trust[name] += 1
         if self._pending is not None and self._run == 0 and self._miss == 1 and self._followed >= 2:
             old, new, tail = self._pending
@@ -399,7 +391,7 @@ class PromptLookupDrafter:
         * A rename to a shorter name: fewer tokens in place of more words (`` item`` ``_count`` written `` n``,
           or `` tech`` ``ique`` written `` technique``, a typo corrected). It is pending the same way, with the
           rest of the old name: the substitution applies where that follows the token, and a copy through the
-          renamed token goes on after it (see :meth:`_after`). Not when the answer writes a token of the old
+          renamed token goes on after it (see :meth:`_match`). Not when the answer writes a token of the old
           name again (`` a`` `` b`` written `` b``: a word deleted).
         * Anything else: words inserted before the source's token (``a`` written ``x a``), or a replacement
           beginning or ending with punctuation. Nothing is learnt; the copy goes on rather than waiting for a
@@ -698,10 +690,10 @@ class PromptLookupDrafter:
                 break  # maybe a substitution, or not yet trusted: the target decides this one
             if self._replaced_head(at):
                 break  # the answer replaces this kind of line's first word: the target writes it
-            tokens += self._expected(at)
+            tokens += self._subst[name] if name is not None else self._expected(at)
             if t in self.newlines and edited and (inside or self._kind(at + 1) in edited):
                 break  # the next line is of an edited kind (or this one was): stop here
-            at = self._after(at)
+            at += len(name) if name is not None else 1  # past the rest of a name renamed to a shorter one
         tokens = tokens[:n_max]
         if not tokens:
             return EMPTY_DRAFT
