@@ -110,25 +110,36 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
     assert refused.returncode == 1 and "another tokenizer" in refused.stderr
 
 
+def n_prompt(tiny: TinyModels, tmp_path: Path, *args: str) -> int:
+    """The prompt tokens a greedy plain ``generate`` with ``args`` decoded after (from its events file)."""
+    events = tmp_path / "e.jsonl"
+    common = ["-m", str(tiny.target), "-s", "none", "--max-tokens", "6", "--events", str(events)]
+    proc = cli("generate", *common, *args)
+    assert proc.returncode == 0, proc.stderr
+    return int(json.loads(events.read_text(encoding="utf-8").splitlines()[0])["n_prompt"])
+
+
 def test_a_prompt_file_loses_one_trailing_newline_as_in_llama_cpp(tiny: TinyModels, tmp_path: Path) -> None:
     """llama.cpp's -f drops one trailing newline; so does speculens-cli, so one file gives both one prompt."""
     prompt = tmp_path / "p.txt"
     prompt.write_text("one two three\n", encoding="utf-8")
-    common = ["-m", str(tiny.target), "-s", "none", "--max-tokens", "6", "--events"]
-
-    def n_prompt(*args: str) -> int:
-        events = tmp_path / "e.jsonl"
-        proc = subprocess.run(
-            [sys.executable, "-m", "speculens.cli", "generate", *common, str(events), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
+    for raw in ([], ["--raw"]):
+        assert (
+            n_prompt(tiny, tmp_path, *raw, "-f", str(prompt))
+            == n_prompt(tiny, tmp_path, *raw, "one two three")
+            == n_prompt(tiny, tmp_path, *raw, "one two three\n")
         )
-        assert proc.returncode == 0, proc.stderr
-        return int(json.loads(events.read_text(encoding="utf-8").splitlines()[0])["n_prompt"])
+        assert n_prompt(tiny, tmp_path, *raw, "one two three\n\n") > n_prompt(tiny, tmp_path, *raw, "one two three")
 
-    assert n_prompt("-f", str(prompt)) == n_prompt("one two three") == n_prompt("one two three\n")
-    assert n_prompt("one two three\n\n") > n_prompt("one two three")
+
+def test_a_question_is_answered_in_the_chat_template_a_formatted_prompt_kept(tiny: TinyModels, tmp_path: Path) -> None:
+    """A plain prompt is a user message in the target's template (answered, not continued); one already written in
+    the template, as bench --write-prompts writes them for llama.cpp's tools too, or any with --raw, is kept."""
+    formatted = tmp_path / "formatted.txt"  # with the newline a prompt file loses
+    formatted.write_text("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n\n", encoding="utf-8")
+    raw = n_prompt(tiny, tmp_path, "--raw", "hello there")
+    assert n_prompt(tiny, tmp_path, "hello there") == n_prompt(tiny, tmp_path, "-f", str(formatted)) > raw + 4
+    assert n_prompt(tiny, tmp_path, "--raw", "-f", str(formatted)) == n_prompt(tiny, tmp_path, "-f", str(formatted))
 
 
 def test_the_summary_says_when_fewer_threads_decoded() -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speculens.models.demo import DemoModel
 from speculens.models.resolve import resolve_model
+
+if TYPE_CHECKING:
+    from speculens.engine.backend import LlamaBackend
 
 
 def demo_progress(model: DemoModel, done: int, total: int) -> None:
@@ -15,6 +19,14 @@ def demo_progress(model: DemoModel, done: int, total: int) -> None:
     print(f"\rassembling {model.title}: {100 * done // max(total, 1):3d}%", end="", file=sys.stderr, flush=True)
     if done >= total:
         print(file=sys.stderr)
+
+
+def as_message(model: LlamaBackend, text: str) -> bool:
+    """Whether ``generate`` and ``replay`` send a prompt as one user message in the model's chat template, so that a
+    question is answered rather than continued: when the model has a template and the prompt holds none of its
+    special-token texts. A prompt already in the chat format (``<|im_start|>user ...``, as ``bench --write-prompts``
+    writes them and llama.cpp's ``llama-completion`` reads them) is used as it is, as is any prompt with ``--raw``."""
+    return model.chat_template() is not None and model.tokenize(text, parse_special=True) == model.tokenize(text)
 
 
 def resolve(spec: str) -> Path:

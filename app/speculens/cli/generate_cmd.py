@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import read_prompt, resolve
+from speculens.cli import as_message, read_prompt, resolve
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -117,10 +117,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "prompt",
         nargs="?",
-        help="the prompt (omit with --chat or -f); one trailing newline is dropped, as llama.cpp's tools drop it "
-        "from a prompt file, so a file given to both gives both the same prompt",
+        help="the prompt (omit with --chat or -f): a message the target answers in its chat template, unless it is "
+        "already written in that template or --raw is given; one trailing newline is dropped, as llama.cpp's tools "
+        "drop it from a prompt file, so a file given to both gives both the same prompt",
     )
     p.add_argument("-f", "--file", type=Path, help="read the prompt from this file (one trailing newline dropped)")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="continue the prompt as it is, without the chat template (a completion, as llama-completion does)",
+    )
     p.add_argument("--chat", action="store_true", help="interactive multi-turn chat on stdin/stdout")
     p.add_argument("--color", action="store_true", help="colour accepted/rejected drafts (terminal)")
     p.add_argument("--events", type=Path, help="write every step as a JSON line to this file")
@@ -247,14 +253,18 @@ def run(args: argparse.Namespace) -> int:
         try:
             if not args.chat:
                 assert prompt is not None  # checked above: PROMPT or -f without --chat
-                finish, start, threads = consume(engine.generate(prompt, config, cancel), sys.stdout, args.color, log)
+                if not args.raw and as_message(engine.target, prompt):
+                    events = engine.chat([{"role": "user", "content": prompt}], config, cancel)
+                else:
+                    events = engine.generate(prompt, config, cancel)
+                finish, start, threads = consume(events, sys.stdout, args.color, log)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
                 print(summary(finish.stats, start, finish.reason.value, threads), file=sys.stderr)
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
-            failed = False
+            failed = answered = False
             while True:
                 if interactive:
                     print("> ", end="", file=sys.stderr, flush=True)
@@ -265,7 +275,10 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 events = chat.send(line.rstrip("\n"), config, cancel)
                 try:
+                    if answered and not interactive:
+                        sys.stdout.write("\n")  # piped: a blank line between one answer and the next
                     finish, start, threads = consume(events, sys.stdout, args.color, log)
+                    answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
                     failed = True

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from speculens import paths
-from speculens.cli import read_prompt, resolve
+from speculens.cli import as_message, read_prompt, resolve
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT
 from speculens.engine.drafters.base import Drafter
@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-m", "--target", required=True, help="the target model of that run (its tokenizer)")
     p.add_argument("prompt", nargs="?", help="that run's prompt (or -f FILE), one trailing newline dropped")
     p.add_argument("-f", "--file", type=Path, help="read the prompt from this file (one trailing newline dropped)")
+    p.add_argument("--raw", action="store_true", help="the run was generate --raw: no chat template")
     p.add_argument(
         "--costs",
         type=Path,
@@ -119,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         with LlamaBackend(target, BackendParams(vocab_only=True)) as vocab_model:
-            prompt = vocab_model.tokenize(prompt_text, parse_special=True)
+            if not args.raw and as_message(vocab_model, prompt_text):  # as generate sent it
+                prompt = vocab_model.format_chat([{"role": "user", "content": prompt_text}])
+            else:
+                prompt = vocab_model.tokenize(prompt_text, parse_special=True)
             vocab = vocab_model.vocab
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
