@@ -136,6 +136,20 @@ def test_a_prompt_longer_than_the_context_is_shown_in_the_chat_with_a_remedy(qtb
     assert not window.chat.error.isVisible()
 
 
+def test_dropping_the_oldest_turns_leaves_room_for_the_answer(qtbot, tiny) -> None:
+    """Not just enough turns for the prompt to fit: as many as leave room to answer (half the context here)."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=16)))
+    send(qtbot, window, "one two three")  # 3 + 3 words
+    send(qtbot, window, "four five six")  # 12
+    window.chat.input.setPlainText("seven eight nine ten eleven")  # 17: too long
+    window.chat.send()
+    qtbot.waitUntil(window.chat.trim_button.isVisible, timeout=10_000)
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
+        window.chat.trim_button.click()
+    # Dropping one exchange would leave 11 words of 16, 5 for the answer; both go, and 11 are left to answer in.
+    assert window.chat.conversation.messages[0]["content"] == "seven eight nine ten eleven"
+
+
 def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtbot, tiny) -> None:
     window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=3)))
     window.chat.input.setPlainText("far too many words for this context")

@@ -224,6 +224,7 @@ class ChatPane(QWidget):
         self._stream_cursor: QTextCursor | None = None
         self._stream_start = 0  # where the streaming answer begins in the transcript
         self._stream_next_render = 0.0  # time.monotonic() of its next Markdown render
+        self._overflow: tuple[int, int] | None = None  # the refused prompt's tokens and the context's, for a trim
 
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
@@ -405,14 +406,24 @@ class ChatPane(QWidget):
             self.store.save(turn.conversation)
 
     def trim_and_resend(self) -> None:
-        """Drop the oldest exchange and send the last message again (the conversation was too long)."""
+        """Drop the oldest exchanges and send the last message again (the conversation was too long): as many as
+        leave room for an answer (the longest answer, up to half the context), estimated from the refused prompt's
+        tokens per character; at least one."""
         messages = self.conversation.messages
         text = self.input.toPlainText().strip()
-        # The oldest user message and the answers up to the next user message.
-        if len(messages) >= 2:
+        system = self.settings.settings.system_prompt.strip()
+        n_prompt, n_ctx = self._overflow or (0, 0)
+        chars = len(system) + len(text) + sum(len(m["content"]) for m in messages)
+        per_char = n_prompt / max(chars, 1)
+        budget = n_ctx - min(self.settings.settings.max_tokens, n_ctx // 2)
+        # The oldest user message and the answers up to the next user message, while the rest would not fit.
+        while len(messages) >= 2:
             del messages[0]
             while messages and messages[0]["role"] == "assistant":
                 del messages[0]
+            chars = len(system) + len(text) + sum(len(m["content"]) for m in messages)
+            if chars * per_char <= budget:
+                break
         self._hide_error()
         if text and not self.busy:
             self.input.clear()
@@ -565,6 +576,7 @@ class ChatPane(QWidget):
             message, trim = record.message, False
             if isinstance(record.error, ContextFullError):
                 trim = len(conversation.messages) >= 2
+                self._overflow = (record.error.n_prompt, record.error.n_ctx)
                 if not conversation.messages:  # no older turns to drop: only the message itself can change
                     message = (
                         f"your message alone makes a prompt of {record.error.n_prompt} tokens but the context holds "
