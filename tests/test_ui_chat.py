@@ -301,8 +301,8 @@ def test_the_answers_figures_say_nothing_was_drafted_rather_than_acceptance_zero
     window = fake_window(qtbot, tiny, strategy="none")
     finish = send(qtbot, window, "hello")
     assert finish.stats.n_drafted == 0
-    assert "nothing drafted" in window.chat.figures.text() and "acceptance" not in window.chat.figures.text()
-    assert "nothing drafted" in window.live_panel.status.text()
+    assert "plain decoding" in window.chat.figures.text() and "acceptance" not in window.chat.figures.text()
+    assert "plain decoding" in window.live_panel.status.text()
     speculating = fake_window(qtbot, tiny)
     finish = send(qtbot, speculating, "hello")
     assert finish.stats.n_drafted > 0
@@ -470,3 +470,13 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
     factory.last.script.threads = ()
     send(qtbot, window, "quiet machine")
     assert "thread" not in window.chat.figures.text()
+
+
+def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, tiny) -> None:
+    """The draft model chosen, the controller declining it at every step: the figures say why, not just '0 / 0'."""
+    declined = Script(n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))
+    window = fake_window(qtbot, tiny, FakeFactory(declined))
+    finish = send(qtbot, window, "hello")
+    assert finish.stats.n_drafted == 0
+    for text in (window.chat.figures.text(), window.live_panel.status.text()):
+        assert "would not pay" in text and "×0.55" in text and "the draft model" in text, text

@@ -49,6 +49,7 @@ from speculens.settings import generation_config
 from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
 from speculens.ui.settings_store import SettingsStore
+from speculens.ui.token_view import best_weighed, nothing_drafted
 from speculens.ui.worker import Record, RecordKind
 
 AUTOSAVE_INTERVAL_S = 1.0
@@ -149,16 +150,20 @@ class _Turn:
         self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
         self._last_save = time.monotonic()
         self.threads: Counter[int] = Counter()  # steps by the target's thread count (see engine.threads)
+        self.strategy = ""
+        self.best: tuple[float, str] | None = None  # the best draft the adaptive controller weighed (best_weighed)
 
     def on_records(self, records: Sequence[Record]) -> None:
         chunk = ""
         for record in records:
             if record.kind is RecordKind.STARTED and isinstance(record.event, StartEvent):
                 self.seed = record.event.seed
+                self.strategy = record.event.strategy
                 self.pane._turn_started(self)
             elif record.kind is RecordKind.STEP and isinstance(record.event, StepEvent):
                 chunk += record.event.text
                 self.threads[record.event.threads] += 1
+                self.best = best_weighed(record.event, self.best)
             elif record.kind is RecordKind.FINISHED and isinstance(record.event, FinishEvent):
                 self.pane._finish_turn(self, record.event)
                 return
@@ -520,7 +525,9 @@ class ChatPane(QWidget):
             self._render()
             s = finish.stats
             seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
-            drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
+            drafts = (
+                f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else nothing_drafted(turn.strategy, turn.best)
+            )
             tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
             stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
             threads = ""

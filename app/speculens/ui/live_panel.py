@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from speculens.engine.events import StartEvent
 from speculens.ui.charts import RunSeries
-from speculens.ui.token_view import TokenLegend, TokenView
+from speculens.ui.token_view import TokenLegend, TokenView, best_weighed, nothing_drafted
 from speculens.ui.worker import Record, RecordKind
 
 if TYPE_CHECKING:
@@ -173,8 +173,14 @@ class LivePanel(QWidget):
         s = event.stats
         sources = {st.source for st in self.steps if st.source}
         drafted_by = f", drafted by {', '.join(sorted(sources))}" if sources else ""
-        acceptance = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else "nothing drafted"
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
+        if s.n_drafted:
+            acceptance = f"acceptance {100 * s.acceptance:.0f}%"
+        else:
+            best = None
+            for step in self.steps:
+                best = best_weighed(step, best)
+            acceptance = nothing_drafted(start.strategy if start is not None else "", best)
         flash = f", flash attention {start.flash_text}" if start is not None else ""
         self.status.setText(
             f"Finished ({event.reason.words}): {s.n_generated} tokens in {s.n_steps} target passes, "

@@ -56,6 +56,31 @@ SOURCE_NAMES = {
 }
 
 
+def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float, str] | None:
+    """The best expected rate over plain decoding of any draft the adaptive controller weighed in an answer, and
+    its source: ``best`` (so far) updated with one more step's."""
+    if step.considered and len(step.expected_speedup) > 1:
+        rate = max(step.expected_speedup[1:])
+        if best is None or rate > best[0]:
+            return rate, step.considered
+    return best
+
+
+def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
+    """Why an answer verified no draft, in a phrase for its figures (``best``: see :func:`best_weighed`)."""
+    if strategy == "none":
+        return "plain decoding"
+    if best is None:
+        return "nothing drafted: no source found a draft"
+    rate, source = best
+    if rate < 1.0:
+        return (
+            f"nothing drafted: speculation would not pay on this machine (×{rate:.2f} of plain decoding at best with "
+            f"{SOURCE_NAMES.get(source, source)}; see Teach)"
+        )
+    return "nothing drafted: the adaptive controller held speculation back (see Teach)"
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     """What the tooltip says about one token.
