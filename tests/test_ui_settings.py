@@ -55,6 +55,21 @@ def test_panel_edits_go_to_the_store_and_only_loading_fields_flag_a_reload(qtbot
     assert panel.reload_note.isHidden()
 
 
+def test_a_number_typed_beyond_a_field_s_range_is_brought_to_its_nearer_end(qtbot, store: SettingsStore) -> None:
+    """Qt's spin boxes refuse the keystroke that leaves the range: 9999 read 9, and 5 in p_min was undone."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.show()
+    for field, typed in ((panel.n_draft, "9999"), (panel.p_min, "5"), (panel.temperature, "-3"), (panel.n_ctx, "16")):
+        field.setFocus()
+        field.selectAll()
+        qtbot.keyClicks(field, typed)
+        qtbot.keyClick(field, Qt.Key.Key_Return)
+    assert (store.settings.n_draft, store.settings.p_min) == (panel.n_draft.maximum(), 1.0)
+    assert (store.settings.temperature, store.settings.n_ctx) == (0.0, panel.n_ctx.minimum())
+    assert "to" in panel.n_draft.toolTip() and f"{panel.n_draft.maximum()}" in panel.n_draft.toolTip()
+
+
 def test_the_store_tells_every_view_and_saves_after_a_pause(qtbot, store: SettingsStore, tmp_path: Path) -> None:
     first, second = SettingsPanel(store), SettingsPanel(store)
     qtbot.addWidget(first)

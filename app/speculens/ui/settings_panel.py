@@ -9,6 +9,7 @@ boxes ignore the mouse wheel unless they have focus, so scrolling the panel neve
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QCheckBox,
@@ -41,6 +42,48 @@ STRATEGY_TIPS = {
     "ngram-map": "A static n-gram map built from a corpus with 'speculens-cli ngram build'",
     "none": "The target alone: the baseline",
 }
+
+
+class _Clamping:
+    """Spin boxes that take a number typed beyond their range and bring it to the nearer end when typing ends:
+    Qt's own refuse the keystroke, so 9999 typed in a 1–64 field read 9, 5 in a 0–1 field was silently undone."""
+
+    def _setup(self) -> None:
+        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)  # type: ignore[attr-defined]
+
+    def _clamped(self, text: str) -> float | None:
+        box: QSpinBox | QDoubleSpinBox = self  # type: ignore[assignment]
+        value, ok = box.locale().toDouble(text.strip())
+        return min(max(value, box.minimum()), box.maximum()) if ok else None
+
+    def validate(self, text: str, pos: int) -> tuple[QValidator.State, str, int]:
+        state, text, pos = super().validate(text, pos)  # type: ignore[misc]
+        if state == QValidator.State.Invalid and self._clamped(text) is not None:
+            state = QValidator.State.Intermediate  # fixup() brings it into the range
+        return state, text, pos
+
+    def fixup(self, text: str) -> str:
+        value = self._clamped(text)
+        if value is None:
+            return text
+        box: QSpinBox | QDoubleSpinBox = self  # type: ignore[assignment]
+        return box.textFromValue(round(value) if isinstance(box, QSpinBox) else value)  # type: ignore[arg-type]
+
+
+class ClampingSpinBox(_Clamping, QSpinBox):
+    """A :class:`QSpinBox` that clamps what is typed (see :class:`_Clamping`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setup()
+
+
+class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
+    """A :class:`QDoubleSpinBox` that clamps what is typed (see :class:`_Clamping`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setup()
 
 
 class _WheelGuard(QObject):
@@ -181,7 +224,10 @@ class SettingsPanel(QWidget):
 
     def _add(self, name: str, widget: QWidget) -> QWidget:
         spec = SPECS[name]
-        widget.setToolTip(spec.tip)
+        if spec.low is not None and spec.high is not None:  # a number typed beyond them is brought to the nearer
+            widget.setToolTip(f"{spec.tip} ({spec.low:g} to {spec.high:g})")
+        else:
+            widget.setToolTip(spec.tip)
         widget.setAccessibleName(spec.label)
         if isinstance(widget, QAbstractSpinBox | QComboBox):
             widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # no focus (and so no wheel) by hovering
@@ -191,7 +237,7 @@ class SettingsPanel(QWidget):
 
     def _spin(self, name: str) -> QSpinBox:
         spec = SPECS[name]
-        spin = QSpinBox()
+        spin = ClampingSpinBox()
         spin.setRange(int(spec.low or 0), int(spec.high or 0))
         spin.setSingleStep(int(spec.step))
         spin.setKeyboardTracking(False)  # apply once typing is done, not per keystroke
@@ -200,7 +246,7 @@ class SettingsPanel(QWidget):
 
     def _dspin(self, name: str) -> QDoubleSpinBox:
         spec = SPECS[name]
-        spin = QDoubleSpinBox()
+        spin = ClampingDoubleSpinBox()
         spin.setRange(float(spec.low or 0), float(spec.high or 0))
         spin.setSingleStep(spec.step)
         spin.setDecimals(2)
