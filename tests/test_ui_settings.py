@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from fake_engine import FakeFactory
 from gui_support import fake_window
+from speculens.engine.drafters.ngram_table import build_table
 from speculens.settings import Settings, load_settings
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
@@ -68,6 +69,25 @@ def test_a_number_typed_beyond_a_field_s_range_is_brought_to_its_nearer_end(qtbo
     assert (store.settings.n_draft, store.settings.p_min) == (panel.n_draft.maximum(), 1.0)
     assert (store.settings.temperature, store.settings.n_ctx) == (0.0, panel.n_ctx.minimum())
     assert "to" in panel.n_draft.toolTip() and f"{panel.n_draft.maximum()}" in panel.n_draft.toolTip()
+
+
+def test_a_file_that_is_no_n_gram_map_is_refused_when_chosen(qtbot, store: SettingsStore, tmp_path: Path) -> None:
+    """Said at once, in our words (numpy's spoke of unpickling), not after both models reloaded."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.show()
+    junk = tmp_path / "junk.npz"
+    junk.write_text("junk\n", encoding="utf-8")
+    panel.ngram_map.setText(str(junk))
+    panel.ngram_map.editingFinished.emit()
+    assert store.settings.ngram_map_path == ""  # the map in use is unchanged
+    assert panel.map_error.isVisible() and "junk.npz is not an n-gram map" in panel.map_error.text()
+    assert "pickle" not in panel.map_error.text()
+    good = tmp_path / "code.npz"
+    build_table([[1, 2, 3, 1, 2, 3]], min_total=1).save(good, "fingerprint")
+    panel.ngram_map.setText(str(good))
+    panel.ngram_map.editingFinished.emit()
+    assert store.settings.ngram_map_path == str(good) and not panel.map_error.isVisible()
 
 
 def test_the_store_tells_every_view_and_saves_after_a_pause(qtbot, store: SettingsStore, tmp_path: Path) -> None:

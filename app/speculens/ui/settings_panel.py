@@ -8,6 +8,8 @@ boxes ignore the mouse wheel unless they have focus, so scrolling the panel neve
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.engine.config import FlashAttention, Strategy
+from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings
 from speculens.ui.settings_store import SettingsStore
 
@@ -165,6 +168,11 @@ class SettingsPanel(QWidget):
         map_row = QHBoxLayout()
         map_row.addWidget(self.ngram_map, 1)
         map_row.addWidget(browse)
+        self.map_error = QLabel()  # a file that is no n-gram map, said at once (not after a reload of the models)
+        self.map_error.setWordWrap(True)
+        self.map_error.setAccessibleName("N-gram map error")
+        self.map_error.setStyleSheet("QLabel { color: #d73a49 }")
+        self.map_error.hide()
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("optional system message for the chat")
         self.system_prompt.setMaximumHeight(60)
@@ -185,6 +193,7 @@ class SettingsPanel(QWidget):
         for name in ("strategy", "n_draft", "adaptive", "n_draft_min", "p_min"):
             form.addRow(SPECS[name].label, self.fields[name])
         form.addRow(SPECS["ngram_map_path"].label, map_row)
+        form.addRow(self.map_error)
         sampling = QGroupBox("Sampling")
         form = QFormLayout(sampling)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -270,7 +279,7 @@ class SettingsPanel(QWidget):
             self.p_min, self.temperature, self.top_p, self.min_p,
         ):  # fmt: skip
             spin.valueChanged.connect(self._on_widget_changed)
-        self.ngram_map.editingFinished.connect(self._on_widget_changed)
+        self.ngram_map.editingFinished.connect(self._on_map_changed)
         self.system_prompt.textChanged.connect(self._on_widget_changed)
 
     # ---- showing and reading ------------------------------------------------------------------------
@@ -379,7 +388,21 @@ class SettingsPanel(QWidget):
         path, _ = QFileDialog.getOpenFileName(self, "Choose an n-gram map", "", "N-gram maps (*.npz);;All files (*)")
         if path:
             self.ngram_map.setText(path)
-            self._on_widget_changed()
+            self._on_map_changed()
+
+    def _on_map_changed(self) -> None:
+        """Take a new n-gram map path if the file is one (its header read now); otherwise say why and keep the old."""
+        text = self.ngram_map.text().strip()
+        try:
+            if text and text != self.store.settings.ngram_map_path:
+                NgramTable.check(Path(text))
+        except NgramTableError as exc:
+            self.map_error.setText(f"{exc}. The map in use is unchanged.")
+            self.map_error.show()
+            self.ngram_map.setText(self.store.settings.ngram_map_path)
+            return
+        self.map_error.hide()
+        self._on_widget_changed()
 
     def _update_reload_note(self) -> None:
         fields = sorted(self.store.reload_needed())

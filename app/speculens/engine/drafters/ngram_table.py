@@ -101,6 +101,27 @@ class NgramTable:
             arrays[f"count{n}"] = np.array([c for _, _, c in rows], dtype=np.int32)
         write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
 
+    @staticmethod
+    def check(path: Path) -> None:
+        """Whether a file is an n-gram map this version reads, from its header alone (a moment, where :meth:`load`
+        reads it all, after the models it is built for have loaded).
+
+        Raises:
+            NgramTableError: missing, unreadable, not an n-gram map, or of another version.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                version = int(data["meta"][0])
+        except OSError as exc:
+            raise NgramTableError(f"cannot read n-gram file {path}: {exc}") from exc
+        except (KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
+            raise NgramTableError(
+                f"{path.name} is not an n-gram map (build one with 'speculens-cli ngram build FILES -m MODEL -o "
+                "MAP.npz')"
+            ) from exc
+        if version != FORMAT_VERSION:
+            raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}; build it again")
+
     @classmethod
     def load(cls, path: Path, fingerprint: str | None) -> NgramTable:
         """Read a table; with ``fingerprint`` given, refuse one made for another vocabulary.
@@ -108,11 +129,10 @@ class NgramTable:
         Raises:
             NgramTableError: unreadable, wrong version, or wrong vocabulary.
         """
+        cls.check(path)
         try:
             with np.load(path, allow_pickle=False) as data:
-                version, nmin, nmax = (int(x) for x in data["meta"])
-                if version != FORMAT_VERSION:
-                    raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}")
+                _, nmin, nmax = (int(x) for x in data["meta"])
                 if fingerprint is not None and str(data["fingerprint"]) != fingerprint:
                     raise NgramTableError(f"{path.name} was built with another tokenizer; rebuild it for this model")
                 table = cls(nmin, nmax)
