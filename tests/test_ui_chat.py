@@ -480,3 +480,14 @@ def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, ti
     assert finish.stats.n_drafted == 0
     for text in (window.chat.figures.text(), window.live_panel.status.text()):
         assert "would not pay" in text and "×0.55" in text and "the draft model" in text, text
+
+
+def test_the_status_bar_says_an_answer_is_running_not_that_the_last_one_finished(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny, FakeFactory(Script(step_s=0.02)))
+    send(qtbot, window, "one")
+    assert "finished" in window.statusBar().currentMessage()
+    window.chat.input.setPlainText("two")
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
+        window.chat.send()
+        assert "Answering" in window.statusBar().currentMessage()
+    assert "finished" in window.statusBar().currentMessage()

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QProgressBar
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QProgressBar, QWidget
 
 from fake_engine import FakeFactory
 from gui_support import fake_window
@@ -18,6 +19,7 @@ from speculens.models.library import Library
 from speculens.settings import Settings
 from speculens.ui.model_controller import ModelController
 from speculens.ui.model_manager import ModelManagerWindow, display_path, entry_label
+from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.worker import EngineWorker
 
@@ -296,3 +298,20 @@ def test_escape_closes_the_manager(qtbot, manager: ModelManagerWindow) -> None:
     qtbot.waitUntil(lambda: QApplication.activeWindow() is manager, timeout=5_000)
     qtbot.keyClick(manager, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: not manager.isVisible(), timeout=5_000)
+
+
+
+def test_a_tool_window_opens_over_its_parent_and_inside_the_screen(qtbot) -> None:
+    """From a new-user tour: on a 1600×1000 screen the window manager put the Models window at the left edge,
+    680 px tall from y=335, so its bottom third was below the screen (resize_within_screen now places it)."""
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    area = parent.screen().availableGeometry()
+    parent.setGeometry(area.left() + 100, area.top() + 100, 400, 300)
+    child = QWidget(parent, Qt.WindowType.Window)
+    resize_within_screen(child, 200, 100)
+    centre, want = child.geometry().center(), parent.frameGeometry().center()
+    assert abs(centre.x() - want.x()) <= 1 and abs(centre.y() - want.y()) <= 1, (centre, want)
+    parent.move(area.right() - 250, area.bottom() - 100)  # low on the screen, partly past its right edge
+    resize_within_screen(child, 200, area.height())
+    assert area.contains(child.geometry()), (area, child.geometry())

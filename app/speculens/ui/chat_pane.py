@@ -453,6 +453,7 @@ class ChatPane(QWidget):
         self._reading_since = time.monotonic()
         self._show_reading()
         self._reading_timer.start()
+        self.status_changed.emit("Answering… (Esc stops the answer)")  # not the last answer's "finished"
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])

@@ -11,10 +11,20 @@ FRAME_W, FRAME_H = 16, 48
 
 def resize_within_screen(widget: QWidget, width: int, height: int) -> None:
     """Resize to ``width × height``, or smaller where the screen's free area is smaller: a window taller than the
-    screen hides its status line (the pair lab's progress and time left) below the edge."""
+    screen hides its status line (the pair lab's progress and time left) below the edge. A window with a parent
+    is placed over the middle of its parent's window, and kept inside the screen's free area (left to the window
+    manager, the Models window opened with its bottom third below the screen)."""
     screen = widget.screen() or QGuiApplication.primaryScreen()
-    if screen is not None:
-        area = screen.availableGeometry()
-        width = min(width, area.width() - FRAME_W)
-        height = min(height, area.height() - FRAME_H)
+    if screen is None:
+        widget.resize(width, height)
+        return
+    area = screen.availableGeometry()
+    width = min(width, area.width() - FRAME_W)
+    height = min(height, area.height() - FRAME_H)
     widget.resize(width, height)
+    parent = widget.parentWidget()
+    if parent is not None and widget.isWindow():
+        centre = parent.window().frameGeometry().center()
+        x = min(max(centre.x() - width // 2, area.left()), area.right() - width - FRAME_W)
+        y = min(max(centre.y() - height // 2, area.top()), area.bottom() - height - FRAME_H)
+        widget.move(max(x, area.left()), max(y, area.top()))
