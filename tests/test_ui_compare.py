@@ -162,3 +162,22 @@ def test_teach_switches_bit_exact_verification_on_and_off(qtbot, tiny) -> None:
         assert window.store.settings.exact is exact and factory.last.config.exact is exact
         assert box.isChecked() is exact
         assert window.settings_panel.exact.isChecked() is exact  # one setting, shown alike everywhere
+
+
+def test_the_verdict_is_shown_whole_in_a_narrow_short_dock(qtbot) -> None:
+    """From a new-user tour at 1280×760: the explanation of differing outputs stopped mid-sentence ("switch on
+    bit-exact verification to get"), the button beside it taking half the dock's width."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(380, 420)
+    view.show()
+    plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats())
+    speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats())
+    divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
+    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    qtbot.wait(20)
+    verdict = view.verdict
+    assert verdict.height() >= verdict.heightForWidth(verdict.width()) > 6 * verdict.fontMetrics().height()
+    assert verdict.width() >= view.width() - 20  # the whole width: the button is below it
+    assert view.exact_button.geometry().top() >= verdict.geometry().bottom()

@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from speculens.engine.events import FinishEvent, FinishReason, StepEvent
+from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import TokenView
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 
@@ -107,8 +108,7 @@ class CompareView(QWidget):
             label.setWordWrap(True)  # a long strategy name or figure wraps; it must not widen the window
         self.views[Lane.PLAIN].setAccessibleName("Plain decoding answer")
         self.views[Lane.SPECULATIVE].setAccessibleName("Speculative decoding answer")
-        self.verdict = QLabel(self)
-        self.verdict.setWordWrap(True)
+        self.verdict = WrappedLabel(self)  # the result: all of it shown, the answers' views give way
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.verdict.setAccessibleName("Comparison result")
         self.exact_button = QPushButton("Switch to bit-exact verification", self)
@@ -121,14 +121,12 @@ class CompareView(QWidget):
             grid.addWidget(self.views[lane], 1, col)
             grid.addWidget(self.figures[lane], 2, col)
         grid.setRowStretch(1, 1)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.verdict, 1)
-        bottom.addWidget(self.exact_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addLayout(grid, 1)
-        layout.addLayout(bottom)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.exact_button, 0, Qt.AlignmentFlag.AlignLeft)  # below: the verdict takes the width
 
     def describe(self, message: str, strategy: str) -> None:
         """Say what is being compared (before the records arrive)."""

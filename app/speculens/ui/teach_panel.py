@@ -18,11 +18,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
-    QLabel,
     QPushButton,
     QSplitter,
     QTextBrowser,
@@ -31,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.ui.charts import RunSeries
+from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import SOURCE_NAMES
 from speculens.ui.worker import Record, RecordKind
 
@@ -160,30 +159,6 @@ def explain_step(event: StepEvent, strategy: str | None = None) -> str:
     return "".join(parts)
 
 
-class _Caption(QLabel):
-    """A word-wrapped label that asks for its text's height at its width: a layout leaves a wrapped label's height
-    out of its minimum, and a short dock laid the caption over the chart's axis."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWordWrap(True)
-
-    def setText(self, text: str) -> None:
-        super().setText(text)
-        self._fit()
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._fit()
-
-    def _fit(self) -> None:
-        if not self.isVisible():  # a hidden tab's label has no width of its own yet: it would ask for too much
-            return
-        height = self.heightForWidth(self.width())
-        if height > 0 and height != self.minimumHeight():
-            self.setMinimumHeight(height)
-
-
 class TeachPanel(QWidget):
     """Step mode controls, the current step's explanation, and the speedup curve (a record sink).
 
@@ -253,7 +228,7 @@ class TeachPanel(QWidget):
         self.curve = self.curve_plot.plot(pen=pg.mkPen("#3884ff", width=2))
         self.marker = self.curve_plot.plot(pen=None, symbol="o", symbolSize=11, symbolBrush="#eb8c00")
         self.curve_plot.addLine(y=1.0, pen=pg.mkPen("#888888", style=Qt.PenStyle.DashLine))
-        self.curve_label = _Caption(self)
+        self.curve_label = WrappedLabel(self)
         lower = QWidget(self)
         lower_layout = QVBoxLayout(lower)
         lower_layout.setContentsMargins(0, 0, 0, 0)
