@@ -14,11 +14,18 @@ if TYPE_CHECKING:
     from speculens.engine.backend import LlamaBackend
 
 
+def progress(line: str, done: bool = False) -> None:
+    """One updating progress line on stderr: rewritten in place on a terminal; in a log (stderr not a terminal)
+    only the finished line (``done``), so a captured log is not one line of carriage returns."""
+    if sys.stderr.isatty():
+        print(f"\r\033[K{line}", end="\n" if done else "", file=sys.stderr, flush=True)
+    elif done:
+        print(line, file=sys.stderr, flush=True)
+
+
 def demo_progress(model: DemoModel, done: int, total: int) -> None:
     """Show a demo model's assembly as a percentage on stderr."""
-    print(f"\rassembling {model.title}: {100 * done // max(total, 1):3d}%", end="", file=sys.stderr, flush=True)
-    if done >= total:
-        print(file=sys.stderr)
+    progress(f"assembling {model.title}: {100 * done // max(total, 1):3d}%", done >= total)
 
 
 def as_message(model: LlamaBackend, text: str) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from speculens.cli import demo_progress, resolve
+from speculens.cli import demo_progress, progress, resolve
 from speculens.errors import SpeculensError
 from speculens.models import demo
 from speculens.models.catalog import load_catalog
@@ -324,9 +324,7 @@ class _ProgressPrinter:
         eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
         speed = f", {format_bytes(p.speed)}/s" if p.speed else ""
         text = f"{p.phase} {p.filename}: {format_bytes(p.downloaded)} of {format_bytes(p.total)}"
-        print(f"\r{text} ({100 * p.fraction:.0f}%{speed}{eta})\033[K", end="", file=sys.stderr, flush=True)
-        if p.phase == "done":
-            print(file=sys.stderr)
+        progress(f"{text} ({100 * p.fraction:.0f}%{speed}{eta})", p.phase == "done")
 
 
 def run_download(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from speculens.cli import resolve
+from speculens.cli import progress, resolve
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.drafters.ngram_table import build_table
 from speculens.errors import SpeculensError
@@ -74,8 +74,7 @@ def run_build(args: argparse.Namespace) -> int:
         tokens = vocab.tokenize(f.read_text(encoding="utf-8", errors="replace"), add_special=False)
         n_tokens += len(tokens)
         streams.append(tokens)
-        print(f"\rtokenized {i}/{len(files)} files, {n_tokens} tokens", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+        progress(f"tokenized {i}/{len(files)} files, {n_tokens} tokens", i == len(files))
     table = build_table(streams, ngram_max=args.ngram_max, min_total=args.min_count)
     table.save(args.output, vocab.vocab.fingerprint())
     vocab.close()
