@@ -491,3 +491,14 @@ def test_the_status_bar_says_an_answer_is_running_not_that_the_last_one_finished
         window.chat.send()
         assert "Answering" in window.statusBar().currentMessage()
     assert "finished" in window.statusBar().currentMessage()
+
+
+def test_a_one_token_answer_shows_no_rate_and_names_its_drafter(qtbot, tiny) -> None:
+    """Under Xvfb: '1 token · 0.0 tokens/s' (the first token comes with the prompt: no decode rate yet) and
+    'Finished: 1 tokens in 1 target passes, ..., drafted by draft'."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=("4",))))
+    send(qtbot, window, "What is 2+2?")
+    figures, status = window.chat.figures.text(), window.live_panel.status.text()
+    assert "tokens/s" not in figures and "tokens/s" not in status, (figures, status)
+    assert "1 token in 1 target pass," in status and "drafted by the draft model" in status, status
+    assert window.live_panel.stats_strip.value_text("tps") == "–"

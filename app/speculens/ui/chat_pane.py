@@ -538,7 +538,8 @@ class ChatPane(QWidget):
                     f" · {fewest} thread{'s' if fewest != 1 else ''} for {turn.threads[fewest]} of "
                     f"{turn.threads.total()} steps (another program was busy)"
                 )
-            self.figures.setText(f"{tokens} · {s.tokens_per_second:.1f} tokens/s · {drafts}{seed}{threads}{stopped}")
+            rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
+            self.figures.setText(f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}")
         self.turn_finished.emit(finish)
         if finish.reason is FinishReason.CANCELLED:
             self.status_changed.emit("Stopped.")

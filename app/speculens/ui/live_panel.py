@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from speculens.engine.events import StartEvent
 from speculens.ui.charts import RunSeries
-from speculens.ui.token_view import TokenLegend, TokenView, best_weighed, nothing_drafted
+from speculens.ui.token_view import SOURCE_NAMES, TokenLegend, TokenView, best_weighed, nothing_drafted
 from speculens.ui.worker import Record, RecordKind
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ class StatsStrip(QWidget):
 
     def show_stats(self, stats: RunningStats) -> None:
         """Show the running totals."""
-        self._values["tps"].setText(f"{stats.tokens_per_second:.1f}")
+        # The first token comes with the prompt (decode_rate): one token has no decode rate yet.
+        self._values["tps"].setText(f"{stats.tokens_per_second:.1f}" if stats.n_generated > 1 else "–")
         self._values["acceptance"].setText(f"{100 * stats.acceptance:.0f}%" if stats.n_drafted else "–")
         self._values["mean_len"].setText(f"{stats.mean_accepted_length:.2f}")
         self._values["counts"].setText(f"{stats.n_accepted} / {stats.n_drafted}")
@@ -172,7 +173,7 @@ class LivePanel(QWidget):
         self.stats_strip.show_stats(event.stats)
         s = event.stats
         sources = {st.source for st in self.steps if st.source}
-        drafted_by = f", drafted by {', '.join(sorted(sources))}" if sources else ""
+        drafted_by = f", drafted by {' and '.join(SOURCE_NAMES.get(x, x) for x in sorted(sources))}" if sources else ""
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         if s.n_drafted:
             acceptance = f"acceptance {100 * s.acceptance:.0f}%"
@@ -182,7 +183,9 @@ class LivePanel(QWidget):
                 best = best_weighed(step, best)
             acceptance = nothing_drafted(start.strategy if start is not None else "", best)
         flash = f", flash attention {start.flash_text}" if start is not None else ""
+        tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
+        passes = f"{s.n_steps} target pass{'es' if s.n_steps != 1 else ''}"
+        rate = f"{s.tokens_per_second:.1f} tokens/s, " if s.n_generated > 1 else ""
         self.status.setText(
-            f"Finished ({event.reason.words}): {s.n_generated} tokens in {s.n_steps} target passes, "
-            f"{s.tokens_per_second:.1f} tokens/s, {acceptance}{drafted_by}{flash}."
+            f"Finished ({event.reason.words}): {tokens} in {passes}, {rate}{acceptance}{drafted_by}{flash}."
         )
