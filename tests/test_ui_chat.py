@@ -502,3 +502,20 @@ def test_a_one_token_answer_shows_no_rate_and_names_its_drafter(qtbot, tiny) -> 
     assert "tokens/s" not in figures and "tokens/s" not in status, (figures, status)
     assert "1 token in 1 target pass," in status and "drafted by the draft model" in status, status
     assert window.live_panel.stats_strip.value_text("tps") == "–"
+
+
+def test_a_transcript_read_to_its_end_stays_there_when_the_figures_grow_a_line(qtbot, tiny) -> None:
+    """Under Xvfb: the finished answer's figures wrapped to a second line, the transcript lost that height, and
+    its last line (the answer) went below the edge."""
+    declined = Script(n_draft_max=0, expected_speedup=(1.0, 0.4), answer=("Red", ",", " Blue", ",", " Green") * 6)
+    window = fake_window(qtbot, tiny, FakeFactory(declined))
+    for text in ("one", "two", "three"):
+        send(qtbot, window, text)
+    bar = window.chat.transcript.verticalScrollBar()
+    qtbot.wait(50)
+    assert bar.maximum() > 0 and window.chat.figures.height() > 1.5 * window.chat.figures.fontMetrics().height()
+    assert bar.value() == bar.maximum()
+    bar.setValue(0)  # read back up: no jump to the end when the view changes
+    window.chat.figures.setText("short")
+    qtbot.wait(50)
+    assert bar.value() == 0

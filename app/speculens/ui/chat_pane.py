@@ -234,6 +234,12 @@ class ChatPane(QWidget):
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
         self.transcript.setAccessibleName("Conversation")
+        # Read to its end, the transcript stays at its end when it grows or its viewport shrinks (the answer's
+        # figures wrapping to a second line when it finishes hid its last line).
+        self._pinned = True
+        bar = self.transcript.verticalScrollBar()
+        bar.valueChanged.connect(self._on_transcript_scrolled)
+        bar.rangeChanged.connect(self._on_transcript_range_changed)
         self.set_models_state(False, False)
         self.error = QLabel(self)
         self.error.setWordWrap(True)
@@ -485,6 +491,13 @@ class ChatPane(QWidget):
             cursor.insertText(chunk, cursor.charFormat() if in_code_block(turn.text) else QTextCharFormat())
         if follow:
             scrollbar.setValue(scrollbar.maximum())
+
+    def _on_transcript_scrolled(self, value: int) -> None:
+        self._pinned = value >= self.transcript.verticalScrollBar().maximum() - 4
+
+    def _on_transcript_range_changed(self, _low: int, high: int) -> None:
+        if self._pinned:
+            self.transcript.verticalScrollBar().setValue(high)
 
     def _render_stream(self, text: str) -> None:
         """Replace the streaming answer shown so far with ``text`` rendered as Markdown, and schedule the next
