@@ -423,17 +423,19 @@ class ChatPane(QWidget):
         messages = self.conversation.messages
         text = self.input.toPlainText().strip()
         system = self.settings.settings.system_prompt.strip()
+
+        def chars() -> int:
+            return len(system) + len(text) + sum(len(m["content"]) for m in messages)
+
         n_prompt, n_ctx = self._overflow or (0, 0)
-        chars = len(system) + len(text) + sum(len(m["content"]) for m in messages)
-        per_char = n_prompt / max(chars, 1)
+        per_char = n_prompt / max(chars(), 1)
         budget = n_ctx - min(self.settings.settings.max_tokens, n_ctx // 2)
         # The oldest user message and the answers up to the next user message, while the rest would not fit.
         while len(messages) >= 2:
             del messages[0]
             while messages and messages[0]["role"] == "assistant":
                 del messages[0]
-            chars = len(system) + len(text) + sum(len(m["content"]) for m in messages)
-            if chars * per_char <= budget:
+            if chars() * per_char <= budget:
                 break
         self._hide_error()
         if text and not self.busy:

@@ -233,7 +233,7 @@ class SettingsPanel(QWidget):
 
     def _add(self, name: str, widget: QWidget) -> QWidget:
         spec = SPECS[name]
-        if spec.low is not None and spec.high is not None:  # a number typed beyond them is brought to the nearer
+        if spec.low is not None and spec.high is not None:  # the range (a number typed beyond it is clamped)
             widget.setToolTip(f"{spec.tip} ({spec.low:g} to {spec.high:g})")
         else:
             widget.setToolTip(spec.tip)
