@@ -232,6 +232,7 @@ class Estimate:
         breakeven: the acceptance it needs to beat plain decoding at its best draft length (``None``: never).
         hopeless: it loses even when every draft is accepted.
         text: the estimate in words.
+        short: the same in a few words, for a table's cell (``text`` is its tooltip).
     """
 
     key: str
@@ -240,6 +241,7 @@ class Estimate:
     breakeven: float | None
     hopeless: bool
     text: str
+    short: str = ""
 
 
 ESTIMATE_ALPHAS = (0.5, 0.7, 0.9)
@@ -273,16 +275,16 @@ def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> E
     breakeven = None if hopeless else _breakeven(best_at, ratio)
     k, s = best[0.7]
     if hopeless:
+        short = f"cannot win here (×{best_at(top)[1]:.2f} at {top:.0%} acceptance)"
         text = (
             f"a draft token costs {ratio:.2f} of a target step: even with {top:.0%} of its tokens accepted it would "
             f"be ×{best_at(top)[1]:.2f}, so it cannot win here"
         )
     elif candidate.strategy is Strategy.DRAFT:
-        text = (
-            f"a draft token costs {ratio:.2f} of a target step; pays from {breakeven:.0%} acceptance "
-            f"(×{s:.2f} at 70%, k={k})"
-        )
+        short = f"pays from {breakeven:.0%} acceptance (×{s:.2f} at 70%, k={k})"
+        text = f"a draft token costs {ratio:.2f} of a target step; {short}"
     else:
+        short = f"pays from {breakeven:.0%} acceptance (×{s:.2f} at 70%)"
         text = (
             f"drafting is free, but verifying a batch costs more than one step: pays from {breakeven:.0%} acceptance, "
             f"i.e. when the text repeats (×{s:.2f} at 70%)"
@@ -290,10 +292,12 @@ def estimate(candidate: Candidate, profile: CostProfile, n_draft: int = 16) -> E
         draft_cost = profile.draft_call.get(candidate.key)
         if candidate.strategy is Strategy.AUTO and draft_cost is not None:
             if best_at(ceiling, draft_cost)[1] < 1.0:
+                short += "; its draft model cannot win"
                 text += f"; its draft model (a token costs {draft_cost:.2f} of a target step) cannot win here"
             else:
+                short += f"; its draft model from {_breakeven(best_at, draft_cost):.0%}"
                 text += f"; its draft model pays from {_breakeven(best_at, draft_cost):.0%} acceptance"
-    return Estimate(candidate.key, ratio, best, breakeven, hopeless, text)
+    return Estimate(candidate.key, ratio, best, breakeven, hopeless, text, short)
 
 
 def _breakeven(best_at: Callable[[float, float], tuple[int, float]], cost: float) -> float:
@@ -533,6 +537,7 @@ class LabResult:
                         e["breakeven"],
                         bool(e["hopeless"]),
                         str(e["text"]),
+                        str(e.get("short", "")),  # saved before it existed: the table shows the text
                     )
                     for k, e in doc.get("estimates", {}).items()
                 },

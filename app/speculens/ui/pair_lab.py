@@ -361,7 +361,7 @@ class PairLabWindow(QMainWindow):
             est = estimates.get(cand.key)
             # A candidate that cannot run says why where its estimate would be (a tour saw only "cannot draft").
             why = cand.problem.split(": ", 1)[0] if cand.problem and not cand.runnable else ""
-            text, tip = (est.text, est.text) if est is not None else (why, cand.problem or "")
+            text, tip = (est.short or est.text, est.text) if est is not None else (why, cand.problem or "")
             table.setItem(row, 1, _item(text, tip))
             table.removeCellWidget(row, 2)
             if cand.download is not None:
