@@ -181,3 +181,21 @@ def test_the_verdict_is_shown_whole_in_a_narrow_short_dock(qtbot) -> None:
     assert verdict.height() >= verdict.heightForWidth(verdict.width()) > 6 * verdict.fontMetrics().height()
     assert verdict.width() >= view.width() - 20  # the whole width: the button is below it
     assert view.exact_button.geometry().top() >= verdict.geometry().bottom()
+
+
+def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(qtbot, tiny) -> None:
+    """From a new-user tour: step mode off mid-answer, the panel still explained 'Step 3' while the curve's caption
+    spoke of step 63."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(expected_speedup=(1.0, 1.2, 1.3))))
+    teach = window.teach_panel
+    teach.step_mode.setChecked(True)
+    window.chat.input.setPlainText("hello")
+    window.chat.send()
+    qtbot.waitUntil(teach.next_button.isEnabled, timeout=10_000)
+    assert "Step 1" in teach.explanation.toPlainText()
+    teach.step_mode.setChecked(False)
+    teach.next_button.click()
+    wait_idle(qtbot, window)
+    last = teach.last_step.step
+    assert last == 5 and f"Step {last}" in teach.explanation.toPlainText()
+    assert f"at step {last}" in teach.curve_label.text()

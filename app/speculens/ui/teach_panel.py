@@ -280,6 +280,8 @@ class TeachPanel(QWidget):
                 self.show_step(event)
             elif record.final or record.kind is RecordKind.FINISHED:
                 self.set_running(False)
+                if self.last_step is not None:  # the explanation and the curve's caption speak of the same step
+                    self.explanation.setHtml(explain_step(self.last_step, self._strategy))
         self.update_curve()
 
     def show_step(self, event: StepEvent) -> None:
