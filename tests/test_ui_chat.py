@@ -428,7 +428,7 @@ def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
     assert "Finished (cut off at the Max tokens limit)" in window.live_panel.status.text()
     window.chat.input.setPlainText("long")
     window.chat.send()
-    qtbot.waitUntil(lambda: len(window.live_panel.view.toPlainText()) > 20, timeout=10_000)
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
     window.chat.stop()
     wait_idle(qtbot, window)
     assert window.chat.figures.text().endswith("· stopped") and "tokens/s" in window.chat.figures.text()
@@ -519,3 +519,18 @@ def test_a_transcript_read_to_its_end_stays_there_when_the_figures_grow_a_line(q
     window.chat.figures.setText("short")
     qtbot.wait(50)
     assert bar.value() == 0
+
+
+def test_an_answer_that_cannot_start_leaves_the_last_answer_s_tokens_and_figures(qtbot, tiny) -> None:
+    """From a new-user tour: after a refused message the stats bar, Live tokens and charts were empty."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=10)))
+    send(qtbot, window, "one two three")
+    panel = window.live_panel
+    shown, tps = panel.view.toPlainText(), panel.stats_strip.value_text("tps")
+    assert shown.strip() and tps != "–"
+    window.chat.input.setPlainText("four five six seven eight")  # too long for the context
+    window.chat.send()
+    qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
+    assert panel.view.toPlainText() == shown and panel.stats_strip.value_text("tps") == tps
+    assert "context holds 10" in panel.status.text()
+    assert panel.steps  # the charts' steps too

@@ -138,9 +138,12 @@ class LivePanel(QWidget):
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
+                # The last answer's tokens and charts stay until this one starts: one that cannot start (a prompt
+                # too long for the context) leaves them, with its reason below them.
                 self._request = record.request_id
-                self._reset("Starting…")
+                self.status.setText("Starting…")
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
+                self._reset("")
                 self.events.append(event)
                 seed = f", seed {event.seed}" if event.seed is not None else ""
                 self.status.setText(
