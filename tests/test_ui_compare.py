@@ -140,6 +140,7 @@ def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it
     comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
     view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
     said = view.verdict.text()
+    assert "different answers" not in said  # as long as each other
     # Which logit is whose, and which run chose which token.
     assert "from token 2: plain decoding chose <code>« that»</code> (the target's logit 16.961" in said
     assert "over <code>«,»</code> (16.888), a margin of 0.073; speculation chose <code>«,»</code>" in said
@@ -199,3 +200,15 @@ def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(q
     last = teach.last_step.step
     assert last == 5 and f"Step {last}" in teach.explanation.toPlainText()
     assert f"at step {last}" in teach.curve_label.text()
+
+
+def test_a_speedup_over_answers_of_different_lengths_says_so(qtbot) -> None:
+    """From a new-user tour: ×0.98 compared a 269-token answer with a 174-token one, and nothing said so."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats(n_generated=269, elapsed_s=14.9))
+    speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats(n_generated=174, elapsed_s=9.8))
+    divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
+    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    assert "rates of two different answers (174 and 269 tokens)" in view.verdict.text()

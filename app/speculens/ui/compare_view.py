@@ -37,6 +37,9 @@ def verdict_html(c: Comparison) -> str:
     )
     if c.identical:
         return f"{speed} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
+    n_spec, n_plain = c.speculative.stats.n_generated, c.plain.stats.n_generated
+    if n_spec != n_plain:  # the rates are of two texts: say so, or ×0.98 reads as speculation's cost
+        speed += f", rates of two different answers ({n_spec} and {n_plain} tokens)"
     if not c.greedy:
         return (
             f"{speed} · outputs differ (expected: with temperature > 0 the two runs sample differently; "
