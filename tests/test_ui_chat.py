@@ -534,3 +534,18 @@ def test_an_answer_that_cannot_start_leaves_the_last_answer_s_tokens_and_figures
     assert panel.view.toPlainText() == shown and panel.stats_strip.value_text("tps") == tps
     assert "context holds 10" in panel.status.text()
     assert panel.steps  # the charts' steps too
+
+
+def test_the_transcript_follows_a_streaming_answer_unless_scrolled_up(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["line\n"] * 400, step_s=0.005)))
+    bar = window.chat.transcript.verticalScrollBar()
+    window.chat.input.setPlainText("go")
+    window.chat.send()
+    qtbot.waitUntil(lambda: bar.maximum() > 200, timeout=10_000)
+    qtbot.wait(30)
+    assert bar.value() == bar.maximum()  # following
+    bar.setValue(0)
+    qtbot.waitUntil(lambda: bar.maximum() > 600, timeout=10_000)
+    assert bar.value() == 0  # left where the reader went
+    window.chat.stop()
+    wait_idle(qtbot, window)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import resolve
+from speculens.cli import progress, resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
@@ -112,10 +112,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _progress(line: str) -> None:
-    if sys.stderr.isatty():
-        print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
-    else:
-        print(line, file=sys.stderr, flush=True)
+    progress(line, done=not sys.stderr.isatty())  # a log keeps every measurement's line
 
 
 def run(args: argparse.Namespace) -> int:

@@ -484,15 +484,12 @@ class ChatPane(QWidget):
     def _stream(self, turn: _Turn, chunk: str) -> None:
         if turn.conversation is not self.conversation or self._stream_cursor is None:
             return
-        scrollbar = self.transcript.verticalScrollBar()
-        follow = scrollbar.value() >= scrollbar.maximum() - 4
+        # The transcript follows the answer while it is read to its end (_on_transcript_range_changed).
         if time.monotonic() >= self._stream_next_render:
             self._render_stream(turn.text)
         else:  # until the next render, in the format where the answer stands (a code block's, or plain)
             cursor = self._stream_cursor
             cursor.insertText(chunk, cursor.charFormat() if in_code_block(turn.text) else QTextCharFormat())
-        if follow:
-            scrollbar.setValue(scrollbar.maximum())
 
     def _on_transcript_scrolled(self, value: int) -> None:
         self._pinned = value >= self.transcript.verticalScrollBar().maximum() - 4

@@ -25,6 +25,6 @@ def resize_within_screen(widget: QWidget, width: int, height: int) -> None:
     parent = widget.parentWidget()
     if parent is not None and widget.isWindow():
         centre = parent.window().frameGeometry().center()
-        x = min(max(centre.x() - width // 2, area.left()), area.right() - width - FRAME_W)
-        y = min(max(centre.y() - height // 2, area.top()), area.bottom() - height - FRAME_H)
-        widget.move(max(x, area.left()), max(y, area.top()))
+        x = max(area.left(), min(centre.x() - width // 2, area.right() - width - FRAME_W))
+        y = max(area.top(), min(centre.y() - height // 2, area.bottom() - height - FRAME_H))
+        widget.move(x, y)

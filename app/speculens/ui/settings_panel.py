@@ -51,7 +51,8 @@ class _Clamping:
     """Spin boxes that take a number typed beyond their range and bring it to the nearer end when typing ends:
     Qt's own refuse the keystroke, so 9999 typed in a 1–64 field read 9, 5 in a 0–1 field was silently undone."""
 
-    def _setup(self) -> None:
+    def __init__(self) -> None:
+        super().__init__()
         self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)  # type: ignore[attr-defined]
 
     def _clamped(self, text: str) -> float | None:
@@ -76,17 +77,9 @@ class _Clamping:
 class ClampingSpinBox(_Clamping, QSpinBox):
     """A :class:`QSpinBox` that clamps what is typed (see :class:`_Clamping`)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._setup()
-
 
 class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
     """A :class:`QDoubleSpinBox` that clamps what is typed (see :class:`_Clamping`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._setup()
 
 
 class _WheelGuard(QObject):
