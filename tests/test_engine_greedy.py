@@ -61,7 +61,7 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     # An n-gram map built from the target's own answers: high acceptance, so long accepted runs are tested.
     map_path = folder / "answers.npz"
     build_table(list(plain.values()), min_total=1).save(map_path, engines["perturbed"].fingerprint)
-    engines["map"] = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, ngram_map=map_path, exact=True))
+    engines["map"] = SpeculativeEngine(ModelConfig(target, None, n_ctx=512, exact=True))
     # A bigram model's answers soon repeat themselves: prompt lookup and the n-gram cache then draft tokens that
     # are right, so the adaptive controller verifies them (on the other models it rightly never does).
     bigram = write_tiny_model(folder / "bigram.gguf", TinyModelSpec(seed=request.param, attention=0.0))
@@ -70,7 +70,7 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         p: run(engines["bigram"], p, GenerationConfig(strategy=Strategy.NONE, max_tokens=N_TOKENS))[0].tokens
         for p in PROMPTS
     }
-    yield {"engines": engines, "plain": plain, "plain_bigram": plain_bigram, "folder": folder}
+    yield {"engines": engines, "plain": plain, "plain_bigram": plain_bigram, "folder": folder, "map": map_path}
     for engine in engines.values():
         engine.close()
 
@@ -94,7 +94,9 @@ def test_greedy_output_equals_plain_decoding(
 ) -> None:
     engine = family["engines"][engine_key]
     plain = family["plain_bigram" if engine_key == "bigram" else "plain"]
-    config = GenerationConfig(strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS, adaptive=adaptive)
+    config = GenerationConfig(
+        strategy=strategy, n_draft=n_draft, p_min=0.0, max_tokens=N_TOKENS, adaptive=adaptive, ngram_map=family["map"]
+    )
     drafted = accepted = 0
     for prompt in PROMPTS:
         finish, steps = run(engine, prompt, config)

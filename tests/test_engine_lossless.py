@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,6 +98,7 @@ class Lab:
     engine: SpeculativeEngine
     prompt: list[int]
     exact: dict[SamplingParams, dict[tuple[int, ...], float]]
+    ngram_map: Path
 
 
 def _row(target: LlamaBackend, prompt: Sequence[int], prefix: Sequence[int]) -> np.ndarray:
@@ -190,9 +192,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         ]
         map_path = folder / "map.npz"
         build_table(corpus).save(map_path, engine.fingerprint)
-        engine.config = replace(engine.config, ngram_map=map_path)
         exact = {s: exact_distribution(t, prompt, s) for s in (CHAIN_ON, CHAIN_OFF)}
-        yield Lab(engine, prompt, exact)
+        yield Lab(engine, prompt, exact, map_path)
 
 
 def _finish(events: Iterator[object]) -> FinishEvent:
@@ -203,7 +204,7 @@ def _finish(events: Iterator[object]) -> FinishEvent:
     return last
 
 
-def _config(case: Case, seed: int) -> GenerationConfig:
+def _config(case: Case, seed: int, ngram_map: Path | None = None) -> GenerationConfig:
     return GenerationConfig(
         strategy=case.strategy,
         n_draft=case.n_draft,
@@ -212,6 +213,7 @@ def _config(case: Case, seed: int) -> GenerationConfig:
         max_tokens=DEPTH,
         sampling=replace(case.sampling, seed=seed),
         adaptive=case.adaptive,
+        ngram_map=ngram_map,
     )
 
 
@@ -247,7 +249,7 @@ def _run(lab: Lab, case: Case, n: int, base_seed: int) -> Outcome:
     counts: Counter[tuple[int, ...]] = Counter()
     outcome = Outcome(1.0, counts)
     for i in range(n):
-        for event in lab.engine.generate(lab.prompt, _config(case, base_seed + i)):
+        for event in lab.engine.generate(lab.prompt, _config(case, base_seed + i, lab.ngram_map)):
             if isinstance(event, StepEvent):
                 accepted = sum(d.accepted for d in event.drafted)
                 outcome.drafted += len(event.drafted)
@@ -299,7 +301,7 @@ def test_draft_free_sources_sample_the_plain_tokens_for_the_same_seed(lab: Lab, 
     for sampling in (CHAIN_ON, CHAIN_OFF):
         for seed in range(150):
             plain = _finish(lab.engine.generate(lab.prompt, _config(Case("", Strategy.NONE, sampling), seed)))
-            events = list(lab.engine.generate(lab.prompt, _config(Case("", strategy, sampling), seed)))
+            events = list(lab.engine.generate(lab.prompt, _config(Case("", strategy, sampling), seed, lab.ngram_map)))
             drafted += sum(len(e.drafted) for e in events if isinstance(e, StepEvent))
             assert events[-1].tokens == plain.tokens, (sampling, seed)
     assert drafted >= 300

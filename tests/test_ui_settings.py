@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,15 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
+from conftest import TinyModels
 from fake_engine import FakeFactory
 from gui_support import fake_window
-from speculens.engine.drafters.ngram_table import build_table
+from speculens import paths
+from speculens.engine.drafters.ngram_map import build_map
+from speculens.engine.drafters.ngram_table import NgramTable, build_table
 from speculens.settings import Settings, load_settings
+from speculens.ui import ngram_map_dialog
+from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
 
@@ -88,6 +94,65 @@ def test_a_file_that_is_no_n_gram_map_is_refused_when_chosen(qtbot, store: Setti
     panel.ngram_map.setText(str(good))
     panel.ngram_map.editingFinished.emit()
     assert store.settings.ngram_map_path == str(good) and not panel.map_error.isVisible()
+
+
+def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
+    qtbot, tiny: TinyModels, tmp_path: Path
+) -> None:
+    """Settings ▸ N-gram map ▸ Build…: the map is written for the target's tokenizer and becomes the one in use."""
+    store = SettingsStore(Settings(), path=tmp_path / "settings.json")
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.show()
+    assert not panel.build_map.isEnabled() and "target model first" in panel.build_map.toolTip()
+    store.update(target_path=str(tiny.target))
+    assert panel.build_map.isEnabled()
+    corpus = tmp_path / "project"
+    corpus.mkdir()
+    (corpus / "add.py").write_text("def add(a, b):\n    return a + b\n" * 20, encoding="utf-8")
+    panel.build_map.click()
+    dialog = panel.findChild(NgramMapDialog)
+    assert dialog is not None and dialog.isVisible() and not dialog.build_button.isEnabled()
+    dialog.add_paths([corpus, corpus])
+    assert dialog.corpus.count() == 1 and dialog.build_button.isEnabled()
+    assert Path(dialog.output.text()) == paths.data_dir() / "ngram-maps" / "project.npz"
+    with qtbot.waitSignal(dialog.built, timeout=30_000):
+        dialog.build_button.click()
+    assert "Wrote" in dialog.status.text() and "n-grams" in dialog.status.text()
+    assert store.settings.ngram_map_path == dialog.output.text() and store.settings.strategy == "ngram-map"
+    NgramTable.check(Path(store.settings.ngram_map_path))
+    assert dialog.close_button.text() == "Close" and dialog.build_button.isEnabled()
+
+
+def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(
+    qtbot, tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = threading.Event()
+
+    def paused(*args, progress, cancel, **kwargs):  # the real build, held after its first file until cancelled
+        def hold(*p: int) -> None:
+            started.set()
+            cancel.wait(10)
+            progress(*p)
+
+        return build_map(*args, progress=hold, cancel=cancel, **kwargs)
+
+    monkeypatch.setattr(ngram_map_dialog, "build_map", paused)
+    dialog = NgramMapDialog(tiny.target)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    (tmp_path / "notes.txt").write_text("some notes\n" * 50, encoding="utf-8")
+    dialog.add_paths([tmp_path / "notes.txt"])
+    dialog.output.setText(str(tmp_path / "notes.npz"))
+    dialog.build_button.click()
+    qtbot.waitUntil(started.is_set, timeout=10_000)
+    assert dialog.close_button.text() == "Cancel" and not dialog.build_button.isEnabled()
+    dialog.close_button.click()
+    assert dialog.isVisible()  # Cancel stops the build; the dialog stays to say so
+    qtbot.waitUntil(lambda: "Cancelled" in dialog.status.text(), timeout=10_000)
+    assert not (tmp_path / "notes.npz").exists() and dialog.close_button.text() == "Close"
+    dialog.close_button.click()
+    assert not dialog.isVisible()
 
 
 def test_the_store_tells_every_view_and_saves_after_a_pause(qtbot, store: SettingsStore, tmp_path: Path) -> None:

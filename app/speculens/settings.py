@@ -123,7 +123,8 @@ SPECS: dict[str, FieldSpec] = {
         reload=True,
     ),
     "ngram_map_path": FieldSpec(
-        "N-gram map", "A static n-gram map built with 'speculens-cli ngram build'", reload=True
+        "N-gram map",
+        "A static n-gram map built from your own files (Build…, or 'speculens-cli ngram build')",
     ),
     "target_path": FieldSpec("Target model", "The target model file", reload=True),
     "draft_path": FieldSpec("Draft model", "The draft model file", reload=True),
@@ -319,7 +320,6 @@ def model_config(settings: Settings) -> ModelConfig:
         adaptive_threads=not settings.threads,
         n_gpu_layers=settings.n_gpu_layers,
         n_gpu_layers_draft=settings.n_gpu_layers_draft,
-        ngram_map=Path(settings.ngram_map_path) if settings.ngram_map_path else None,
         ngram_cache_dir=paths.ngram_cache_dir(),
         costs_dir=paths.costs_dir(),
         exact=settings.exact,
@@ -349,4 +349,5 @@ def generation_config(settings: Settings, strategy: Strategy | None = None) -> G
             min_p=settings.min_p,
             seed=None if settings.seed < 0 else settings.seed,
         ),
+        ngram_map=Path(settings.ngram_map_path) if settings.ngram_map_path else None,
     )

@@ -143,7 +143,6 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         adaptive_threads=not args.threads,
         n_gpu_layers=args.ngl,
         n_gpu_layers_draft=args.ngl_draft,
-        ngram_map=args.ngram_map,
         ngram_cache_dir=None if args.no_ngram_file else paths.ngram_cache_dir(),
         costs_dir=paths.costs_dir(),
         exact=args.exact,
@@ -163,6 +162,7 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
         sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
         adaptive=args.adaptive,
         judge_probs=getattr(args, "events", None) is not None,  # only the events file shows them here
+        ngram_map=getattr(args, "ngram_map", None),
     )
 
 

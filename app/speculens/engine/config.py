@@ -124,6 +124,8 @@ class GenerationConfig:
             token, 0.15 ms each for a 152k vocabulary on this 2-core VM: noise beside a CPU's batch, but as much
             as the whole verification on a GPU, where a batch of 9 takes about 2 ms. Off, the events carry none
             (the CLI without ``--events``, benchmarks, the pair lab).
+        ngram_map: the n-gram map file of the ``ngram-map`` strategy: read by the first generation that drafts
+            from it and kept while the file is the same, so a new map takes no reload of the models.
     """
 
     strategy: Strategy = Strategy.AUTO
@@ -135,6 +137,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     adaptive: bool = True
     judge_probs: bool = True
+    ngram_map: Path | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""
@@ -164,7 +167,6 @@ class ModelConfig:
         n_threads: CPU threads (0 = automatic).
         n_gpu_layers: target layers offloaded to the GPU (-1 = all).
         n_gpu_layers_draft: draft layers offloaded to the GPU (-1 = all).
-        ngram_map: an n-gram map file for the ``ngram-map`` strategy.
         ngram_cache_dir: where the dynamic n-gram cache is kept (``None``: not persisted).
         costs_dir: where the adaptive controller's measured costs are kept between sessions: the target's
             per target and load configuration, a draft model's per pair (``None``: measured afresh each session).
@@ -189,7 +191,6 @@ class ModelConfig:
     n_threads: int = 0
     n_gpu_layers: int = DEFAULT_GPU_LAYERS
     n_gpu_layers_draft: int = DEFAULT_GPU_LAYERS
-    ngram_map: Path | None = None
     ngram_cache_dir: Path | None = None
     costs_dir: Path | None = None
     exact: bool = False

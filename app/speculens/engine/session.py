@@ -44,6 +44,7 @@ from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.ngram_map import NgramMapDrafter
+from speculens.engine.drafters.ngram_table import NgramTableError
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent
 from speculens.engine.generate import generate
@@ -132,7 +133,7 @@ class SpeculativeEngine:
         self.costs = self.new_costs()
         self._restore(self._verify_costs_path, self.costs.restore_verify, self.costs.forget_verify)
         self._ngram_cache: NgramCacheDrafter | None = None
-        self._ngram_map: NgramMapDrafter | None = None
+        self._ngram_map: tuple[tuple[Path, int, int], NgramMapDrafter] | None = None  # (file, mtime, size), map
         if config.draft is not None:
             try:
                 self.load_draft(config.draft)
@@ -396,13 +397,27 @@ class SpeculativeEngine:
             return [self.lookup()]
         if strategy is Strategy.NGRAM_CACHE:
             return [self.ngram_cache()]
-        if self._ngram_map is None:
-            if self.config.ngram_map is None:
-                raise InvalidInputError(
-                    "the ngram-map strategy needs a map file: build one with 'speculens-cli ngram build'"
-                )
-            self._ngram_map = NgramMapDrafter.from_file(self.config.ngram_map, self.fingerprint)
-        return [self._ngram_map]
+        return [self.ngram_map(config.ngram_map)]
+
+    def ngram_map(self, path: Path | None) -> NgramMapDrafter:
+        """The drafter of this n-gram map file, read once and again only when the file changes (rebuilt).
+
+        Raises:
+            InvalidInputError: no file, or not a map for this vocabulary (:class:`NgramTableError`).
+        """
+        if path is None:
+            raise InvalidInputError(
+                "the ngram-map strategy needs a map file: choose or build one in Settings (N-gram map, Build…) "
+                "or build one with 'speculens-cli ngram build'"
+            )
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise NgramTableError(f"cannot read n-gram file {path}: {exc.strerror or exc}") from exc
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        if self._ngram_map is None or self._ngram_map[0] != key:
+            self._ngram_map = (key, NgramMapDrafter.from_file(path, self.fingerprint))
+        return self._ngram_map[1]
 
     def draft_drafter(self, config: GenerationConfig, rng: np.random.Generator) -> DraftModelDrafter:
         """The loaded draft model as a draft source."""

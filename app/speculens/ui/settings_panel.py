@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from speculens.engine.config import FlashAttention, Strategy
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings
+from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.settings_store import SettingsStore
 
 STRATEGY_TIPS = {
@@ -42,7 +43,8 @@ STRATEGY_TIPS = {
     "draft": "A smaller model with the same tokenizer proposes tokens",
     "lookup": "Copies continuations of text already in the prompt (good for editing code or quoting)",
     "ngram-cache": "Statistics of n-grams seen in this and earlier generations (no draft model needed)",
-    "ngram-map": "A static n-gram map built from a corpus with 'speculens-cli ngram build'",
+    "ngram-map": "A static n-gram map built from your own files (N-gram map ▸ Build…, or 'speculens-cli ngram "
+    "build')",
     "none": "The target alone: the baseline",
 }
 
@@ -158,9 +160,13 @@ class SettingsPanel(QWidget):
         browse = QPushButton("Browse…")
         browse.setAccessibleName("Browse for an n-gram map")
         browse.clicked.connect(self._on_browse_clicked)
-        map_row = QHBoxLayout()
-        map_row.addWidget(self.ngram_map, 1)
-        map_row.addWidget(browse)
+        self.build_map = QPushButton("Build…")
+        self.build_map.setAccessibleName("Build an n-gram map from files")
+        self.build_map.clicked.connect(self._on_build_map_clicked)
+        map_buttons = QHBoxLayout()  # under the field, which keeps the width to show the file's name
+        map_buttons.addWidget(browse)
+        map_buttons.addWidget(self.build_map)
+        map_buttons.addStretch(1)
         self.map_error = QLabel()  # a file that is no n-gram map, said at once (not after a reload of the models)
         self.map_error.setWordWrap(True)
         self.map_error.setAccessibleName("N-gram map error")
@@ -185,7 +191,8 @@ class SettingsPanel(QWidget):
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         for name in ("strategy", "n_draft", "adaptive", "n_draft_min", "p_min"):
             form.addRow(SPECS[name].label, self.fields[name])
-        form.addRow(SPECS["ngram_map_path"].label, map_row)
+        form.addRow(SPECS["ngram_map_path"].label, self.ngram_map)
+        form.addRow("", map_buttons)
         form.addRow(self.map_error)
         sampling = QGroupBox("Sampling")
         form = QFormLayout(sampling)
@@ -302,6 +309,12 @@ class SettingsPanel(QWidget):
                 self.ngram_map.setText(s.ngram_map_path)
             if self.system_prompt.toPlainText() != s.system_prompt:
                 self.system_prompt.setPlainText(s.system_prompt)
+            self.build_map.setEnabled(bool(s.target_path))
+            self.build_map.setToolTip(
+                "Build a map from your own files (a code base, documentation) for the target's tokenizer"
+                if s.target_path
+                else "Choose a target model first (Models, Ctrl+M): a map is built for its tokenizer"
+            )
         finally:
             self._updating = False
         self._update_reload_note()
@@ -382,6 +395,23 @@ class SettingsPanel(QWidget):
         if path:
             self.ngram_map.setText(path)
             self._on_map_changed()
+
+    def _on_build_map_clicked(self) -> None:
+        target = self.store.settings.target_path
+        if not target:
+            return
+        dialog = NgramMapDialog(Path(target), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.built.connect(self._on_map_built)
+        dialog.open()
+
+    def _on_map_built(self, path: str, use_now: bool) -> None:
+        """A map built in the dialog becomes the map in use; with ``use_now``, the strategy too."""
+        self.ngram_map.setText(path)
+        self.map_error.hide()
+        if use_now:
+            self.strategy.setCurrentIndex(self.strategy.findData(Strategy.NGRAM_MAP.value))
+        self._on_widget_changed()
 
     def _on_map_changed(self) -> None:
         """Take a new n-gram map path if the file is one (its header read now); otherwise say why and keep the old."""

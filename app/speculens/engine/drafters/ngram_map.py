@@ -1,15 +1,20 @@
-"""Drafting from a static n-gram map built from a corpus (``speculens-cli ngram build``).
+"""Drafting from a static n-gram map built from a corpus, and building one (``speculens-cli ngram build``, or
+Settings ▸ N-gram map ▸ Build… in the app).
 
 Useful when the answers follow a known body of text: a code base, documentation, a style of report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 from speculens.engine.drafters.ngram_table import NgramTable
+from speculens.errors import InvalidInputError, OperationError
 
 # A map is trusted when its longest matching n-gram was seen at least this often with a clear winner.
 MIN_SAMPLES = (2, 2, 1, 1)
@@ -50,3 +55,104 @@ class NgramMapDrafter:
 
     def end(self, history: Sequence[int]) -> None:
         """The map never changes during use."""
+
+
+# The files a corpus folder contributes (anything else in it, images or archives, is skipped).
+TEXT_SUFFIXES = frozenset(
+    {".txt", ".md", ".py", ".rst", ".c", ".h", ".cpp", ".js", ".ts", ".json", ".html", ".java", ".rs"}
+)
+# Tokens counted between two looks at the cancel flag and two progress reports (a second or so here).
+_CHUNK = 50_000
+
+
+class BuildCancelled(OperationError):
+    """The user stopped a map build; nothing was written."""
+
+    def __init__(self) -> None:
+        super().__init__("building the n-gram map was cancelled; no file was written")
+
+
+@dataclass(frozen=True)
+class MapBuilt:
+    """What :func:`build_map` wrote."""
+
+    path: Path
+    n_ngrams: int
+    n_tokens: int
+    n_files: int
+    seconds: float
+
+
+def corpus_files(items: Iterable[Path]) -> list[Path]:
+    """The text files of a corpus: files as given, folders searched for :data:`TEXT_SUFFIXES`.
+
+    Raises:
+        InvalidInputError: a path does not exist, or there is no text file at all.
+    """
+    files: list[Path] = []
+    for item in items:
+        if item.is_dir():
+            files += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise InvalidInputError(f"corpus path not found: {item}")
+    if not files:
+        kinds = " ".join(sorted(TEXT_SUFFIXES))
+        raise InvalidInputError(f"the corpus holds no text files ({kinds}): choose files, or folders with some")
+    return files
+
+
+def build_map(
+    files: Sequence[Path],
+    tokenize: Callable[[str], list[int]],
+    fingerprint: str,
+    output: Path,
+    *,
+    ngram_max: int = 4,
+    min_count: int = 2,
+    progress: Callable[[int, int, int], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> MapBuilt:
+    """Count which token follows each n-gram of the corpus (tokenized with the model's tokenizer) and write the
+    map to ``output`` (atomically: a cancelled or failed build leaves no file, nor a half-written one).
+
+    Args:
+        files: the corpus (see :func:`corpus_files`); read as UTF-8, undecodable bytes replaced.
+        tokenize: the model's tokenizer, without special tokens.
+        fingerprint: the vocabulary's fingerprint, so the map refuses to load for another tokenizer.
+        output: the ``.npz`` file to write.
+        ngram_max: the longest n-gram counted.
+        min_count: n-grams seen fewer times are dropped.
+        progress: called with (bytes read, bytes in all, tokens counted) after each file and every few tens of
+            thousands of tokens.
+        cancel: set to stop; checked as often as ``progress`` is called.
+
+    Raises:
+        BuildCancelled: ``cancel`` was set.
+        OSError: a file could not be read or the map written.
+    """
+    t0 = time.perf_counter()
+    sizes = [f.stat().st_size for f in files]
+    total = sum(sizes)
+    done = n_tokens = 0
+    table = NgramTable(1, ngram_max)
+    for f, size in zip(files, sizes, strict=True):
+        tokens = tokenize(f.read_text(encoding="utf-8", errors="replace"))
+        for start in range(0, len(tokens), _CHUNK):
+            if cancel is not None and cancel.is_set():
+                raise BuildCancelled()
+            stop = min(start + _CHUNK, len(tokens))
+            table.add(tokens[:stop], start)
+            n_tokens += stop - start
+            if progress is not None and stop < len(tokens):
+                progress(done + size * stop // len(tokens), total, n_tokens)
+        done += size
+        if progress is not None:
+            progress(done, total, n_tokens)
+    if cancel is not None and cancel.is_set():
+        raise BuildCancelled()
+    table.prune(min_count)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    table.save(output, fingerprint)
+    return MapBuilt(output, len(table), n_tokens, len(files), time.perf_counter() - t0)

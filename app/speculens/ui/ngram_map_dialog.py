@@ -1,0 +1,280 @@
+"""Building an n-gram map from the user's own files, in the app (what ``speculens-cli ngram build`` does).
+
+The corpus is tokenized with the chosen target's tokenizer (loaded alone, without weights) and counted on a
+background thread (:class:`~speculens.ui.tasks.TaskRunner`); a timer shows its progress, Cancel stops it
+between two chunks of tokens, and nothing is written unless the whole map is (see
+:func:`~speculens.engine.drafters.ngram_map.build_map`).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from speculens import paths
+from speculens.engine.backend import BackendParams, LlamaBackend
+from speculens.engine.drafters.ngram_map import MapBuilt, build_map, corpus_files
+from speculens.ui.screen import resize_within_screen
+from speculens.ui.tasks import TaskRunner
+
+
+def _build(
+    items: list[Path], model: Path, output: Path, ngram_max: int, min_count: int, state: _Progress
+) -> MapBuilt:
+    """The background half: find the files, load the tokenizer, count, write."""
+    files = corpus_files(items)
+    state.files = len(files)
+    vocab = LlamaBackend(model, BackendParams(vocab_only=True))
+    try:
+        return build_map(
+            files,
+            lambda text: vocab.tokenize(text, add_special=False),
+            vocab.vocab.fingerprint(),
+            output,
+            ngram_max=ngram_max,
+            min_count=min_count,
+            progress=state.update,
+            cancel=state.cancel,
+        )
+    finally:
+        vocab.close()
+
+
+class _Progress:
+    """What the build thread has done, read by the dialog's timer (each field one reference swap)."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.files = 0
+        self.done = 0
+        self.total = 0
+        self.tokens = 0
+
+    def update(self, done: int, total: int, tokens: int) -> None:
+        self.done, self.total, self.tokens = done, total, tokens
+
+
+class NgramMapDialog(QDialog):
+    """Picks a corpus and builds a map for the target's tokenizer.
+
+    Args:
+        model: the target model file, whose tokenizer the map is for.
+        parent: the Qt parent.
+
+    Signals:
+        built(str, bool): the map written, and whether the user asked to draft from it now.
+    """
+
+    built = Signal(str, bool)
+
+    def __init__(self, model: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Build an n-gram map")
+        self.model = model
+        self.tasks = TaskRunner(self)
+        self._state: _Progress | None = None
+        self._output_chosen = False  # the user chose the file: no longer named after the corpus
+
+        intro = QLabel(
+            "An n-gram map drafts what usually follows in a body of text you give it: a code base, documentation, "
+            f"reports in your style. It is built for the tokenizer of {model.name} and works with every model "
+            "that shares it."
+        )
+        intro.setWordWrap(True)
+        self.corpus = QListWidget()
+        self.corpus.setAccessibleName("Corpus files and folders")
+        self.corpus.setToolTip("Folders are searched for text files (.txt .md .py .js .ts .c .h .cpp .rs …)")
+        add_folder = QPushButton("Add &folder…")
+        add_folder.clicked.connect(self._on_add_folder_clicked)
+        add_files = QPushButton("Add f&iles…")
+        add_files.clicked.connect(self._on_add_files_clicked)
+        self.remove = QPushButton("&Remove")
+        self.remove.clicked.connect(self._on_remove_clicked)
+        self.corpus.itemSelectionChanged.connect(self._update_buttons)
+        corpus_buttons = QVBoxLayout()
+        for button in (add_folder, add_files, self.remove):
+            corpus_buttons.addWidget(button)
+        corpus_buttons.addStretch(1)
+        corpus_row = QHBoxLayout()
+        corpus_row.addWidget(self.corpus, 1)
+        corpus_row.addLayout(corpus_buttons)
+
+        self.ngram_max = QSpinBox()
+        self.ngram_max.setRange(1, 8)
+        self.ngram_max.setValue(4)
+        self.ngram_max.setAccessibleName("Longest n-gram")
+        self.ngram_max.setToolTip("The longest run of tokens a draft continues from (1 to 8; longer: a bigger map)")
+        self.min_count = QSpinBox()
+        self.min_count.setRange(1, 100)
+        self.min_count.setValue(2)
+        self.min_count.setAccessibleName("Least count")
+        self.min_count.setToolTip("N-grams seen fewer times in the corpus are left out (1 to 100; more: a smaller map)")
+        self.output = QLineEdit(str(paths.data_dir() / "ngram-maps" / "map.npz"))
+        self.output.setAccessibleName("Map file")
+        self.output.textEdited.connect(self._on_output_edited)
+        choose = QPushButton("Choose…")
+        choose.setAccessibleName("Choose where to save the map")
+        choose.clicked.connect(self._on_choose_output_clicked)
+        output_row = QHBoxLayout()
+        output_row.addWidget(self.output, 1)
+        output_row.addWidget(choose)
+        self.use_now = QCheckBox("Draft from it now (strategy: N-gram map)")
+        self.use_now.setChecked(True)
+        form = QFormLayout()
+        form.addRow("Longest n-gram", self.ngram_max)
+        form.addRow("Least count", self.min_count)
+        form.addRow("Save as", output_row)
+        form.addRow(self.use_now)
+
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setAccessibleName("Build progress")
+        self.bar.hide()
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.status.setAccessibleName("Build status")
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.buttons = QDialogButtonBox()
+        self.build_button = self.buttons.addButton("&Build", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.build_button.setDefault(True)
+        self.close_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self.buttons.accepted.connect(self._on_build_clicked)
+        self.buttons.rejected.connect(self.reject)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addWidget(QLabel("Corpus:"))
+        layout.addLayout(corpus_row, 1)
+        layout.addLayout(form)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.status)
+        layout.addWidget(self.buttons)
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(100)
+        self._timer.timeout.connect(self._show_progress)
+        self._update_buttons()
+        resize_within_screen(self, 620, 480)
+
+    # ---- the corpus ---------------------------------------------------------------------------------------
+
+    def add_paths(self, items: list[Path]) -> None:
+        """Add files or folders to the corpus (each once); the map is named after the first, unless chosen."""
+        present = {self.corpus.item(i).text() for i in range(self.corpus.count())}
+        for item in items:
+            if str(item) not in present:
+                self.corpus.addItem(str(item))
+                present.add(str(item))
+        if not self._output_chosen and self.corpus.count():
+            first = Path(self.corpus.item(0).text())
+            self.output.setText(str(paths.data_dir() / "ngram-maps" / f"{first.stem or 'map'}.npz"))
+        self._update_buttons()
+
+    def _on_add_folder_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of text files")
+        if folder:
+            self.add_paths([Path(folder)])
+
+    def _on_add_files_clicked(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(self, "Add text files")
+        self.add_paths([Path(f) for f in files])
+
+    def _on_remove_clicked(self) -> None:
+        for item in self.corpus.selectedItems():
+            self.corpus.takeItem(self.corpus.row(item))
+        self._update_buttons()
+
+    def _on_output_edited(self, _text: str) -> None:
+        self._output_chosen = True
+
+    def _on_choose_output_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save the n-gram map as", self.output.text(), "N-gram maps (*.npz)")
+        if path:
+            self.output.setText(path if path.endswith(".npz") else path + ".npz")
+            self._output_chosen = True
+
+    def _update_buttons(self) -> None:
+        busy = self._state is not None
+        self.build_button.setEnabled(not busy and self.corpus.count() > 0)
+        self.remove.setEnabled(not busy and bool(self.corpus.selectedItems()))
+        self.close_button.setText("Cancel" if busy else "Close")
+
+    # ---- building -----------------------------------------------------------------------------------------
+
+    def _on_build_clicked(self) -> None:
+        if self._state is not None or not self.corpus.count():
+            return
+        output = Path(self.output.text().strip()).expanduser()
+        if not output.name or output.is_dir():
+            self.status.setText("Say which file to write the map to (Save as).")
+            return
+        if output.suffix != ".npz":
+            output = output.with_name(output.name + ".npz")
+        state = self._state = _Progress()
+        items = [Path(self.corpus.item(i).text()) for i in range(self.corpus.count())]
+        ngram_max, min_count, use_now = self.ngram_max.value(), self.min_count.value(), self.use_now.isChecked()
+        self.bar.setValue(0)
+        self.bar.show()
+        self.status.setText("Loading the tokenizer…")
+
+        def done(result: MapBuilt) -> None:
+            self._finish()
+            self.bar.setValue(1000)
+            self.status.setText(
+                f"Wrote {result.path}: {result.n_ngrams:,} n-grams from {result.n_tokens:,} tokens in "
+                f"{result.n_files} file{'s' if result.n_files != 1 else ''}, {result.seconds:.1f} s."
+                + (" Speculens drafts from it now." if use_now else " Choose it in Settings to draft from it.")
+            )
+            self.built.emit(str(result.path), use_now)
+
+        def failed(message: str) -> None:
+            self._finish()
+            self.bar.hide()
+            cancelled = state.cancel.is_set()
+            self.status.setText("Cancelled: nothing was written." if cancelled else f"Could not build a map: {message}")
+
+        self.tasks.run(lambda: _build(items, self.model, output, ngram_max, min_count, state), done, failed)
+        self._timer.start()
+        self._update_buttons()
+
+    def _show_progress(self) -> None:
+        state = self._state
+        if state is None or not state.total:
+            return
+        self.bar.setValue(int(1000 * state.done / state.total))
+        self.status.setText(
+            f"Counting n-grams: {state.tokens:,} tokens of {state.files} file{'s' if state.files != 1 else ''}…"
+        )
+
+    def _finish(self) -> None:
+        self._timer.stop()
+        self._state = None
+        self._update_buttons()
+
+    def reject(self) -> None:
+        """Cancel (or Esc, or the window's close button) stops a running build, and the dialog stays to say so;
+        with nothing running it closes."""
+        if self._state is not None:
+            self._state.cancel.set()
+            self.status.setText("Stopping…")
+            return
+        super().reject()
