@@ -31,6 +31,7 @@ from speculens.engine.bench import (
     summarise_runs,
 )
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
+from speculens.engine.drafters.ngram_map import build_map
 from speculens.engine.session import SpeculativeEngine
 from speculens.ui.bench_chart import chart_data
 
@@ -375,6 +376,24 @@ def test_bench_cli_writes_json_and_a_png_and_prints_a_table(tiny: TinyModels, tm
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_cli_runs_the_ngram_map_it_is_given(tiny: TinyModels, tmp_path: Path) -> None:
+    suite = tmp_path / "suite.json"
+    suite.write_text(SMALL_SUITE, encoding="utf-8")
+    (tmp_path / "corpus.txt").write_text("one two three four five six seven eight\n" * 20, encoding="utf-8")
+    build_map([tmp_path / "corpus.txt"], tiny.target, tmp_path / "map.npz")
+    out = tmp_path / "results.json"
+    args = ["--suite", str(suite), "--prompts", "one", "-n", "8", "--repeat", "1", "--warmup", "0", "--modes", "fixed"]
+    args += ["--strategies", "ngram-map", "--ngram-map", str(tmp_path / "map.npz"), "-o", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "speculens.cli", "bench", "-m", str(tiny.target), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [s["label"] for s in json.loads(out.read_text(encoding="utf-8"))["settings"]][1].startswith("ngram-map")
+
+
 def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -385,6 +404,8 @@ def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
         )
 
     assert cli("--strategies", "draft").returncode == 2  # no draft model
+    no_map = cli("--strategies", "ngram-map")
+    assert no_map.returncode == 2 and "needs --ngram-map" in no_map.stderr
     assert cli("--sweep", "n_draft=0,4").returncode == 2
     assert cli("--modes", "sometimes").returncode == 2
     assert cli("--prompts", "nope").returncode == 2

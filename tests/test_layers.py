@@ -64,3 +64,18 @@ def test_light_types_and_settings_import_neither_llama_cpp_nor_qt() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_the_window_loads_llama_cpp_only_where_a_model_is_loaded() -> None:
+    """llama.cpp takes a moment to load: the engine worker and background tasks import it, never the GUI thread
+    while the window is built (the n-gram map dialog imported the backend at module level once)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import speculens.ui.app, speculens.ui.main_window, speculens.ui.settings_panel, speculens.ui.ngram_map_dialog
+        print("llama_cpp" in sys.modules)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

@@ -1,4 +1,5 @@
-"""Building an n-gram map from a corpus (shared by ``speculens-cli ngram build`` and the app's Build… dialog)."""
+"""Building an n-gram map from a corpus (shared by ``speculens-cli ngram build`` and the app's Build… dialog), and
+drafting from it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from conftest import TinyModels
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
+from speculens.engine.drafters import ngram_map
 from speculens.engine.drafters.ngram_map import BuildCancelled, NgramMapDrafter, build_map, corpus_files
-from speculens.engine.drafters.ngram_table import NgramTable
+from speculens.engine.drafters.ngram_table import NgramTable, build_table
 from speculens.engine.events import FinishEvent
 from speculens.engine.session import SpeculativeEngine
 from speculens.errors import InvalidInputError
@@ -26,51 +28,64 @@ def vocab(tiny: TinyModels):
 
 def corpus(tmp_path: Path) -> Path:
     folder = tmp_path / "corpus"
-    (folder / "notes").mkdir(parents=True)
+    for sub in ("notes", ".git", "node_modules/lib"):
+        (folder / sub).mkdir(parents=True)
     (folder / "add.py").write_text("def add(a, b):\n    return a + b\n\n" * 30, encoding="utf-8")
     (folder / "notes" / "readme.md").write_text("# Adding\nadd returns the sum of a and b.\n" * 30, encoding="utf-8")
     (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / ".git" / "description.txt").write_text("not the project's text\n", encoding="utf-8")
+    (folder / "node_modules" / "lib" / "index.js").write_text("module.exports = 1;\n", encoding="utf-8")
     return folder
 
 
-def test_a_map_counts_the_corpus_text_files_and_drafts_what_follows(vocab: LlamaBackend, tmp_path: Path) -> None:
+def test_a_map_counts_the_corpus_text_files_and_drafts_what_follows(
+    tiny: TinyModels, vocab: LlamaBackend, tmp_path: Path
+) -> None:
     files = corpus_files([corpus(tmp_path)])
-    assert [f.name for f in files] == ["add.py", "readme.md"]  # folders searched; the image left out
+    assert [f.name for f in files] == ["add.py", "readme.md"]  # no image, nothing hidden, no dependencies
 
     def tokenize(text: str) -> list[int]:
         return vocab.tokenize(text, add_special=False)
 
     seen: list[tuple[int, int, int]] = []
     out = tmp_path / "maps" / "code.npz"
-    built = build_map(files, tokenize, vocab.vocab.fingerprint(), out, progress=lambda *p: seen.append(p))
+    built = build_map(files, tiny.target, out, progress=lambda *p: seen.append(p))
     total = sum(f.stat().st_size for f in files)
     assert (built.path, built.n_files) == (out, 2)
     assert built.n_tokens == sum(len(tokenize(f.read_text(encoding="utf-8"))) for f in files)
-    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen) and seen[-1] == (total, total, built.n_tokens)
+    assert seen[0] == (0, total, 0) and seen[-1] == (total, total, built.n_tokens)
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
     table = NgramTable.load(out, vocab.vocab.fingerprint())
     assert len(table) == built.n_ngrams > 0
     start = tokenize("def add(a, b):\n    return")
     want = tokenize("def add(a, b):\n    return a + b\n")[len(start) :]
-    draft = NgramMapDrafter(table).draft(start, len(want))
-    assert list(draft.tokens) == want
-    every = build_map(files, tokenize, vocab.vocab.fingerprint(), tmp_path / "all.npz", min_count=1, ngram_max=2)
-    assert NgramTable.load(tmp_path / "all.npz", None).ngram_max == 2 and every.n_tokens == built.n_tokens
+    assert list(NgramMapDrafter(table).draft(start, len(want)).tokens) == want
+    build_map(files, tiny.target, tmp_path / "all.npz", min_count=1, ngram_max=2)
+    assert NgramTable.load(tmp_path / "all.npz", None).ngram_max == 2
 
 
-def test_a_cancelled_build_writes_nothing(vocab: LlamaBackend, tmp_path: Path) -> None:
+def test_counting_in_chunks_counts_what_one_pass_counts(
+    tiny: TinyModels, vocab: LlamaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long file is counted a chunk at a time (cancel and progress between chunks): the n-grams across a chunk's
+    edge are counted once, as in one pass."""
     files = corpus_files([corpus(tmp_path)])
+    monkeypatch.setattr(ngram_map, "_CHUNK", 7)
+    seen: list[tuple[int, int, int]] = []
+    build_map(files, tiny.target, tmp_path / "chunked.npz", min_count=1, progress=lambda *p: seen.append(p))
+    streams = [vocab.tokenize(f.read_text(encoding="utf-8"), add_special=False) for f in files]
+    assert NgramTable.load(tmp_path / "chunked.npz", None).counts == build_table(streams, min_total=1).counts
+    assert len(seen) > sum(len(s) for s in streams) // 7  # reported within the files, not only after each
     cancel = threading.Event()
-    out = tmp_path / "maps" / "code.npz"
+
+    def stop_mid_file(done: int, total: int, tokens: int) -> None:
+        if tokens > 20:
+            cancel.set()
+
     with pytest.raises(BuildCancelled, match="no file was written"):
-        build_map(
-            files,
-            lambda text: vocab.tokenize(text, add_special=False),
-            vocab.vocab.fingerprint(),
-            out,
-            progress=lambda *_: cancel.set(),  # stopped after the first file
-            cancel=cancel,
-        )
-    assert not out.exists() and not (out.parent.exists() and any(out.parent.iterdir()))
+        build_map(files, tiny.target, tmp_path / "stopped.npz", progress=stop_mid_file, cancel=cancel)
+    assert not (tmp_path / "stopped.npz").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.suffix != ".npz" and p.is_file()] == []  # no temporary left
 
 
 def test_a_corpus_without_text_is_refused_in_words(tmp_path: Path) -> None:
@@ -83,19 +98,26 @@ def test_a_corpus_without_text_is_refused_in_words(tmp_path: Path) -> None:
 
 
 def test_a_new_map_is_drafted_from_without_reloading_the_models(tiny: TinyModels, tmp_path: Path) -> None:
-    """The map is a generation setting: the loaded engine reads a rebuilt file, and refuses a missing one in words."""
+    """The map is a generation setting: the loaded engine drafts from it, reads a rebuilt file again, and refuses a
+    missing one in words."""
     path = tmp_path / "map.npz"
     with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=256)) as engine:
-        tokenize = engine.target.tokenize
-        build_map(corpus_files([corpus(tmp_path)]), tokenize, engine.fingerprint, path)
+        prompt = engine.target.tokenize("print hello world")
+        plain = list(engine.generate(prompt, GenerationConfig(strategy=Strategy.NONE, max_tokens=32)))[-1]
+        assert isinstance(plain, FinishEvent)
+        answers = tmp_path / "answers.txt"
+        answers.write_text(engine.target.detokenize(plain.tokens) * 3, encoding="utf-8")
+        (tmp_path / "other.txt").write_text("something else entirely\n" * 40, encoding="utf-8")
+        build_map([tmp_path / "other.txt"], tiny.target, path)
         first = engine.ngram_map(path)
         assert engine.ngram_map(path) is first  # read once
-        (tmp_path / "other.txt").write_text("something else entirely\n" * 40, encoding="utf-8")
-        build_map([tmp_path / "other.txt"], tokenize, engine.fingerprint, path)
+        build_map([answers], tiny.target, path, min_count=1)
         assert engine.ngram_map(path) is not first  # rebuilt: read again
-        config = GenerationConfig(strategy=Strategy.NGRAM_MAP, max_tokens=4, ngram_map=path)
-        assert isinstance(list(engine.generate(tokenize("hello"), config))[-1], FinishEvent)
+        config = GenerationConfig(strategy=Strategy.NGRAM_MAP, max_tokens=32, adaptive=False, ngram_map=path)
+        spec = list(engine.generate(prompt, config))[-1]
+        assert isinstance(spec, FinishEvent) and spec.tokens == plain.tokens
+        assert spec.stats.n_accepted > 10  # drafted from the rebuilt map (the first one knows none of this)
         with pytest.raises(InvalidInputError, match="needs a map file"):
-            list(engine.generate(tokenize("hello"), GenerationConfig(strategy=Strategy.NGRAM_MAP, max_tokens=4)))
+            list(engine.generate(prompt, GenerationConfig(strategy=Strategy.NGRAM_MAP, max_tokens=4)))
         with pytest.raises(InvalidInputError, match="cannot read n-gram file"):
             engine.ngram_map(tmp_path / "gone.npz")

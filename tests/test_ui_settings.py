@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from conftest import TinyModels
 from fake_engine import FakeFactory
@@ -16,7 +17,7 @@ from gui_support import fake_window
 from speculens import paths
 from speculens.engine.drafters.ngram_map import build_map
 from speculens.engine.drafters.ngram_table import NgramTable, build_table
-from speculens.settings import Settings, load_settings
+from speculens.settings import Settings, generation_config, load_settings
 from speculens.ui import ngram_map_dialog
 from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.settings_panel import SettingsPanel
@@ -122,6 +123,40 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     assert store.settings.ngram_map_path == dialog.output.text() and store.settings.strategy == "ngram-map"
     NgramTable.check(Path(store.settings.ngram_map_path))
     assert dialog.close_button.text() == "Close" and dialog.build_button.isEnabled()
+    assert not store.reload_needed()  # a map is read by the next answer: no reload of the models
+    assert generation_config(store.settings).ngram_map == Path(store.settings.ngram_map_path)
+
+
+def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(
+    qtbot, tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SettingsStore(Settings(target_path=str(tiny.target), strategy="lookup"), path=tmp_path / "settings.json")
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    dialog = NgramMapDialog(tiny.target, panel)
+    dialog.built.connect(panel._on_map_built)
+    qtbot.addWidget(dialog)
+    (tmp_path / "notes.txt").write_text("some notes\n" * 50, encoding="utf-8")
+    dialog.add_paths([tmp_path / "notes.txt"])
+    existing = Path(dialog.output.text())
+    existing.parent.mkdir(parents=True, exist_ok=True)
+    existing.write_bytes(b"an earlier map")
+    asked: list[str] = []
+
+    def answer(_parent, _title, text, *_args):
+        asked.append(text)
+        return QMessageBox.StandardButton.No
+
+    monkeypatch.setattr(QMessageBox, "question", answer)
+    dialog.build_button.click()
+    assert len(asked) == 1 and str(existing) in asked[0]
+    assert existing.read_bytes() == b"an earlier map" and dialog.close_button.text() == "Close"  # not started
+    dialog.output.setText(str(tmp_path / "new.npz"))
+    dialog.use_now.setChecked(False)
+    with qtbot.waitSignal(dialog.built, timeout=30_000):
+        dialog.build_button.click()
+    assert "Choose it in Settings" in dialog.status.text()
+    assert store.settings.ngram_map_path == str(tmp_path / "new.npz") and store.settings.strategy == "lookup"
 
 
 def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(
@@ -131,9 +166,10 @@ def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(
 
     def paused(*args, progress, cancel, **kwargs):  # the real build, held after its first file until cancelled
         def hold(*p: int) -> None:
+            progress(*p)
             started.set()
             cancel.wait(10)
-            progress(*p)
+            time.sleep(0.5)  # a long chunk: the cancel is seen at the next one
 
         return build_map(*args, progress=hold, cancel=cancel, **kwargs)
 
@@ -145,10 +181,13 @@ def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(
     dialog.add_paths([tmp_path / "notes.txt"])
     dialog.output.setText(str(tmp_path / "notes.npz"))
     dialog.build_button.click()
-    qtbot.waitUntil(started.is_set, timeout=10_000)
+    qtbot.waitUntil(lambda: started.is_set() and "Counting n-grams" in dialog.status.text(), timeout=10_000)
     assert dialog.close_button.text() == "Cancel" and not dialog.build_button.isEnabled()
+    assert not dialog.use_now.isEnabled() and not dialog.add_folder.isEnabled()  # as the build was started
     dialog.close_button.click()
-    assert dialog.isVisible()  # Cancel stops the build; the dialog stays to say so
+    assert dialog.isVisible() and dialog.status.text() == "Stopping…"  # the dialog stays to say so
+    qtbot.wait(250)
+    assert dialog.status.text() == "Stopping…"  # the progress timer ticked, and did not write over it
     qtbot.waitUntil(lambda: "Cancelled" in dialog.status.text(), timeout=10_000)
     assert not (tmp_path / "notes.npz").exists() and dialog.close_button.text() == "Close"
     dialog.close_button.click()

@@ -130,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     if Strategy.DRAFT in strategies and not args.draft:
         print("error: the draft strategy needs --draft", file=sys.stderr)
         return 2
+    if Strategy.NGRAM_MAP in strategies and not args.ngram_map:
+        print("error: the ngram-map strategy needs --ngram-map", file=sys.stderr)
+        return 2
     try:
         prompts = load_suite(args.suite.read_text(encoding="utf-8") if args.suite else None)
     except (OSError, SpeculensError) as exc:
@@ -150,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         sampling=SamplingParams(temperature=args.temp, seed=args.seed),
         judge_probs=False,  # figures only: no token view to show them in
+        ngram_map=args.ngram_map,
     )
     try:
         base.validate()

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from speculens.cli import progress, resolve
-from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.drafters.ngram_map import build_map, corpus_files
 from speculens.errors import SpeculensError
 
@@ -29,31 +28,26 @@ def run_build(args: argparse.Namespace) -> int:
     """Tokenize the corpus with the model's tokenizer and write the map."""
     try:
         files = corpus_files(args.corpus)
-        vocab = LlamaBackend(resolve(args.model), BackendParams(vocab_only=True))
-    except SpeculensError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    try:
         built = build_map(
             files,
-            lambda text: vocab.tokenize(text, add_special=False),
-            vocab.vocab.fingerprint(),
+            resolve(args.model),
             args.output,
             ngram_max=args.ngram_max,
             min_count=args.min_count,
             progress=lambda done, total, n: progress(
                 f"tokenized {done / max(total, 1):.0%} of {len(files)} file{'s' if len(files) != 1 else ''}, "
-                f"{n} tokens",
-                done == total,
+                f"{n} tokens"
             ),
         )
-    except OSError as exc:
+    except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        vocab.close()
-    print(
-        f"wrote {built.path}: {built.n_ngrams} n-grams from {built.n_tokens} tokens in {built.seconds:.1f} s",
-        file=sys.stderr,
+    except OSError as exc:
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
+    progress(
+        f"wrote {built.path}: {built.n_ngrams} n-grams from {built.n_tokens} tokens in {built.n_files} "
+        f"file{'s' if built.n_files != 1 else ''}, {built.seconds:.1f} s",
+        True,
     )
     return 0

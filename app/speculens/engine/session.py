@@ -375,7 +375,8 @@ class SpeculativeEngine:
         """The draft sources of a generation (none for plain decoding).
 
         Raises:
-            ValueError: the strategy needs something that is not loaded (a draft model, an n-gram map).
+            InvalidInputError: the strategy needs something that is not there (a draft model loaded, an n-gram map
+                file in ``config``).
         """
         strategy = Strategy(config.strategy)
         if strategy is Strategy.NONE:
@@ -407,8 +408,8 @@ class SpeculativeEngine:
         """
         if path is None:
             raise InvalidInputError(
-                "the ngram-map strategy needs a map file: choose or build one in Settings (N-gram map, Build…) "
-                "or build one with 'speculens-cli ngram build'"
+                "the ngram-map strategy needs a map file: choose or build one in Settings (N-gram map, Build…), "
+                "or give one with --ngram-map FILE (build it with 'speculens-cli ngram build')"
             )
         try:
             stat = path.stat()

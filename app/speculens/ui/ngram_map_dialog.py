@@ -1,8 +1,9 @@
 """Building an n-gram map from the user's own files, in the app (what ``speculens-cli ngram build`` does).
 
-The corpus is tokenized with the chosen target's tokenizer (loaded alone, without weights) and counted on a
-background thread (:class:`~speculens.ui.tasks.TaskRunner`); a timer shows its progress, Cancel stops it
-between two chunks of tokens, and nothing is written unless the whole map is (see
+The corpus is tokenized with the chosen target's tokenizer (loaded alone, without weights, on the build's thread:
+the window never loads llama.cpp itself) and counted on a background thread
+(:class:`~speculens.ui.tasks.TaskRunner`); a timer shows its progress, Cancel stops it between two files or
+chunks of tokens, and nothing is written unless the whole map is (see
 :func:`~speculens.engine.drafters.ngram_map.build_map`).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListWidget,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -30,8 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens import paths
-from speculens.engine.backend import BackendParams, LlamaBackend
-from speculens.engine.drafters.ngram_map import MapBuilt, build_map, corpus_files
+from speculens.engine.drafters.ngram_map import TEXT_SUFFIXES, BuildCancelled, MapBuilt, build_map, corpus_files
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
 
@@ -39,23 +40,12 @@ from speculens.ui.tasks import TaskRunner
 def _build(
     items: list[Path], model: Path, output: Path, ngram_max: int, min_count: int, state: _Progress
 ) -> MapBuilt:
-    """The background half: find the files, load the tokenizer, count, write."""
+    """The background half: find the files, then count them (see :func:`build_map`)."""
     files = corpus_files(items)
     state.files = len(files)
-    vocab = LlamaBackend(model, BackendParams(vocab_only=True))
-    try:
-        return build_map(
-            files,
-            lambda text: vocab.tokenize(text, add_special=False),
-            vocab.vocab.fingerprint(),
-            output,
-            ngram_max=ngram_max,
-            min_count=min_count,
-            progress=state.update,
-            cancel=state.cancel,
-        )
-    finally:
-        vocab.close()
+    return build_map(
+        files, model, output, ngram_max=ngram_max, min_count=min_count, progress=state.update, cancel=state.cancel
+    )
 
 
 class _Progress:
@@ -92,6 +82,7 @@ class NgramMapDialog(QDialog):
         self.tasks = TaskRunner(self)
         self._state: _Progress | None = None
         self._output_chosen = False  # the user chose the file: no longer named after the corpus
+        self._confirmed: Path | None = None  # a file the save dialog already asked to replace
 
         intro = QLabel(
             "An n-gram map drafts what usually follows in a body of text you give it: a code base, documentation, "
@@ -101,10 +92,13 @@ class NgramMapDialog(QDialog):
         intro.setWordWrap(True)
         self.corpus = QListWidget()
         self.corpus.setAccessibleName("Corpus files and folders")
-        self.corpus.setToolTip("Folders are searched for text files (.txt .md .py .js .ts .c .h .cpp .rs …)")
-        add_folder = QPushButton("Add &folder…")
+        self.corpus.setToolTip(
+            "Folders are searched for text files (" + " ".join(sorted(TEXT_SUFFIXES)) + "), leaving out hidden "
+            "folders and dependencies (node_modules, virtual environments, build output)"
+        )
+        self.add_folder = add_folder = QPushButton("Add &folder…")
         add_folder.clicked.connect(self._on_add_folder_clicked)
-        add_files = QPushButton("Add f&iles…")
+        self.add_files = add_files = QPushButton("Add f&iles…")
         add_files.clicked.connect(self._on_add_files_clicked)
         self.remove = QPushButton("&Remove")
         self.remove.clicked.connect(self._on_remove_clicked)
@@ -130,7 +124,7 @@ class NgramMapDialog(QDialog):
         self.output = QLineEdit(str(paths.data_dir() / "ngram-maps" / "map.npz"))
         self.output.setAccessibleName("Map file")
         self.output.textEdited.connect(self._on_output_edited)
-        choose = QPushButton("Choose…")
+        self.choose = choose = QPushButton("Choose…")
         choose.setAccessibleName("Choose where to save the map")
         choose.clicked.connect(self._on_choose_output_clicked)
         output_row = QHBoxLayout()
@@ -172,6 +166,9 @@ class NgramMapDialog(QDialog):
         self._timer = QTimer(self)
         self._timer.setInterval(100)
         self._timer.timeout.connect(self._show_progress)
+        app = QCoreApplication.instance()
+        if app is not None:  # quitting with a build running: stop it before the objects it reports to go
+            app.aboutToQuit.connect(self._stop)
         self._update_buttons()
         resize_within_screen(self, 620, 480)
 
@@ -209,11 +206,16 @@ class NgramMapDialog(QDialog):
     def _on_choose_output_clicked(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save the n-gram map as", self.output.text(), "N-gram maps (*.npz)")
         if path:
-            self.output.setText(path if path.endswith(".npz") else path + ".npz")
+            path = path if path.endswith(".npz") else path + ".npz"
+            self.output.setText(path)
             self._output_chosen = True
+            self._confirmed = Path(path)  # the save dialog asked whether to replace it
 
     def _update_buttons(self) -> None:
         busy = self._state is not None
+        for widget in (self.add_folder, self.add_files, self.ngram_max, self.min_count, self.output, self.choose,
+                       self.use_now):  # fmt: skip
+            widget.setEnabled(not busy)  # what the running build was started with
         self.build_button.setEnabled(not busy and self.corpus.count() > 0)
         self.remove.setEnabled(not busy and bool(self.corpus.selectedItems()))
         self.close_button.setText("Cancel" if busy else "Close")
@@ -229,27 +231,39 @@ class NgramMapDialog(QDialog):
             return
         if output.suffix != ".npz":
             output = output.with_name(output.name + ".npz")
+        if output.exists() and output != self._confirmed:
+            answer = QMessageBox.question(
+                self,
+                "Replace the map?",
+                f"{output} already exists. Replace it with a map of this corpus?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return
         state = self._state = _Progress()
         items = [Path(self.corpus.item(i).text()) for i in range(self.corpus.count())]
         ngram_max, min_count, use_now = self.ngram_max.value(), self.min_count.value(), self.use_now.isChecked()
         self.bar.setValue(0)
         self.bar.show()
-        self.status.setText("Loading the tokenizer…")
+        self.status.setText("Finding the files and loading the tokenizer…")
 
         def done(result: MapBuilt) -> None:
             self._finish()
             self.bar.setValue(1000)
             self.status.setText(
-                f"Wrote {result.path}: {result.n_ngrams:,} n-grams from {result.n_tokens:,} tokens in "
+                ("It was written before it could stop. " if state.cancel.is_set() else "")
+                + f"Wrote {result.path}: {result.n_ngrams:,} n-grams from {result.n_tokens:,} tokens in "
                 f"{result.n_files} file{'s' if result.n_files != 1 else ''}, {result.seconds:.1f} s."
                 + (" Speculens drafts from it now." if use_now else " Choose it in Settings to draft from it.")
             )
+            self._confirmed = result.path  # building again replaces it without asking
             self.built.emit(str(result.path), use_now)
 
         def failed(message: str) -> None:
             self._finish()
             self.bar.hide()
-            cancelled = state.cancel.is_set()
+            cancelled = message == BuildCancelled().message
             self.status.setText("Cancelled: nothing was written." if cancelled else f"Could not build a map: {message}")
 
         self.tasks.run(lambda: _build(items, self.model, output, ngram_max, min_count, state), done, failed)
@@ -258,17 +272,23 @@ class NgramMapDialog(QDialog):
 
     def _show_progress(self) -> None:
         state = self._state
-        if state is None or not state.total:
-            return
-        self.bar.setValue(int(1000 * state.done / state.total))
-        self.status.setText(
-            f"Counting n-grams: {state.tokens:,} tokens of {state.files} file{'s' if state.files != 1 else ''}…"
-        )
+        if state is None or state.cancel.is_set():
+            return  # "Stopping…" stays
+        if state.total:
+            self.bar.setValue(int(1000 * state.done / state.total))
+            files = f"{state.files} file{'s' if state.files != 1 else ''}"
+            self.status.setText(f"Counting n-grams: {state.tokens:,} tokens of {files}…")
 
     def _finish(self) -> None:
         self._timer.stop()
         self._state = None
         self._update_buttons()
+
+    def _stop(self) -> None:
+        """Stop a running build and wait for it (the application is quitting)."""
+        if self._state is not None:
+            self._state.cancel.set()
+            self.tasks.wait(5.0)
 
     def reject(self) -> None:
         """Cancel (or Esc, or the window's close button) stops a running build, and the dialog stays to say so;

@@ -167,7 +167,7 @@ class SettingsPanel(QWidget):
         map_buttons.addWidget(browse)
         map_buttons.addWidget(self.build_map)
         map_buttons.addStretch(1)
-        self.map_error = QLabel()  # a file that is no n-gram map, said at once (not after a reload of the models)
+        self.map_error = QLabel()  # a file that is no n-gram map, said when chosen (not at the next answer)
         self.map_error.setWordWrap(True)
         self.map_error.setAccessibleName("N-gram map error")
         self.map_error.setStyleSheet("QLabel { color: #d73a49 }")

@@ -61,6 +61,9 @@ class NgramMapDrafter:
 TEXT_SUFFIXES = frozenset(
     {".txt", ".md", ".py", ".rst", ".c", ".h", ".cpp", ".js", ".ts", ".json", ".html", ".java", ".rs"}
 )
+# Folders not searched: a code base's dependencies and caches are not its own text (hidden folders such as .git
+# and .venv are skipped too).
+SKIPPED_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "build", "dist", "target"})
 # Tokens counted between two looks at the cancel flag and two progress reports (a second or so here).
 _CHUNK = 50_000
 
@@ -83,8 +86,13 @@ class MapBuilt:
     seconds: float
 
 
+def _searched(path: Path, top: Path) -> bool:
+    return not any(part.startswith(".") or part in SKIPPED_FOLDERS for part in path.relative_to(top).parts[:-1])
+
+
 def corpus_files(items: Iterable[Path]) -> list[Path]:
-    """The text files of a corpus: files as given, folders searched for :data:`TEXT_SUFFIXES`.
+    """The text files of a corpus: files as given, folders searched for :data:`TEXT_SUFFIXES` (not in hidden folders
+    nor in :data:`SKIPPED_FOLDERS`).
 
     Raises:
         InvalidInputError: a path does not exist, or there is no text file at all.
@@ -92,21 +100,22 @@ def corpus_files(items: Iterable[Path]) -> list[Path]:
     files: list[Path] = []
     for item in items:
         if item.is_dir():
-            files += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+            files += sorted(
+                p for p in item.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and _searched(p, item) and p.is_file()
+            )
         elif item.is_file():
             files.append(item)
         else:
             raise InvalidInputError(f"corpus path not found: {item}")
     if not files:
         kinds = " ".join(sorted(TEXT_SUFFIXES))
-        raise InvalidInputError(f"the corpus holds no text files ({kinds}): choose files, or folders with some")
+        raise InvalidInputError(f"the corpus holds no text files ({kinds}): give files, or folders that hold some")
     return files
 
 
 def build_map(
     files: Sequence[Path],
-    tokenize: Callable[[str], list[int]],
-    fingerprint: str,
+    model: Path,
     output: Path,
     *,
     ngram_max: int = 4,
@@ -114,45 +123,59 @@ def build_map(
     progress: Callable[[int, int, int], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> MapBuilt:
-    """Count which token follows each n-gram of the corpus (tokenized with the model's tokenizer) and write the
-    map to ``output`` (atomically: a cancelled or failed build leaves no file, nor a half-written one).
+    """Count which token follows each n-gram of the corpus, tokenized with ``model``'s tokenizer (loaded alone,
+    without weights), and write the map to ``output`` (atomically: a cancelled or failed build leaves no file, nor a
+    half-written one).
 
     Args:
         files: the corpus (see :func:`corpus_files`); read as UTF-8, undecodable bytes replaced.
-        tokenize: the model's tokenizer, without special tokens.
-        fingerprint: the vocabulary's fingerprint, so the map refuses to load for another tokenizer.
+        model: the GGUF file whose tokenizer the map is for (it records the vocabulary's fingerprint, and refuses
+            to load for another).
         output: the ``.npz`` file to write.
         ngram_max: the longest n-gram counted.
         min_count: n-grams seen fewer times are dropped.
-        progress: called with (bytes read, bytes in all, tokens counted) after each file and every few tens of
-            thousands of tokens.
-        cancel: set to stop; checked as often as ``progress`` is called.
+        progress: called with (bytes read, bytes in all, tokens counted) once the tokenizer is loaded, after each
+            file, and every few tens of thousands of tokens.
+        cancel: set to stop; checked as often as ``progress`` is called, and before the map is written.
 
     Raises:
         BuildCancelled: ``cancel`` was set.
+        SpeculensError: the model's tokenizer cannot be loaded.
         OSError: a file could not be read or the map written.
     """
+    from speculens.engine.backend import BackendParams, LlamaBackend  # llama.cpp: loaded where a map is built
+
+    def check() -> None:
+        if cancel is not None and cancel.is_set():
+            raise BuildCancelled()
+
     t0 = time.perf_counter()
     sizes = [f.stat().st_size for f in files]
     total = sum(sizes)
     done = n_tokens = 0
     table = NgramTable(1, ngram_max)
-    for f, size in zip(files, sizes, strict=True):
-        tokens = tokenize(f.read_text(encoding="utf-8", errors="replace"))
-        for start in range(0, len(tokens), _CHUNK):
-            if cancel is not None and cancel.is_set():
-                raise BuildCancelled()
-            stop = min(start + _CHUNK, len(tokens))
-            table.add(tokens[:stop], start)
-            n_tokens += stop - start
-            if progress is not None and stop < len(tokens):
-                progress(done + size * stop // len(tokens), total, n_tokens)
-        done += size
+    vocab = LlamaBackend(model, BackendParams(vocab_only=True))
+    try:
         if progress is not None:
-            progress(done, total, n_tokens)
-    if cancel is not None and cancel.is_set():
-        raise BuildCancelled()
+            progress(0, total, 0)
+        for f, size in zip(files, sizes, strict=True):
+            check()
+            tokens = vocab.tokenize(f.read_text(encoding="utf-8", errors="replace"), add_special=False)
+            for start in range(0, len(tokens), _CHUNK):
+                check()
+                stop = min(start + _CHUNK, len(tokens))
+                base = max(0, start - ngram_max)  # the n-grams ending just before ``start``
+                table.add(tokens[base:stop], start - base)
+                n_tokens += stop - start
+                if progress is not None and stop < len(tokens):
+                    progress(done + size * stop // len(tokens), total, n_tokens)
+            done += size
+            if progress is not None:
+                progress(done, total, n_tokens)
+        fingerprint = vocab.vocab.fingerprint()
+    finally:
+        vocab.close()
     table.prune(min_count)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    check()
     table.save(output, fingerprint)
     return MapBuilt(output, len(table), n_tokens, len(files), time.perf_counter() - t0)

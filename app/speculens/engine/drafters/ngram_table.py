@@ -116,8 +116,8 @@ class NgramTable:
             raise NgramTableError(f"cannot read n-gram file {path}: {exc}") from exc
         except (KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
             raise NgramTableError(
-                f"{path.name} is not an n-gram map (build one with 'speculens-cli ngram build FILES -m MODEL -o "
-                "MAP.npz')"
+                f"{path.name} is not an n-gram map (build one with Build… in Settings, or with 'speculens-cli ngram "
+                "build FILES -m MODEL -o MAP.npz')"
             ) from exc
         if version != FORMAT_VERSION:
             raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}; build it again")
