@@ -143,3 +143,12 @@ def test_the_ngram_cache_offers_a_draft_only_where_no_other_source_starts_the_sa
     assert offered((5, 6, 7), (5, 6, 8)) == ((5, 6, 7), ())  # the same first token: an echo, left out
     assert offered((5, 6, 7), (4, 6)) == ((5, 6, 7), (4, 6))  # another continuation: its own guess
     assert offered((), (4, 9, 3)) == ((), (4, 9))  # alone (and cut at the end of generation)
+
+    # A map the user built is one more source without classes: it gives way to lookup, and the cache to it.
+    drafters = [Fixed(PromptLookupDrafter.name, (5, 6)), Fixed(NgramCacheDrafter.name, (4, 1))]
+    drafters.append(Fixed("ngram-map", (4, 2)))
+    offers = free_offers(drafters, [1, 2, 3], 8, frozenset({9}))  # type: ignore[arg-type]
+    assert [offers[d.name].tokens for d in drafters] == [(5, 6), (), (4, 2)]
+    drafters[0] = Fixed(PromptLookupDrafter.name, (4, 7))
+    offers = free_offers(drafters, [1, 2, 3], 8, frozenset({9}))  # type: ignore[arg-type]
+    assert [offers[d.name].tokens for d in drafters] == [(4, 7), (), ()]

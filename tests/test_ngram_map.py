@@ -4,8 +4,10 @@ drafting from it."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import TinyModels
@@ -117,6 +119,9 @@ def test_a_new_map_is_drafted_from_without_reloading_the_models(tiny: TinyModels
         spec = list(engine.generate(prompt, config))[-1]
         assert isinstance(spec, FinishEvent) and spec.tokens == plain.tokens
         assert spec.stats.n_accepted > 10  # drafted from the rebuilt map (the first one knows none of this)
+        rng = np.random.default_rng(0)
+        assert "ngram-map" in [d.name for d in engine.drafters(replace(config, strategy=Strategy.AUTO), rng)]
+        assert "ngram-map" not in [d.name for d in engine.drafters(GenerationConfig(strategy=Strategy.AUTO), rng)]
         with pytest.raises(InvalidInputError, match="needs a map file"):
             list(engine.generate(prompt, GenerationConfig(strategy=Strategy.NGRAM_MAP, max_tokens=4)))
         with pytest.raises(InvalidInputError, match="cannot read n-gram file"):

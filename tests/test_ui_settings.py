@@ -120,7 +120,7 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     with qtbot.waitSignal(dialog.built, timeout=30_000):
         dialog.build_button.click()
     assert "Wrote" in dialog.status.text() and "n-grams" in dialog.status.text()
-    assert store.settings.ngram_map_path == dialog.output.text() and store.settings.strategy == "ngram-map"
+    assert store.settings.ngram_map_path == dialog.output.text() and store.settings.strategy == "auto"
     NgramTable.check(Path(store.settings.ngram_map_path))
     assert dialog.close_button.text() == "Close" and dialog.build_button.isEnabled()
     assert not store.reload_needed()  # a map is read by the next answer: no reload of the models
@@ -155,8 +155,14 @@ def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(
     dialog.use_now.setChecked(False)
     with qtbot.waitSignal(dialog.built, timeout=30_000):
         dialog.build_button.click()
-    assert "Choose it in Settings" in dialog.status.text()
-    assert store.settings.ngram_map_path == str(tmp_path / "new.npz") and store.settings.strategy == "lookup"
+    assert "choose it in Settings" in dialog.status.text() and (tmp_path / "new.npz").exists()
+    assert (store.settings.ngram_map_path, store.settings.strategy) == ("", "lookup")  # left as they were
+    dialog.use_now.setChecked(True)
+    with qtbot.waitSignal(dialog.built, timeout=30_000):
+        dialog.build_button.click()  # its own map again: replaced without asking
+    assert len(asked) == 1
+    # Lookup alone would not draft from it: the automatic strategy takes it beside lookup and the n-gram cache.
+    assert (store.settings.ngram_map_path, store.settings.strategy) == (str(tmp_path / "new.npz"), "auto")
 
 
 def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(

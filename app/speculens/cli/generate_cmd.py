@@ -57,7 +57,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ngl-draft", type=int, default=DEFAULT_GPU_LAYERS, help="draft layers offloaded to the GPU (default -1 = all)"
     )
-    p.add_argument("--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map")
+    p.add_argument(
+        "--ngram-map", type=Path, help="n-gram map file for --strategy ngram-map, and one more free source for auto"
+    )
     p.add_argument(
         "--no-ngram-file",
         action="store_true",

@@ -21,6 +21,7 @@ from speculens.engine.config import ContextFullError, GenerationConfig, PromptEr
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
+from speculens.engine.drafters.ngram_map import NgramMapDrafter
 from speculens.engine.events import (
     DraftToken,
     EmittedToken,
@@ -147,17 +148,19 @@ def free_offers(
 ) -> dict[str, Draft]:
     """Every draft-free source's draft for this step, each cut at its first end-of-generation token.
 
-    The n-gram cache's draft is left out when another source's draft starts with the same token: the other source
-    offers that continuation with estimates of its own (in a rewrite both follow the copy). The cache has no
-    confidence classes, so what it learnt while echoing a copy (nearly always right) made it trusted where it
-    stands alone and guesses.
+    The n-gram map's and then the n-gram cache's draft are left out when another source's draft still offered
+    starts with the same token: that source offers the continuation with estimates of its own (in a rewrite prompt
+    lookup, the cache and often a map all follow the copy). The map and the cache have no confidence classes, so
+    what they learnt while echoing a copy (nearly always right) made them trusted where they stand alone and guess.
     """
     offers = {d.name: end_at_eog(d.draft(history, n_max), eog) for d in drafters}
-    cache = offers.get(NgramCacheDrafter.name)
-    if cache is not None and any(
-        d.tokens[:1] == cache.tokens[:1] for name, d in offers.items() if name != NgramCacheDrafter.name and d.tokens
-    ):
-        offers[NgramCacheDrafter.name] = EMPTY_DRAFT
+    classless = (NgramMapDrafter.name, NgramCacheDrafter.name)
+    for i, name in enumerate(classless):
+        own = offers.get(name)
+        if own is not None and any(
+            d.tokens[:1] == own.tokens[:1] for other, d in offers.items() if other not in classless[i:] and d.tokens
+        ):
+            offers[name] = EMPTY_DRAFT
     return offers
 
 

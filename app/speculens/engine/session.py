@@ -385,6 +385,8 @@ class SpeculativeEngine:
             if self.speculation_off:
                 return []  # plain decoding (an explicit strategy is refused by generate(), with the reason)
             sources: list[Drafter] = [self.lookup(), self.ngram_cache()]
+            if config.ngram_map is not None:  # a map the user built competes as one more free source
+                sources.append(self.ngram_map(config.ngram_map))
             if self.draft is not None:
                 sources.append(self.draft_drafter(config, rng))
             return sources

@@ -130,7 +130,12 @@ class NgramMapDialog(QDialog):
         output_row = QHBoxLayout()
         output_row.addWidget(self.output, 1)
         output_row.addWidget(choose)
-        self.use_now = QCheckBox("Draft from it now (strategy: N-gram map)")
+        self.use_now = QCheckBox("Draft from it now")
+        self.use_now.setToolTip(
+            "Make it the map in use: the automatic strategy then drafts from it beside prompt lookup and the n-gram "
+            "cache, where it is right often enough to pay (another strategy, other than the n-gram map alone, is set "
+            "to automatic)"
+        )
         self.use_now.setChecked(True)
         form = QFormLayout()
         form.addRow("Longest n-gram", self.ngram_max)
@@ -255,7 +260,11 @@ class NgramMapDialog(QDialog):
                 ("It was written before it could stop. " if state.cancel.is_set() else "")
                 + f"Wrote {result.path}: {result.n_ngrams:,} n-grams from {result.n_tokens:,} tokens in "
                 f"{result.n_files} file{'s' if result.n_files != 1 else ''}, {result.seconds:.1f} s."
-                + (" Speculens drafts from it now." if use_now else " Choose it in Settings to draft from it.")
+                + (
+                    " Speculens drafts from it now."
+                    if use_now
+                    else " To draft from it, choose it in Settings (N-gram map, Browse…)."
+                )
             )
             self._confirmed = result.path  # building again replaces it without asking
             self.built.emit(str(result.path), use_now)

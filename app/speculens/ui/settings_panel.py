@@ -38,13 +38,14 @@ from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.settings_store import SettingsStore
 
 STRATEGY_TIPS = {
-    "auto": "Each step, the adaptive controller takes a free draft from prompt lookup or the n-gram cache when "
-    "one is confident, the draft model only when it pays, and decodes plainly otherwise",
+    "auto": "Each step, the adaptive controller takes a free draft from prompt lookup, the n-gram cache or your "
+    "n-gram map (when one is set) when one is confident, the draft model only when it pays, and decodes plainly "
+    "otherwise",
     "draft": "A smaller model with the same tokenizer proposes tokens",
     "lookup": "Copies continuations of text already in the prompt (good for editing code or quoting)",
     "ngram-cache": "Statistics of n-grams seen in this and earlier generations (no draft model needed)",
-    "ngram-map": "A static n-gram map built from your own files (N-gram map ▸ Build…, or 'speculens-cli ngram "
-    "build')",
+    "ngram-map": "Only the n-gram map built from your own files (N-gram map ▸ Build…, or 'speculens-cli ngram "
+    "build'); the automatic strategy also drafts from it when one is set",
     "none": "The target alone: the baseline",
 }
 
@@ -406,11 +407,14 @@ class SettingsPanel(QWidget):
         dialog.open()
 
     def _on_map_built(self, path: str, use_now: bool) -> None:
-        """A map built in the dialog becomes the map in use; with ``use_now``, the strategy too."""
+        """A map built in the dialog becomes the map in use if the user wants to draft from it now; a strategy that
+        would not draft from it becomes the automatic one, which takes it beside prompt lookup and the n-gram cache."""
+        if not use_now:
+            return
         self.ngram_map.setText(path)
         self.map_error.hide()
-        if use_now:
-            self.strategy.setCurrentIndex(self.strategy.findData(Strategy.NGRAM_MAP.value))
+        if self.strategy.currentData() not in (Strategy.AUTO.value, Strategy.NGRAM_MAP.value):
+            self.strategy.setCurrentIndex(self.strategy.findData(Strategy.AUTO.value))
         self._on_widget_changed()
 
     def _on_map_changed(self) -> None:
