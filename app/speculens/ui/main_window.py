@@ -384,8 +384,10 @@ class MainWindow(QMainWindow):
         tip = f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
         if strategy is Strategy.AUTO:
             tip += (
-                "\nAutomatic: each step takes a free draft (prompt lookup, the n-gram cache) when one is likely "
-                "right, the draft model when it pays on this machine, and decodes plainly otherwise."
+                "\nAutomatic: each step takes a free draft (prompt lookup, the n-gram cache"
+                + (", your n-gram map" if s.ngram_map_path else "")
+                + ") when one is likely right, the draft model when it pays on this machine, and decodes plainly "
+                "otherwise."
             )
         self.pair_label.setToolTip(tip)
         self.chat.set_models_state(bool(models.loaded) and not models.loading, bool(s.target_path), models.loading)
