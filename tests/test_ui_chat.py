@@ -11,6 +11,7 @@ from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
 from speculens.ui.chat_pane import close_fences, render_transcript
 from speculens.ui.conversations import ConversationStore
+from speculens.ui.token_view import nothing_drafted
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
@@ -480,6 +481,9 @@ def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, ti
     assert finish.stats.n_drafted == 0
     for text in (window.chat.figures.text(), window.live_panel.status.text()):
         assert "would not pay" in text and "×0.55" in text and "the draft model" in text, text
+    assert "see Teach" not in window.chat.figures.text()  # Teach shows no curve without a speculative step
+    free = nothing_drafted("auto", (0.82, "ngram-map"))
+    assert "the n-gram map's drafts were not right often enough" in free and "×0.82" in free
 
 
 def test_the_status_bar_says_an_answer_is_running_not_that_the_last_one_finished(qtbot, tiny) -> None:

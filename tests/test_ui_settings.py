@@ -125,6 +125,11 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     assert dialog.close_button.text() == "Close" and dialog.build_button.isEnabled()
     assert not store.reload_needed()  # a map is read by the next answer: no reload of the models
     assert generation_config(store.settings).ngram_map == Path(store.settings.ngram_map_path)
+    assert "small map" in dialog.status.text()  # 20 lines of text: a user is told it will seldom help
+    dialog.close()
+    panel.build_map.click()
+    again = [d for d in panel.findChildren(NgramMapDialog) if d.isVisible()]
+    assert len(again) == 1 and again[0].corpus_paths() == [corpus]  # the last corpus, to rebuild it
 
 
 def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(

@@ -36,6 +36,9 @@ from speculens.engine.drafters.ngram_map import TEXT_SUFFIXES, BuildCancelled, M
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
 
+# A corpus under this many tokens makes a map whose drafts are seldom right: the dialog says so.
+SMALL_CORPUS = 20_000
+
 
 def _build(
     items: list[Path], model: Path, output: Path, ngram_max: int, min_count: int, state: _Progress
@@ -68,6 +71,7 @@ class NgramMapDialog(QDialog):
     Args:
         model: the target model file, whose tokenizer the map is for.
         parent: the Qt parent.
+        corpus: files and folders to start with (the last build's).
 
     Signals:
         built(str, bool): the map written, and whether the user asked to draft from it now.
@@ -75,7 +79,7 @@ class NgramMapDialog(QDialog):
 
     built = Signal(str, bool)
 
-    def __init__(self, model: Path, parent: QWidget | None = None) -> None:
+    def __init__(self, model: Path, parent: QWidget | None = None, corpus: list[Path] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Build an n-gram map")
         self.model = model
@@ -138,8 +142,10 @@ class NgramMapDialog(QDialog):
         )
         self.use_now.setChecked(True)
         form = QFormLayout()
-        form.addRow("Longest n-gram", self.ngram_max)
-        form.addRow("Least count", self.min_count)
+        for text, field in (("Longest n-gram", self.ngram_max), ("Least count", self.min_count)):
+            label = QLabel(text)
+            label.setToolTip(field.toolTip())  # hovering the name says it too
+            form.addRow(label, field)
         form.addRow("Save as", output_row)
         form.addRow(self.use_now)
 
@@ -175,13 +181,14 @@ class NgramMapDialog(QDialog):
         if app is not None:  # quitting with a build running: stop it before the objects it reports to go
             app.aboutToQuit.connect(self._stop)
         self._update_buttons()
+        self.add_paths(corpus or [])
         resize_within_screen(self, 620, 480)
 
     # ---- the corpus ---------------------------------------------------------------------------------------
 
     def add_paths(self, items: list[Path]) -> None:
         """Add files or folders to the corpus (each once); the map is named after the first, unless chosen."""
-        present = {self.corpus.item(i).text() for i in range(self.corpus.count())}
+        present = {str(p) for p in self.corpus_paths()}
         for item in items:
             if str(item) not in present:
                 self.corpus.addItem(str(item))
@@ -190,6 +197,10 @@ class NgramMapDialog(QDialog):
             first = Path(self.corpus.item(0).text())
             self.output.setText(str(paths.data_dir() / "ngram-maps" / f"{first.stem or 'map'}.npz"))
         self._update_buttons()
+
+    def corpus_paths(self) -> list[Path]:
+        """The files and folders in the corpus list."""
+        return [Path(self.corpus.item(i).text()) for i in range(self.corpus.count())]
 
     def _on_add_folder_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a folder of text files")
@@ -247,7 +258,7 @@ class NgramMapDialog(QDialog):
             if answer != QMessageBox.StandardButton.Yes:
                 return
         state = self._state = _Progress()
-        items = [Path(self.corpus.item(i).text()) for i in range(self.corpus.count())]
+        items = self.corpus_paths()
         ngram_max, min_count, use_now = self.ngram_max.value(), self.min_count.value(), self.use_now.isChecked()
         self.bar.setValue(0)
         self.bar.show()
@@ -260,6 +271,12 @@ class NgramMapDialog(QDialog):
                 ("It was written before it could stop. " if state.cancel.is_set() else "")
                 + f"Wrote {result.path}: {result.n_ngrams:,} n-grams from {result.n_tokens:,} tokens in "
                 f"{result.n_files} file{'s' if result.n_files != 1 else ''}, {result.seconds:.1f} s."
+                + (
+                    " That is a small map: its drafts will seldom be right. A larger corpus of text like the answers "
+                    "you want (thousands of lines) helps."
+                    if result.n_tokens < SMALL_CORPUS
+                    else ""
+                )
                 + (
                     " Speculens drafts from it now."
                     if use_now

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speculens import paths
 from speculens.engine.config import FlashAttention, Strategy
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings
@@ -114,6 +115,7 @@ class SettingsPanel(QWidget):
         self._updating = False
         self._wheel_guard = _WheelGuard(self)
         self.fields: dict[str, QWidget] = {}
+        self._map_corpus: list[Path] = []  # the last map built here: the Build… dialog starts with its corpus
 
         self.strategy = QComboBox()
         # The longest strategy name would set the dock's narrowest width; the closed box elides it instead.
@@ -392,7 +394,11 @@ class SettingsPanel(QWidget):
         self._update_reload_note()
 
     def _on_browse_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose an n-gram map", "", "N-gram maps (*.npz);;All files (*)")
+        current = Path(self.ngram_map.text().strip())
+        folder = current.parent if current.name else paths.data_dir() / "ngram-maps"  # where Build… saves them
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Choose an n-gram map", str(folder if folder.is_dir() else ""), "N-gram maps (*.npz);;All files (*)"
+        )
         if path:
             self.ngram_map.setText(path)
             self._on_map_changed()
@@ -401,9 +407,10 @@ class SettingsPanel(QWidget):
         target = self.store.settings.target_path
         if not target:
             return
-        dialog = NgramMapDialog(Path(target), self)
+        dialog = NgramMapDialog(Path(target), self, self._map_corpus)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.built.connect(self._on_map_built)
+        dialog.built.connect(lambda *_: setattr(self, "_map_corpus", dialog.corpus_paths()))
         dialog.open()
 
     def _on_map_built(self, path: str, use_now: bool) -> None:

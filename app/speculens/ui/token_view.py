@@ -73,12 +73,18 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
     if best is None:
         return "nothing drafted: no source found a draft"
     rate, source = best
-    if rate < 1.0:
+    if rate >= 1.0:
+        return "nothing drafted: the adaptive controller held speculation back (see Teach)"
+    if source == "draft":  # it costs time to draft: it may lose even when it is often right
         return (
-            f"nothing drafted: speculation would not pay on this machine (×{rate:.2f} of plain decoding at best with "
-            f"{SOURCE_NAMES.get(source, source)}; see Teach)"
+            f"nothing drafted: the draft model would not pay on this machine (×{rate:.2f} of plain decoding at "
+            "best: drafting and checking cost more than its right tokens save)"
         )
-    return "nothing drafted: the adaptive controller held speculation back (see Teach)"
+    # A free source loses only by drafting wrong tokens, whose checking costs more than the right ones save.
+    return (
+        f"nothing drafted: {SOURCE_NAMES.get(source, source)}'s drafts were not right often enough on this answer to "
+        f"pay for checking them (×{rate:.2f} of plain decoding at best)"
+    )
 
 
 @dataclass(frozen=True)
