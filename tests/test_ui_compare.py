@@ -212,3 +212,28 @@ def test_a_speedup_over_answers_of_different_lengths_says_so(qtbot) -> None:
     comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
     view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
     assert "rates of two different answers (174 and 269 tokens)" in view.verdict.text()
+
+
+@pytest.mark.parametrize(
+    ("drafted", "accepted", "seconds", "meaning"),
+    [
+        (0, 0, 10.0, "nothing was drafted"),  # both decoded plainly: the difference is noise
+        (60, 10, 11.0, "speculation was slower here"),
+        (60, 55, 6.0, "speculation was faster"),
+        (60, 40, 9.8, "about the same speed"),
+    ],
+)
+def test_the_verdict_says_what_its_speedup_means(
+    qtbot, drafted: int, accepted: int, seconds: float, meaning: str
+) -> None:
+    """From a new-user tour: 'Speedup ×0.90 · ✓ identical outputs' read as a success at a glance."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    plain = FinishEvent(FinishReason.EOG, "same", (1, 2), RunningStats(n_generated=100, elapsed_s=10.0))
+    stats = RunningStats(n_generated=100, elapsed_s=seconds, n_drafted=drafted, n_accepted=accepted)
+    speculative = FinishEvent(FinishReason.EOG, "same", (1, 2), stats)
+    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=None)
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    said = view.verdict.text()
+    assert meaning in said and "identical outputs" in said
+    assert (f"{accepted} of {drafted} drafted tokens accepted" in said) == bool(drafted)

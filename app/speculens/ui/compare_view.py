@@ -29,14 +29,31 @@ def _piece(piece: bytes) -> str:
     return f"<code>«{html.escape(text)}»</code>"
 
 
+# A speedup within this far of 1 reads as the same speed: this project's VM drifts by more between two runs.
+SAME_SPEED = 0.05
+
+
+def _meaning(c: Comparison) -> str:
+    """What the speedup says, in words (a number alone read as a success at a glance, even at ×0.90)."""
+    stats = c.speculative.stats
+    if not stats.n_drafted:
+        return "nothing was drafted, so both decoded plainly: the difference is run-to-run variation"
+    accepted = f"{stats.n_accepted} of {stats.n_drafted} drafted tokens accepted"
+    if c.speedup >= 1 + SAME_SPEED:
+        return f"<span style='color:#2ea043'><b>speculation was faster</b></span> ({accepted})"
+    if c.speedup <= 1 - SAME_SPEED:
+        return f"<span style='color:#d29922'><b>speculation was slower here</b></span> ({accepted})"
+    return f"about the same speed ({accepted})"
+
+
 def verdict_html(c: Comparison) -> str:
-    """The comparison's verdict: speedup, and identity (or where and why the outputs differ)."""
+    """The comparison's verdict: speedup and what it means, and identity (or where and why the outputs differ)."""
     speed = (
         f"<span style='font-size:large'>Speedup <b>×{c.speedup:.2f}</b></span> "
         f"({c.speculative.stats.tokens_per_second:.1f} vs {c.plain.stats.tokens_per_second:.1f} tokens/s)"
     )
-    if c.identical:
-        return f"{speed} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
+    if c.identical:  # (where they differ, what follows is long enough, and about the difference)
+        return f"{speed}: {_meaning(c)} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
     n_spec, n_plain = c.speculative.stats.n_generated, c.plain.stats.n_generated
     if n_spec != n_plain:  # the rates are of two texts: say so, or ×0.98 reads as speculation's cost
         speed += f", rates of two different answers ({n_spec} and {n_plain} tokens)"
