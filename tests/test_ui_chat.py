@@ -9,8 +9,8 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
-from speculens.ui.chat_pane import close_fences, render_transcript
-from speculens.ui.conversations import ConversationStore
+from speculens.ui.chat_pane import close_fences, render_transcript, sent
+from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.token_view import nothing_drafted
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
@@ -433,6 +433,17 @@ def test_a_stopped_answer_says_so_under_it(qtbot, tiny) -> None:
     window.chat.stop()
     wait_idle(qtbot, window)
     assert window.chat.figures.text().endswith("· stopped") and "tokens/s" in window.chat.figures.text()
+    # From the tour of 2026-11-28: the transcript itself, after a restart and in an export, showed no sign of it.
+    html_text = window.chat.transcript.toHtml()
+    assert "— stopped" in html_text and "— cut off at the Max tokens limit" in html_text
+    path = window.chat.conversation.file(window.chat.store.folder)
+
+    def notes() -> list[str | None]:  # as saved (the store writes on its own thread)
+        return [m.get("note") for m in Conversation.load(path).messages if m["role"] == "assistant"]
+
+    qtbot.waitUntil(lambda: notes() == ["cut off at the Max tokens limit", "stopped"], timeout=5_000)
+    saved = Conversation.load(path)
+    assert all(set(m) == {"role", "content"} for m in sent(saved.messages))  # the model never reads the notes
 
 
 def test_a_long_prompt_counts_the_seconds_until_the_first_token(qtbot, tiny) -> None:

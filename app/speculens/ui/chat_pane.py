@@ -116,6 +116,11 @@ def plain_html(text: str) -> str:
     return f"<p style='white-space: pre-wrap'>{html.escape(text)}</p>"
 
 
+def sent(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """The messages as the model gets them: role and content (a transcript's notes are for the reader)."""
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def render_transcript(messages: Sequence[dict[str, str]], streaming: bool = False) -> str:
     """The conversation as HTML, one section per message (system messages left out).
 
@@ -130,6 +135,8 @@ def render_transcript(messages: Sequence[dict[str, str]], streaming: bool = Fals
             continue
         heading = "You" if role == "user" else "Assistant"
         body = plain_html(message["content"]) if role == "user" else markdown_html(message["content"])
+        if message.get("note"):  # an answer cut short: "stopped", "cut off at the Max tokens limit", …
+            body += f"<p style='color:gray'><i>— {html.escape(message['note'])}</i></p>"
         parts.append(f"<h4>{heading}</h4>{body}")
     if streaming:
         parts.append("<h4>Assistant</h4>")
@@ -367,7 +374,7 @@ class ChatPane(QWidget):
         if self.busy or self.router.running:
             return
         text = self.input.toPlainText().strip()
-        messages = [dict(m) for m in self.conversation.messages]
+        messages = sent(self.conversation.messages)
         while messages and messages[-1]["role"] == "assistant":
             messages.pop()
         if text:
@@ -388,7 +395,9 @@ class ChatPane(QWidget):
         if running is not None and running is not conversation:
             self.stop()
         if conversation.partial and running is not conversation:
-            conversation.messages.append({"role": "assistant", "content": conversation.partial})
+            conversation.messages.append(
+                {"role": "assistant", "content": conversation.partial, "note": "interrupted: the app closed"}
+            )
             conversation.partial = None
             self.store.save(conversation)
         self.conversation = conversation
@@ -446,9 +455,7 @@ class ChatPane(QWidget):
 
     def _history(self) -> list[dict[str, str]]:
         system = self.settings.settings.system_prompt.strip()
-        return ([{"role": "system", "content": system}] if system else []) + [
-            dict(m) for m in self.conversation.messages
-        ]
+        return ([{"role": "system", "content": system}] if system else []) + sent(self.conversation.messages)
 
     def _start_turn(self, text: str) -> None:
         self._hide_error()
@@ -528,7 +535,10 @@ class ChatPane(QWidget):
             self.status_changed.emit("Stopped before the answer began; your message is back in the box.")
             return
         # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
-        conversation.messages.append({"role": "assistant", "content": finish.text})
+        answer = {"role": "assistant", "content": finish.text}
+        if finish.reason in (FinishReason.CANCELLED, FinishReason.MAX_TOKENS, FinishReason.CONTEXT):
+            answer["note"] = finish.reason.words  # an answer cut short says so in the transcript and exports
+        conversation.messages.append(answer)
         conversation.partial = None
         if not turn.discarded:
             self.store.save(conversation)
@@ -582,7 +592,7 @@ class ChatPane(QWidget):
     def _fail_turn(self, turn: _Turn, record: Record) -> None:
         conversation = turn.conversation
         if turn.text and turn.replaced is None:  # it failed midway: what it said is kept, the error shown
-            conversation.messages.append({"role": "assistant", "content": turn.text})
+            conversation.messages.append({"role": "assistant", "content": turn.text, "note": "stopped by an error"})
             conversation.partial = None
             if not turn.discarded:
                 self.store.save(conversation)

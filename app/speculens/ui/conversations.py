@@ -38,7 +38,8 @@ class Conversation:
         title: shown in the list; taken from the first user message until the user renames it.
         created: creation time (seconds since the epoch).
         updated: last change.
-        messages: role/content dicts (no system message: that comes from the settings).
+        messages: role/content dicts (no system message: that comes from the settings); an answer cut short has
+            a ``note`` too ("stopped"), for the reader, never sent to the model.
         pair: the models it was held with, for the record.
         partial: an answer that was still streaming when the file was written (``None`` when complete).
         renamed: the user chose the title.
@@ -89,7 +90,7 @@ class Conversation:
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise ValueError(f"{path.name} is not a saved conversation")
         messages = [
-            {"role": str(m["role"]), "content": str(m["content"])}
+            {"role": str(m["role"]), "content": str(m["content"])} | ({"note": str(m["note"])} if m.get("note") else {})
             for m in data["messages"]
             if isinstance(m, dict) and "role" in m and "content" in m and m["role"] != "system"
         ]
