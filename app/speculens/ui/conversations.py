@@ -142,11 +142,17 @@ class ConversationStore:
         """A conversation by id."""
         return self._by_id.get(conversation_id)
 
-    def save(self, conversation: Conversation) -> None:
-        """Keep a conversation and write it (in the background). An empty one is not kept."""
+    def save(self, conversation: Conversation, touched: bool = True) -> None:
+        """Keep a conversation and write it (in the background). An empty one is not kept.
+
+        Args:
+            conversation: the conversation.
+            touched: its messages changed, so it moves to the top of the list (a new title is no new activity).
+        """
         if not conversation.messages and conversation.partial is None:
             return
-        conversation.updated = time.time()
+        if touched:
+            conversation.updated = time.time()
         self._by_id[conversation.id] = conversation
         snapshot = conversation.to_dict()
         snapshot["messages"] = [dict(m) for m in conversation.messages]
@@ -160,7 +166,7 @@ class ConversationStore:
             return
         conversation.title = title
         conversation.renamed = True
-        self.save(conversation)
+        self.save(conversation, touched=False)  # it keeps its date and its place in the list
 
     def delete(self, conversation: Conversation) -> None:
         """Forget a conversation and remove its file (in the background)."""
