@@ -315,3 +315,15 @@ def test_a_tool_window_opens_over_its_parent_and_inside_the_screen(qtbot) -> Non
     parent.move(area.right() - 250, area.bottom() - 100)  # low on the screen, partly past its right edge
     resize_within_screen(child, 200, area.height())
     assert area.contains(child.geometry()), (area, child.geometry())
+
+
+def test_the_target_is_not_offered_as_its_own_draft(qtbot, manager: ModelManagerWindow, tiny) -> None:
+    """From a new-user tour: the Draft list offered the target itself."""
+    pick(manager, tiny.target, tiny.identical)
+    combo = manager.draft_combo
+    row = combo.findData(str(tiny.target))
+    assert row > 0 and not combo.model().item(row).isEnabled()
+    assert "target itself" in combo.model().item(row).toolTip()
+    assert combo.model().item(combo.findData(str(tiny.identical))).isEnabled()
+    manager.select_pair(tiny.identical, tiny.identical)  # the draft becomes the target: no draft, not itself
+    assert combo.currentData() == "" and combo.model().item(row).isEnabled()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -402,6 +402,7 @@ class ModelManagerWindow(QMainWindow):
         from speculens.models.compat import suggest_drafts
 
         target = self.target_combo.currentData()
+        self._grey_target_as_draft(target)
         self.suggestions.clear()
         if not target:
             self._check_pair()
@@ -425,6 +426,21 @@ class ModelManagerWindow(QMainWindow):
         self.tasks.run(lambda: suggest_drafts(Path(target), self.library, n_ctx=n_ctx), done, self._show_error)
         self._check_pair()
 
+    def _grey_target_as_draft(self, target: str | None) -> None:
+        """The target is no draft of itself (it would check its own drafts at twice the cost): greyed in the draft
+        list, and replaced by no draft if it was the draft."""
+        model = self.draft_combo.model()
+        if not isinstance(model, QStandardItemModel):
+            return
+        for row in range(1, self.draft_combo.count()):
+            item = model.item(row)
+            itself = bool(target) and self.draft_combo.itemData(row) == target
+            item.setEnabled(not itself)
+            path = str(self.draft_combo.itemData(row))
+            item.setToolTip("The target itself: a draft is a smaller model" if itself else path)
+        if target and self.draft_combo.currentData() == target:
+            self.draft_combo.setCurrentIndex(0)
+
     def _on_suggestions_item_activated(self, item: QListWidgetItem) -> None:
         suggestion = item.data(Qt.ItemDataRole.UserRole)
         if suggestion is None:
@@ -438,6 +454,10 @@ class ModelManagerWindow(QMainWindow):
             self._say(f"Download {suggestion.filename} from {suggestion.repo}.")
 
     def _on_draft_combo_changed(self, *_args: object) -> None:
+        target = self.target_combo.currentData()
+        if target and self.draft_combo.currentData() == target:
+            self.draft_combo.setCurrentIndex(0)  # no draft of itself (this comes back here once)
+            return
         self._check_pair()
 
     def _check_pair(self) -> None:
