@@ -237,3 +237,17 @@ def test_the_verdict_says_what_its_speedup_means(
     said = view.verdict.text()
     assert meaning in said and "identical outputs" in said
     assert (f"{accepted} of {drafted} drafted tokens accepted" in said) == bool(drafted)
+
+
+def test_teach_does_not_explain_the_last_answer_s_step_while_the_next_runs(qtbot, tiny) -> None:
+    """From the tour of 2026-11-28: a new answer began with Teach still showing the previous answer's 'Step 53'."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word "] * 400, step_s=0.01)))
+    teach = window.teach_panel
+    send(qtbot, window, "first")
+    assert "Step" in teach.explanation.toPlainText()
+    window.chat.input.setPlainText("second")
+    window.chat.send()
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    assert "Step" not in teach.explanation.toPlainText() and "being generated" in teach.explanation.toPlainText()
+    window.chat.stop()
+    wait_idle(qtbot, window)

@@ -132,6 +132,11 @@ def test_drafts_after_the_end_of_the_answer_are_not_shown(panel: LivePanel) -> N
     said = explain_step(ended)
     assert "Accepted 3 of 4" in said and "ended in this step" in said and "grew by <b>1</b> token " in said
     assert "ended in this step" not in explain_step(KNOWN_STEPS[0])
+    # From the tour of 2026-11-28: the step at the end-of-answer token read "The target generated one token by itself:
+    # —", "only the 0 tokens before its end are kept", "The answer grew by 0 tokens": an error, to a newcomer.
+    last = StepEvent(9, 0, (), (), "", 0.0, 2.0, 0.1, stats(9, 9, 0, 0))
+    said = explain_step(last, "auto")
+    assert "The answer ended here" in said and "0 tokens" not in said and "—" not in said
 
 
 def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:

@@ -57,6 +57,12 @@ def explain_step(event: StepEvent, strategy: str | None = None) -> str:
     n = len(event.drafted)
     k = sum(1 for d in event.drafted if d.accepted)
     parts = [f"<h3>Step {event.step}</h3>"]
+    if not event.emitted and not k:
+        first = "the target's own choice" if not n else "the target's choice at the first drafted position"
+        return "".join(parts) + (
+            f"<p><b>The answer ended here</b>: {first} was the end of the answer (or a stop string or the token "
+            "limit came), so this step added no token.</p>"
+        )
     alone = f"{_quote(event.emitted[0].piece) if event.emitted else '—'}"
     offered = event.offered or 0
     best = max(event.expected_speedup[1:], default=None)
@@ -274,6 +280,11 @@ class TeachPanel(QWidget):
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy = event.strategy
+                if not self.step_mode.isChecked():  # not the last answer's step while this one runs
+                    self.explanation.setHtml(
+                        "<p>An answer is being generated. Its last step is explained here when it ends; turn on "
+                        "<b>step mode</b> to pause at every step and see what happens in it.</p>"
+                    )
             elif record.kind is RecordKind.STEP and isinstance(event, StepEvent):
                 self.last_step = event
             elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
