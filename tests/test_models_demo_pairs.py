@@ -73,6 +73,8 @@ def test_qwen_gemma_is_a_tokenizer_mismatch_naming_the_token(demo_files: dict[st
     assert (diff.target_text, diff.draft_text) == ("&", "[multimodal]")
     assert "Tokenizer mismatch" in report.headline and "id 5" in report.headline and "'&'" in report.headline
     assert report.check("vocab_type").level is Level.ERROR
+    # From a new-user tour: the token id alone read as obscure detail; two kinds of tokenizer is the plain reason.
+    assert report.headline.index("vocabulary is BPE") < report.headline.index("id 5")
 
 
 def test_cli_demo_registers_and_check_pair_uses_library_ids(

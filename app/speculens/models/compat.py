@@ -131,14 +131,16 @@ class PairReport:
         """One prominent sentence: can the pair run, and if not, what still can."""
         if self.errors:
             free = ", ".join(f"{label} ({key})" for key, label in DRAFT_FREE_STRATEGIES)
-            # The differing token is the most concrete evidence, so it leads when there is one.
-            main = next((c for c in self.errors if c.key == "token_texts"), self.errors[0])
-            more = len(self.errors) - 1
+            # Two kinds of tokenizer (BPE and SentencePiece: a Qwen and a Gemma) is the plainest reason, so it leads;
+            # else the differing token, the most concrete evidence ("from id 5 on" alone read as obscure detail).
+            leads = [c for key in ("vocab_type", "token_texts") for c in self.errors if c.key == key]
+            leads = leads or [self.errors[0]]
+            more = len(self.errors) - len(leads)
             also = f" ({more} more tokenizer check{'s' if more > 1 else ''} failed)" if more else ""
             return (
                 "Tokenizer mismatch: draft-model speculation cannot run with this pair. "
-                f"{main.message.rstrip('.')}{also}. Draft-free strategies still work with the target alone: "
-                f"{free}."
+                + " ".join(c.message.rstrip(".") + "." for c in leads)[:-1]
+                + f"{also}. Draft-free strategies still work with the target alone: {free}."
             )
         if self.warnings:
             n = len(self.warnings)
