@@ -395,3 +395,14 @@ def test_the_settings_command_brings_back_a_closed_settings_panel(qtbot, tiny) -
     qtbot.waitUntil(dock.isVisible)
     assert window.docks["Live"].visibleRegion().isEmpty()  # tabbed with the Live panel: Settings is in front
     assert "Ctrl+," in window.shortcuts_html()
+
+
+def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:
+    """From a new-user tour: '+ free drafts (not loaded)' defined neither term, and after building a map '(not
+    loaded)' read as if the map had failed."""
+    window = make_window(qtbot, tiny, FakeFactory(), load=False, strategy="auto")
+    label = window.pair_label.text()
+    assert "free drafts" not in label and "+ prompt lookup, n-gram cache" in label and "your message loads" in label
+    window.store.update(ngram_map_path=str(tmp_path / "code.npz"))
+    assert "prompt lookup, n-gram cache, n-gram map" in window.pair_label.text()
+    assert "n-gram map" in window.pair_label.toolTip()

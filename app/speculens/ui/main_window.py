@@ -368,15 +368,21 @@ class MainWindow(QMainWindow):
         models = self.models
         target = Path(s.target_path).name if s.target_path else "no target chosen"
         strategy = Strategy(s.strategy)
+        # What drafts, by name ("free drafts" was never defined anywhere a user looks).
+        free = "prompt lookup, n-gram cache" + (", n-gram map" if s.ngram_map_path else "")
         if strategy in (Strategy.DRAFT, Strategy.AUTO) and s.draft_path:
-            source = Path(s.draft_path).name + (" + free drafts" if strategy is Strategy.AUTO else "")
+            source = Path(s.draft_path).name + (f" + {free}" if strategy is Strategy.AUTO else "")
         else:
-            source = strategy.label.lower() if strategy is not Strategy.AUTO else "free drafts"
-        state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded"
+            source = strategy.label.lower() if strategy is not Strategy.AUTO else free
+        state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded: your message loads them"
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
         if models.loaded and not models.loading and self.store.reload_needed():
-            state += " — draft idle: Reload frees it" if self.store.reload_frees_draft_only() else " — reload needed"
+            state += (
+                " — draft idle: Reload frees it"
+                if self.store.reload_frees_draft_only()
+                else " — reload needed for changed settings"
+            )
         label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
             label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
