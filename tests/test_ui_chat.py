@@ -564,3 +564,4 @@ def test_the_transcript_follows_a_streaming_answer_unless_scrolled_up(qtbot, tin
     assert bar.value() == 0  # left where the reader went
     window.chat.stop()
     wait_idle(qtbot, window)
+

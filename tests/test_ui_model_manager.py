@@ -327,3 +327,18 @@ def test_the_target_is_not_offered_as_its_own_draft(qtbot, manager: ModelManager
     assert combo.model().item(combo.findData(str(tiny.identical))).isEnabled()
     manager.select_pair(tiny.identical, tiny.identical)  # the draft becomes the target: no draft, not itself
     assert combo.currentData() == "" and combo.model().item(row).isEnabled()
+
+
+def test_the_library_shows_which_models_are_the_pair(manager: ModelManagerWindow, tiny) -> None:
+    """From a new-user tour: the Library tab did not show which model was the target and which the draft."""
+    table = manager.library_table
+
+    def row_of(path: Path) -> int:
+        return next(r for r in range(table.rowCount()) if table.item(r, 1).text() == display_path(path))
+
+    assert not any("(target)" in table.item(r, 0).text() for r in range(table.rowCount()))
+    manager.models.store.update(target_path=str(tiny.target), draft_path=str(tiny.identical))
+    target, draft, other = (table.item(row_of(p), 0) for p in (tiny.target, tiny.identical, tiny.mismatch))
+    assert target.text().endswith("(target)") and target.font().bold()
+    assert draft.text().endswith("(draft)") and draft.font().bold()
+    assert "(" not in other.text() and not other.font().bold()

@@ -254,6 +254,7 @@ class ModelManagerWindow(QMainWindow):
                 if e.status is not EntryStatus.OK:
                     item.setForeground(Qt.GlobalColor.red if e.status is EntryStatus.DAMAGED else Qt.GlobalColor.gray)
                 table.setItem(row, col, item)
+        self._mark_pair_rows()
         table.resizeColumnsToContents()
         table.resizeRowsToContents()
         table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
@@ -264,6 +265,21 @@ class ModelManagerWindow(QMainWindow):
         pending, self._pending_pick = self._pending_pick, None
         if pending is not None:
             self._pick_in_pair_tab(*pending)
+
+    def _mark_pair_rows(self) -> None:
+        """The chosen target and draft in bold, their role after the name: which models are in use is seen in the
+        library itself (a new user could not tell)."""
+        settings = self.models.store.settings
+        roles = {settings.target_path: "target", settings.draft_path: "draft"}
+        for row, e in enumerate(self.entries):
+            item = self.library_table.item(row, 0)
+            if item is None:
+                continue
+            role = roles.get(str(e.path))
+            item.setText(e.name + (f"  ({role})" if role else "") + (f"\n{e.path.name}" if name_disagrees(e) else ""))
+            font = item.font()
+            font.setBold(role is not None)
+            item.setFont(font)
 
     def _selected_entry(self) -> Any:
         rows = {i.row() for i in self.library_table.selectedIndexes()}
@@ -517,6 +533,7 @@ class ModelManagerWindow(QMainWindow):
         self.pair_chosen.emit(target, draft)
 
     def _on_store_changed(self, _settings: object) -> None:
+        self._mark_pair_rows()
         if self.isVisible():
             self._check_pair()  # the context size may have changed: the report depends on it
 
