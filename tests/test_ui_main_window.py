@@ -402,7 +402,12 @@ def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:
     loaded)' read as if the map had failed."""
     window = make_window(qtbot, tiny, FakeFactory(), load=False, strategy="auto")
     label = window.pair_label.text()
-    assert "free drafts" not in label and "+ prompt lookup, n-gram cache" in label and "your message loads" in label
+    assert "free drafts" not in label and "+ lookup, n-gram cache" in label and ".gguf" not in label
+    assert "load with your first message" in window.pair_label.toolTip()
     window.store.update(ngram_map_path=str(tmp_path / "code.npz"))
-    assert "prompt lookup, n-gram cache, n-gram map" in window.pair_label.text()
+    assert "lookup, n-gram cache, map" in window.pair_label.text()
     assert "n-gram map" in window.pair_label.toolTip()
+    # The demo pair's whole line fits a 1280-pixel window's toolbar (else it goes into the overflow menu).
+    demo = "qwen2.5-coder-1.5b-instruct-q4_k_m ▸ qwen2.5-coder-0.5b-instruct-q4_k_m + lookup, n-gram cache, map"
+    window.resize(1280, 720)
+    assert window.pair_label.fontMetrics().horizontalAdvance(demo + " (loaded — reload needed)") < 1280 - 450

@@ -366,23 +366,21 @@ class MainWindow(QMainWindow):
     def _update_models(self) -> None:
         s = self.store.settings
         models = self.models
-        target = Path(s.target_path).name if s.target_path else "no target chosen"
+        # File names without ".gguf", and the state in a word or two: the whole line must fit a 1280-pixel window's
+        # toolbar, or it goes into the toolbar's overflow menu and no pair is shown at all. The tooltip says more.
+        target = Path(s.target_path).stem if s.target_path else "no target chosen"
         strategy = Strategy(s.strategy)
         # What drafts, by name ("free drafts" was never defined anywhere a user looks).
-        free = "prompt lookup, n-gram cache" + (", n-gram map" if s.ngram_map_path else "")
+        free = "lookup, n-gram cache" + (", map" if s.ngram_map_path else "")
         if strategy in (Strategy.DRAFT, Strategy.AUTO) and s.draft_path:
-            source = Path(s.draft_path).name + (f" + {free}" if strategy is Strategy.AUTO else "")
+            source = Path(s.draft_path).stem + (f" + {free}" if strategy is Strategy.AUTO else "")
         else:
             source = strategy.label.lower() if strategy is not Strategy.AUTO else free
-        state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded: your message loads them"
+        state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded"
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
         if models.loaded and not models.loading and self.store.reload_needed():
-            state += (
-                " — draft idle: Reload frees it"
-                if self.store.reload_frees_draft_only()
-                else " — reload needed for changed settings"
-            )
+            state += " — draft idle: Reload frees it" if self.store.reload_frees_draft_only() else " — reload needed"
         label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
             label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
@@ -395,6 +393,10 @@ class MainWindow(QMainWindow):
                 + ") when one is likely right, the draft model when it pays on this machine, and decodes plainly "
                 "otherwise."
             )
+        if not models.loaded and not models.loading:
+            tip += "\nNot loaded yet: the models load with your first message (or Load, Ctrl+L)."
+        elif models.loaded and self.store.reload_needed():
+            tip += "\nSettings changed since the models loaded: Reload (Ctrl+L) applies them."
         self.pair_label.setToolTip(tip)
         self.chat.set_models_state(bool(models.loaded) and not models.loading, bool(s.target_path), models.loading)
         self.load_action.setText("Reload" if models.loaded else "Load")
