@@ -51,6 +51,10 @@ def test_compare_shows_both_answers_and_the_verdict(qtbot, tiny) -> None:
     assert view.views[Lane.SPECULATIVE].toPlainText().replace("?", "") == "Hello there, friend."
     assert "identical outputs" in view.verdict.text() and "Speedup" in view.verdict.text()
     assert not view.stop_button.isEnabled()
+    # From the tour of 2026-11-28: the live panel, its charts and the figures kept showing the last answer's.
+    live = window.live_panel
+    assert live.view.toPlainText().replace("?", "") == "Hello there, friend."  # the speculative half only
+    assert "Finished" in live.status.text()
 
 
 def test_a_running_compare_can_be_stopped_with_its_button_and_with_esc(qtbot, tiny) -> None:

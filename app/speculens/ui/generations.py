@@ -28,6 +28,26 @@ class RecordSink(Protocol):
         """Show these records (one timer tick's worth of one request)."""
 
 
+class LaneSink:
+    """Passes one lane of a comparison on to a sink made for chat turns (the live panel, its charts and figures
+    follow a comparison's speculative half, as they follow an answer), with the request's QUEUED record.
+
+    Args:
+        sink: the sink.
+        lane: the lane it sees.
+    """
+
+    def __init__(self, sink: RecordSink, lane: Lane) -> None:
+        self.sink = sink
+        self.lane = lane
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """Pass on this lane's records."""
+        mine = [r for r in records if r.lane is self.lane or r.kind is RecordKind.QUEUED]
+        if mine:
+            self.sink.on_records(mine)
+
+
 class GenerationRouter(QObject):
     """Submits generations and routes their records to the sinks that asked.
 

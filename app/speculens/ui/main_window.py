@@ -43,14 +43,14 @@ from speculens.ui.chat_pane import ChatPane, ConversationList, render_transcript
 from speculens.ui.compare_view import CompareView
 from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.exports import write_events_csv, write_events_json
-from speculens.ui.generations import GenerationRouter
+from speculens.ui.generations import GenerationRouter, LaneSink
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.teach_panel import TeachPanel
-from speculens.ui.worker import EngineWorker
+from speculens.ui.worker import EngineWorker, Lane
 
 if TYPE_CHECKING:
     from speculens.ui.model_manager import ModelManagerWindow
@@ -310,7 +310,10 @@ class MainWindow(QMainWindow):
         plain = generation_config(settings, Strategy.NONE)
         speculative = generation_config(settings)
         self.compare_view.describe(messages[-1]["content"], Strategy(settings.strategy).label)
-        self.router.compare(messages, plain, speculative, [self.compare_view, self.teach_panel])
+        # The live panel, its charts and the figures above the chat follow the speculative half, as they follow an
+        # answer (they kept showing the last answer's while Compare ran).
+        live = LaneSink(self.live_panel, Lane.SPECULATIVE)
+        self.router.compare(messages, plain, speculative, [self.compare_view, self.teach_panel, live])
         self.docks["Compare"].show()
         self.docks["Compare"].raise_()
 
