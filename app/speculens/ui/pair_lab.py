@@ -698,7 +698,11 @@ class PairLabWindow(QMainWindow):
         if target is not None:
             changes["target_path"] = str(target)
         self.store.update(**changes)
-        reload = " Load the models again (Ctrl+L) to use the new draft." if self.store.reload_needed() else ""
+        reload = ""
+        if self.store.reload_needed() and not self.store.reload_frees_draft_only():
+            reload = " Load the models again (Ctrl+L) to use the new draft."
+        elif self.store.reload_needed():
+            reload = " The draft model stays loaded but idle: Reload (Ctrl+L) frees its memory."
         self.status.setText(f"Applied: {best.label}.{reload}")
 
     # ---- exports ------------------------------------------------------------------------------------------
