@@ -139,7 +139,7 @@ def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(
     panel = SettingsPanel(store)
     qtbot.addWidget(panel)
     dialog = NgramMapDialog(tiny.target, panel)
-    dialog.built.connect(panel._on_map_built)
+    dialog.built.connect(lambda path, use_now: panel._on_map_built(path, use_now, dialog))
     qtbot.addWidget(dialog)
     (tmp_path / "notes.txt").write_text("some notes\n" * 50, encoding="utf-8")
     dialog.add_paths([tmp_path / "notes.txt"])
@@ -168,6 +168,11 @@ def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(
     assert len(asked) == 1
     # Lookup alone would not draft from it: the automatic strategy takes it beside lookup and the n-gram cache.
     assert (store.settings.ngram_map_path, store.settings.strategy) == (str(tmp_path / "new.npz"), "auto")
+    assert "The strategy was Prompt lookup" in dialog.status.text() and "it is now Automatic" in dialog.status.text()
+    # Another corpus: the last build's result goes, as it is not this corpus's.
+    (tmp_path / "more.txt").write_text("more notes\n", encoding="utf-8")
+    dialog.add_paths([tmp_path / "more.txt"])
+    assert dialog.status.text() == "" and dialog.bar.isHidden()
 
 
 def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(

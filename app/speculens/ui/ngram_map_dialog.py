@@ -107,6 +107,8 @@ class NgramMapDialog(QDialog):
         self.remove = QPushButton("&Remove")
         self.remove.clicked.connect(self._on_remove_clicked)
         self.corpus.itemSelectionChanged.connect(self._update_buttons)
+        self.corpus.model().rowsInserted.connect(self._on_corpus_changed)
+        self.corpus.model().rowsRemoved.connect(self._on_corpus_changed)
         corpus_buttons = QVBoxLayout()
         for button in (add_folder, add_files, self.remove):
             corpus_buttons.addWidget(button)
@@ -226,6 +228,11 @@ class NgramMapDialog(QDialog):
             self.output.setText(path)
             self._output_chosen = True
             self._confirmed = Path(path)  # the save dialog asked whether to replace it
+
+    def _on_corpus_changed(self) -> None:
+        if self._state is None and not self.bar.isHidden():  # the last build's result is not this corpus's
+            self.bar.hide()
+            self.status.setText("")
 
     def _update_buttons(self) -> None:
         busy = self._state is not None

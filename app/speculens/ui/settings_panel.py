@@ -409,19 +409,27 @@ class SettingsPanel(QWidget):
             return
         dialog = NgramMapDialog(Path(target), self, self._map_corpus)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.built.connect(self._on_map_built)
-        dialog.built.connect(lambda *_: setattr(self, "_map_corpus", dialog.corpus_paths()))
+        dialog.built.connect(lambda path, use_now: self._on_map_built(path, use_now, dialog))
         dialog.open()
 
-    def _on_map_built(self, path: str, use_now: bool) -> None:
+    def _on_map_built(self, path: str, use_now: bool, dialog: NgramMapDialog | None = None) -> None:
         """A map built in the dialog becomes the map in use if the user wants to draft from it now; a strategy that
-        would not draft from it becomes the automatic one, which takes it beside prompt lookup and the n-gram cache."""
+        would not draft from it becomes the automatic one, which takes it beside prompt lookup and the n-gram cache
+        (the dialog says so: a strategy the Pair lab had just applied changed with no word)."""
+        if dialog is not None:
+            self._map_corpus = dialog.corpus_paths()  # the next Build… starts with it
         if not use_now:
             return
         self.ngram_map.setText(path)
         self.map_error.hide()
+        before = self.strategy.currentText()
         if self.strategy.currentData() not in (Strategy.AUTO.value, Strategy.NGRAM_MAP.value):
             self.strategy.setCurrentIndex(self.strategy.findData(Strategy.AUTO.value))
+            if dialog is not None:
+                dialog.status.setText(
+                    f"{dialog.status.text()} The strategy was {before}, which does not draft from a map: it is now "
+                    f"{self.strategy.currentText()}."
+                )
         self._on_widget_changed()
 
     def _on_map_changed(self) -> None:
