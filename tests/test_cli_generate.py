@@ -37,6 +37,9 @@ def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: P
     assert spec.stdout == plain.stdout and spec.stdout.strip()
     for key in ("n_drafted", "n_accept", "accept", "mean accepted length", "t/s"):
         assert key in spec.stderr
+    # From a new-user tour: seconds of silence while loading, no word of the strategy, and "stopped: max_tokens".
+    assert f"loaded {tiny.target.name} and {tiny.perturbed.name} in " in spec.stderr
+    assert "strategy " in spec.stderr and "stopped: cut off at the Max tokens limit (max_tokens)" in spec.stderr
     lines = [json.loads(line) for line in events.read_text().splitlines()]
     assert lines[0]["type"] == "start" and lines[-1]["type"] == "finish"
     steps = [line for line in lines if line["type"] == "step"]
@@ -86,7 +89,7 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
     map_file = tmp_path / "map.npz"
     built = cli("ngram", "build", corpus, "-m", tiny.target, "-o", map_file)
     assert built.returncode == 0, built.stderr
-    assert map_file.exists() and "n-grams" in built.stderr
+    assert map_file.exists() and "n-grams" in built.stderr and "small map" in built.stderr
     spec = cli(
         "generate",
         "-m",

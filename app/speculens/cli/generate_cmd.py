@@ -10,13 +10,14 @@ import argparse
 import json
 import sys
 import threading
+import time
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import as_message, read_prompt, resolve
+from speculens.cli import as_message, progress, read_prompt, resolve
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -27,7 +28,15 @@ from speculens.engine.config import (
     PromptError,
     Strategy,
 )
-from speculens.engine.events import FinishEvent, Origin, RunningStats, StartEvent, StepEvent, event_to_dict
+from speculens.engine.events import (
+    FinishEvent,
+    FinishReason,
+    Origin,
+    RunningStats,
+    StartEvent,
+    StepEvent,
+    event_to_dict,
+)
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.errors import SpeculensError
@@ -39,7 +48,11 @@ _GREEN, _RED_STRIKE, _BLUE, _RESET = "\033[32m", "\033[9;31m", "\033[34m", "\033
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and context options shared by commands that load models."""
     p.add_argument("-m", "--target", required=True, help="target model: a .gguf path or a demo name (qwen-1.5b)")
-    p.add_argument("-d", "--draft", help="draft model for --strategy draft: a .gguf path or a demo name (qwen-0.5b)")
+    p.add_argument(
+        "-d",
+        "--draft",
+        help="draft model: a .gguf path or a demo name (qwen-0.5b); --strategy draft uses it, auto when it pays",
+    )
     p.add_argument("--ctx", type=int, default=DEFAULT_N_CTX, help=f"context size in tokens (default {DEFAULT_N_CTX})")
     p.add_argument(
         "--threads",
@@ -103,11 +116,11 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-draft-min", type=int, default=0, help="drop drafts shorter than this (default 0)")
     p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-n", "--max-tokens", type=int, default=256)
+    p.add_argument("--top-k", type=int, default=40, help="sampling: the K likeliest tokens only (default 40)")
+    p.add_argument("--top-p", type=float, default=0.95, help="sampling: nucleus probability (default 0.95)")
+    p.add_argument("--min-p", type=float, default=0.05, help="sampling: least probability, relative to the top (0.05)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("-n", "--max-tokens", type=int, default=256, help="most tokens generated (default 256)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
@@ -173,8 +186,8 @@ def summary(stats: RunningStats, start: StartEvent | None, reason: str, threads:
     lines = []
     if start is not None:
         lines.append(
-            f"prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in {start.prompt_s:.2f} s, "
-            f"flash attention {start.flash_text}"
+            f"strategy {start.strategy}; prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in "
+            f"{start.prompt_s:.2f} s, flash attention {start.flash_text}"
         )
     lines += [
         f"decoded {stats.n_generated} tokens (the first with the prompt) in {stats.elapsed_s:.2f} s, "
@@ -184,7 +197,7 @@ def summary(stats: RunningStats, start: StartEvent | None, reason: str, threads:
         f"accept       = {100 * stats.acceptance:.2f}%",
         f"mean accepted length = {stats.mean_accepted_length:.2f} tokens per target pass ({stats.n_steps} passes)",
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
-        f"stopped: {reason}",
+        f"stopped: {FinishReason(reason).words} ({reason})",
     ]
     if threads is not None and len(threads) > 1:
         counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.items(), reverse=True))
@@ -244,7 +257,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = generation_config(args)
         config.validate()
-        engine = SpeculativeEngine(model_config(args))
+        models = model_config(args)
+        loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
+        progress(f"loading {loading}…")  # seconds of silence otherwise (a terminal only; a log gets the line below)
+        t0 = time.perf_counter()
+        engine = SpeculativeEngine(models)
+        progress(f"loaded {loading} in {time.perf_counter() - t0:.1f} s", True)
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -32,12 +32,16 @@ from PySide6.QtWidgets import (
 )
 
 from speculens import paths
-from speculens.engine.drafters.ngram_map import TEXT_SUFFIXES, BuildCancelled, MapBuilt, build_map, corpus_files
+from speculens.engine.drafters.ngram_map import (
+    SMALL_CORPUS,
+    TEXT_SUFFIXES,
+    BuildCancelled,
+    MapBuilt,
+    build_map,
+    corpus_files,
+)
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
-
-# A corpus under this many tokens makes a map whose drafts are seldom right: the dialog says so.
-SMALL_CORPUS = 20_000
 
 
 def _build(

@@ -64,6 +64,8 @@ TEXT_SUFFIXES = frozenset(
 # Folders not searched: a code base's dependencies and caches are not its own text (hidden folders such as .git
 # and .venv are skipped too).
 SKIPPED_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "build", "dist", "target"})
+# A corpus under this many tokens makes a map whose drafts are seldom right: the app and the CLI say so.
+SMALL_CORPUS = 20_000
 # Tokens counted between two looks at the cancel flag and two progress reports (a second or so here).
 _CHUNK = 50_000
 
