@@ -198,6 +198,10 @@ def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(q
     window.chat.send()
     qtbot.waitUntil(teach.next_button.isEnabled, timeout=10_000)
     assert "Step 1" in teach.explanation.toPlainText()
+    # From the tour of 2026-11-28: the line under the answer said "Generating…": a paused answer looked hung.
+    assert "Paused after step 1" in window.chat.figures.text() and "F10" in window.chat.figures.text()
+    teach.next_button.click()
+    qtbot.waitUntil(lambda: "Paused after step 2" in window.chat.figures.text(), timeout=10_000)
     teach.step_mode.setChecked(False)
     teach.next_button.click()
     wait_idle(qtbot, window)

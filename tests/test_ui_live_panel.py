@@ -215,6 +215,17 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
     text = explain_step(probe)
     assert "<b>probe</b>" in text and "of 6 proposed" in text
     assert "probe" not in explain_step(KNOWN_STEPS[0])
+    # From the tour of 2026-11-28: a probe whose draft model proposed nothing read "Plain step: speculation would
+    # not pay", beside a chart marking the probe; a last rejected token read "it and the 0 after it are thrown
+    # away"; a token with no text was shown as «».
+    empty = StepEvent(3, 3, (), (e("Zt", Origin.TARGET),), "Zt", 125.0, 2.0, 0.1, stats(3, 4, 2, 1), probe=True,
+                      expected_speedup=(1.0, 0.7), considered="draft")  # fmt: skip
+    text = explain_step(empty)
+    assert "A probe that found no draft" in text and "would not pay" not in text and "p_min" in text
+    last = StepEvent(4, 2, (d("Al", True), DraftToken(7, b"", 0.9, 0.1, False)), (e("Al", A), e("Xc", C)), "AlXc",
+                     0.1, 2.0, 0.1, stats(4, 6, 4, 2))  # fmt: skip
+    text = explain_step(last)
+    assert "it is thrown away" in text and "the 0 after it" not in text and "a token with no text" in text
 
 
 def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:
@@ -526,3 +537,21 @@ def test_the_teach_caption_never_lies_over_its_chart_in_a_short_dock(qtbot) -> N
 
     qtbot.waitUntil(laid_out, timeout=3000)
     assert teach.minimumSizeHint().height() >= teach.curve_plot.height() + teach.curve_label.height()
+
+
+def test_teach_curve_ticks_do_not_pile_up_when_a_step_offers_fewer_tokens_than_before(qtbot) -> None:
+    """From the tour of 2026-11-28: after a step of 34 tokens the axis kept 0–34 for a 5-token step, labelled at every
+    k: '9101112131415…'."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    teach.show()
+    for n in (34, 5):
+        teach.last_step = replace(KNOWN_STEPS[0], expected_speedup=tuple(1.0 + 0.01 * k for k in range(n + 1)))
+        teach.update_curve()
+    plot = teach.curve_plot
+    lo, hi = plot.getViewBox().viewRange()[0]
+    assert hi >= 34  # the range kept, so steps compare
+    major = plot.getAxis("bottom").tickSpacing(lo, hi, 300)[0][0]
+    assert (hi - lo) / major <= 10, (lo, hi, major)

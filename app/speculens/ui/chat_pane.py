@@ -159,6 +159,7 @@ class _Turn:
         self.threads: Counter[int] = Counter()  # steps by the target's thread count (see engine.threads)
         self.strategy = ""
         self.best: tuple[float, str] | None = None  # the best draft the adaptive controller weighed (best_weighed)
+        self.paused = False  # step mode holds it after a step
 
     def on_records(self, records: Sequence[Record]) -> None:
         chunk = ""
@@ -168,9 +169,15 @@ class _Turn:
                 self.strategy = record.event.strategy
                 self.pane._turn_started(self)
             elif record.kind is RecordKind.STEP and isinstance(record.event, StepEvent):
+                if self.paused:  # Next step: it goes on
+                    self.paused = False
+                    self.pane._turn_started(self)
                 chunk += record.event.text
                 self.threads[record.event.threads] += 1
                 self.best = best_weighed(record.event, self.best)
+            elif record.kind is RecordKind.PAUSED and isinstance(record.event, StepEvent):
+                self.paused = True
+                self.pane._turn_paused(self, record.event)
             elif record.kind is RecordKind.FINISHED and isinstance(record.event, FinishEvent):
                 self.pane._finish_turn(self, record.event)
                 return
@@ -478,6 +485,12 @@ class ChatPane(QWidget):
         if self.turn is turn:  # the prompt is read: tokens follow
             self._reading_timer.stop()
             self.figures.setText("Generating…")
+
+    def _turn_paused(self, turn: _Turn, step: StepEvent) -> None:
+        """Step mode paused the answer: say so where "Generating…" stood (a paused answer looked like a hung one)."""
+        if self.turn is turn:
+            self.figures.setText(f"Paused after step {step.step} (step mode): Next step in Teach, or F10, goes on")
+            self.status_changed.emit("Paused (step mode): press F10 or Next step in Teach for the next step.")
 
     def _show_reading(self) -> None:
         """A second more of waiting for the first token: say how long it has been."""

@@ -41,6 +41,8 @@ MAX_GAMMA = 32
 
 def _quote(piece: bytes) -> str:
     text = piece.decode("utf-8", errors="replace").replace("\n", "⏎")
+    if not text:  # a token with no text of its own ("«»" read as a glitch)
+        return "<code>«»</code> (a token with no text)"
     return f"<code>«{html.escape(text)}»</code>"
 
 
@@ -67,7 +69,14 @@ def explain_step(event: StepEvent, strategy: str | None = None) -> str:
     offered = event.offered or 0
     best = max(event.expected_speedup[1:], default=None)
     plain_only = event.n_draft_max == 0 and not event.expected_speedup and event.offered is None
-    if n == 0 and (strategy == "none" or (strategy is None and plain_only)):
+    if n == 0 and event.probe:
+        source = SOURCE_NAMES.get(event.considered or event.source or "", "the draft model")
+        parts.append(
+            f"<p><b>A probe that found no draft</b>: the controller asked {source} for a draft now and then, to "
+            "re-measure what drafting costs and how often it is right, but it proposed nothing it was confident of "
+            f"(the <i>draft confidence</i> setting, p_min). The target generated one token by itself: {alone}.</p>"
+        )
+    elif n == 0 and (strategy == "none" or (strategy is None and plain_only)):
         parts.append(
             "<p><b>Plain decoding</b>: no draft source is in use (the strategy is <i>none</i>), so the target "
             f"generated one token by itself: {alone}.</p>"
@@ -138,7 +147,9 @@ def explain_step(event: StepEvent, strategy: str | None = None) -> str:
                 why += f", the draft {rejected.draft_prob:.2f})" if rejected.draft_prob is not None else ")"
             parts.append(
                 f"<p><b>3. Accepted {k} of {n}</b>: the target disagreed at token {k + 1}, "
-                f"{_quote(rejected.piece)}{why}; it and the {n - k - 1} after it are thrown away.</p>"
+                f"{_quote(rejected.piece)}{why}; "
+                + (f"it and the {n - k - 1} after it are thrown away" if n - k - 1 else "it is thrown away")
+                + ".</p>"
             )
     last = event.emitted[-1] if event.emitted else None
     if last is not None and last.origin is Origin.CORRECTION:
@@ -342,11 +353,14 @@ class TeachPanel(QWidget):
             )
             mark = self.n_draft
         k = np.arange(len(speedup), dtype=float)
-        # k is a count of tokens: whole-number ticks only (a 2-point curve got ticks at 0.2, 0.4, …).
-        major = max(1, int(np.ceil((len(speedup) - 1) / 8)))
-        self.curve_plot.getAxis("bottom").setTickSpacing(major, 1)
+        # k is a count of tokens: whole-number ticks only (a 2-point curve got ticks at 0.2, 0.4, …), about eight
+        # over the axis's whole range, which can be longer than this step's curve (a label at every k of 1 to 34
+        # read "9101112131415…").
+        span = max(self._k_seen, len(speedup) - 1, 1)
+        major = max(1, int(np.ceil(span / 8)))
+        self.curve_plot.getAxis("bottom").setTickSpacing(major, major)
         self.curve.setData(k, speedup)
-        self.curve_plot.setXRange(0, max(self._k_seen, len(speedup) - 1, 1), padding=0.05)
+        self.curve_plot.setXRange(0, span, padding=0.05)
         mark = min(mark, len(speedup) - 1)
         self.marker.setData([mark], [speedup[mark]])
         best = int(np.argmax(speedup))
