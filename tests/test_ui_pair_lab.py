@@ -71,6 +71,14 @@ def test_estimate_fills_the_estimates_and_unticks_hopeless_candidates(qtbot, lab
     assert identical.cost_ratio is not None and identical.cost_ratio > 0
     assert f"{identical.cost_ratio:.2f} of a target step" in identical.text
     assert lab.status.text().startswith("Estimated.")
+    # From the tour of 2026-11-28: a 1-minute budget learnt only 50 s into the run that one round took 12 minutes.
+    note = lab.round_note.text()
+    assert "always runs in full" in note and " runs of up to " in note
+    assert " min here" in note or "under a minute here" in note  # the estimate's profile: this machine's speed
+    runs = int(note.split(": ", 1)[1].split(" runs")[0])
+    next(box for box in lab.kind_boxes.values() if box.isChecked()).setChecked(False)
+    fewer = lab.round_note.text()
+    assert fewer == "" or int(fewer.split(": ", 1)[1].split(" runs")[0]) < runs
 
 
 def test_estimate_rows_grow_when_the_window_narrows_so_no_text_is_cut(qtbot, lab) -> None:  # type: ignore[no-untyped-def]

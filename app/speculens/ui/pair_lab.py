@@ -212,6 +212,17 @@ class PairLabWindow(QMainWindow):
         self.sweep_box = QCheckBox("Also measure draft models at fixed lengths 1, 2, 4, 8", setup)
         self.sweep_box.setToolTip("For the chart of measured against theoretical speedup (takes longer)")
         options.addRow(self.sweep_box)
+        # What one round costs, before Run: a tour set the budget to 1 min and learnt only 50 s into the run that
+        # one round (36 runs, always run in full) would take about 12.
+        self.round_note = QLabel(setup)
+        self.round_note.setWordWrap(True)
+        self.round_note.setAccessibleName("What one round takes")
+        self.round_note.setStyleSheet("QLabel { color: palette(placeholder-text) }")
+        options.addRow(self.round_note)
+        self.candidate_table.itemChanged.connect(self._update_round_note)
+        for box in (*self.kind_boxes.values(), self.sweep_box):
+            box.toggled.connect(self._update_round_note)
+        self.own_text.textChanged.connect(self._update_round_note)
         left.addLayout(options)
 
         buttons = QHBoxLayout()
@@ -377,6 +388,31 @@ class PairLabWindow(QMainWindow):
             else:
                 table.setItem(row, 2, _item("ready"))
         table.resizeRowsToContents()
+        self._update_round_note()
+
+    def _update_round_note(self, *_args: object) -> None:
+        """Say how many runs one round is (it always runs in full), and how long on this machine once its speed is
+        known (an estimate's or a saved result's cost profile)."""
+        kinds = [k for k, box in self.kind_boxes.items() if box.isChecked()]
+        try:
+            n_prompts = len(lab_prompts(kinds, self.own_text.toPlainText()))
+        except SpeculensError:
+            self.round_note.setText("")
+            return
+        n = n_prompts * (1 + sum(1 for c in self.checked() if not c.is_plain))
+        tokens = LabSettings().max_tokens
+        text = f"One round, which always runs in full whatever the budget: {n} runs of up to {tokens} tokens"
+        if self.sweep_box.isChecked():
+            text += ", and more at fixed draft lengths"
+        profile = self.result.profile if self.result is not None else None
+        if profile is not None and profile.target_step_s > 0:
+            minutes = n * tokens * profile.target_step_s / 60.0
+            text += (
+                f": about {minutes:.0f} min here at plain decoding's {1 / profile.target_step_s:.0f} tokens/s"
+                if minutes >= 1
+                else ": under a minute here"
+            )
+        self.round_note.setText(text + ".")
 
     def checked(self) -> list[Candidate]:
         """The ticked candidates."""
@@ -524,6 +560,7 @@ class PairLabWindow(QMainWindow):
     def show_result(self, result: LabResult | None, latest: LabResult | None = None) -> None:
         """Show saved (or just measured) results: tables, charts, recommendation."""
         self.result = result
+        self._update_round_note()  # its cost profile tells how long a round takes here
         self.tabs.clear()
         self.speedup_plot.clear()
         self.sweep_plot.clear()
