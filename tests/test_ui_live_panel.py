@@ -555,3 +555,20 @@ def test_teach_curve_ticks_do_not_pile_up_when_a_step_offers_fewer_tokens_than_b
     assert hi >= 34  # the range kept, so steps compare
     major = plot.getAxis("bottom").tickSpacing(lo, hi, 300)[0][0]
     assert (hi - lo) / major <= 10, (lo, hi, major)
+
+
+def test_teach_text_can_grow_without_the_curve_vanishing(qtbot) -> None:
+    """From the tour of 2026-11-28: the step text showed three lines, and dragging the splitter down to read the rest
+    collapsed the curve out of sight."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    teach.resize(400, 700)
+    teach.show()
+    qtbot.wait(20)
+    lines = teach.explanation.height() / teach.explanation.fontMetrics().lineSpacing()
+    assert lines >= 7
+    teach.splitter.moveSplitter(10_000, 1)  # the handle dragged to the bottom
+    qtbot.wait(20)
+    assert teach.curve_plot.height() >= 150 and teach.curve_plot.isVisible()

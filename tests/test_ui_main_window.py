@@ -115,6 +115,7 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     seed = window.chat.last_seed
     html = window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")
     assert f"seed {seed}" in html
+    assert f"Target {tiny.target.name}" in html and "strategy " in html and "temperature 0.7" in html  # a tour's
     assert "line-through" in html or finish.stats.n_accepted == finish.stats.n_drafted
     # The whole conversation, the user's message with it (a user tour found the answer's tokens alone).
     assert "<h4>You</h4>" in html and "the model" in html and "<h4>Assistant</h4>" in html

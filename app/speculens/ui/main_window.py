@@ -493,6 +493,20 @@ class MainWindow(QMainWindow):
         seed = f" (seed {start.seed})" if start is not None and start.seed is not None else ""
         return f"Speculens answer{seed}"
 
+    def _export_context(self) -> str:
+        """Which models and strategy made the answer, and when it was exported: a file read later, or by someone
+        else, said only its seed (a tour's finding)."""
+        start = next((e for e in self.live_panel.events if isinstance(e, StartEvent)), None)
+        s = self.store.settings
+        target = Path(s.target_path).name if s.target_path else "no target"
+        draft = f", draft {Path(s.draft_path).name}" if s.draft_path and s.uses_draft else ""
+        strategy = start.strategy if start is not None else s.strategy
+        when = time.strftime("%Y-%m-%d %H:%M")
+        return (
+            f"<p style='color:gray'>Target {html.escape(target)}{html.escape(draft)}; strategy "
+            f"{html.escape(strategy)}; temperature {s.temperature:g}; exported {when} by Speculens.</p>\n"
+        )
+
     def export_html(self, path: Path | None = None) -> Path | None:
         """Write the conversation as HTML, then its last answer token by token, colour-coded."""
         conversation = self.chat.conversation
@@ -509,7 +523,7 @@ class MainWindow(QMainWindow):
             path.write_text(
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<title>{html.escape(title)}</title></head>\n<body style='font-family: sans-serif'>"
-                f"<h1>{html.escape(title)}</h1>\n{body}</body></html>\n",
+                f"<h1>{html.escape(title)}</h1>\n{self._export_context()}{body}</body></html>\n",
                 encoding="utf-8",
             )
             self.statusBar().showMessage(f"Wrote {path}")

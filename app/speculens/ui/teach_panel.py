@@ -253,11 +253,17 @@ class TeachPanel(QWidget):
         lower_layout.addWidget(self.curve_label)
         # A long caption under a short dock squeezed the chart to a strip with overlapping labels.
         self.curve_plot.setMinimumHeight(150)
-        self.explanation.setMinimumHeight(90)
+        # A step's explanation runs to five or six short paragraphs: a tour saw three lines of it, and dragging the
+        # splitter down to read the rest made the curve vanish (the splitter collapsed it).
+        self.explanation.setMinimumHeight(7 * self.explanation.fontMetrics().lineSpacing())
 
         splitter = QSplitter(Qt.Orientation.Vertical, self)
+        splitter.setChildrenCollapsible(False)
         splitter.addWidget(self.explanation)
         splitter.addWidget(lower)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        self.splitter = splitter
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
