@@ -251,17 +251,18 @@ class TeachPanel(QWidget):
         lower_layout.setContentsMargins(0, 0, 0, 0)
         lower_layout.addWidget(self.curve_plot, 1)
         lower_layout.addWidget(self.curve_label)
+        lower.setMinimumHeight(150 + 3 * self.curve_label.fontMetrics().lineSpacing())  # the plot and its caption
         # A long caption under a short dock squeezed the chart to a strip with overlapping labels.
         self.curve_plot.setMinimumHeight(150)
         # A step's explanation runs to five or six short paragraphs: a tour saw three lines of it, and dragging the
         # splitter down to read the rest made the curve vanish (the splitter collapsed it).
-        self.explanation.setMinimumHeight(7 * self.explanation.fontMetrics().lineSpacing())
+        self.explanation.setMinimumHeight(6 * self.explanation.fontMetrics().lineSpacing())
 
         splitter = QSplitter(Qt.Orientation.Vertical, self)
         splitter.setChildrenCollapsible(False)
         splitter.addWidget(self.explanation)
         splitter.addWidget(lower)
-        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 2)
         self.splitter = splitter
         layout = QVBoxLayout(self)
