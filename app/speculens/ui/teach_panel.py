@@ -251,7 +251,6 @@ class TeachPanel(QWidget):
         lower_layout.setContentsMargins(0, 0, 0, 0)
         lower_layout.addWidget(self.curve_plot, 1)
         lower_layout.addWidget(self.curve_label)
-        lower.setMinimumHeight(150 + 3 * self.curve_label.fontMetrics().lineSpacing())  # the plot and its caption
         # A long caption under a short dock squeezed the chart to a strip with overlapping labels.
         self.curve_plot.setMinimumHeight(150)
         # A step's explanation runs to five or six short paragraphs: a tour saw three lines of it, and dragging the
