@@ -150,11 +150,12 @@ def test_the_summary_says_when_fewer_threads_decoded() -> None:
     from collections import Counter
 
     from speculens.cli.generate_cmd import summary
-    from speculens.engine.events import RunningStats
+    from speculens.engine.events import FinishReason, RunningStats
 
     stats = RunningStats(3, 3, 0, 0, 0.1, 0.0, 0.1, 0.0, (), (), 0)
-    assert "threads" not in summary(stats, None, "max_tokens", Counter({2: 3}))
-    assert "threads: 2 for 1 steps, 1 for 2 steps" in summary(stats, None, "max_tokens", Counter({2: 1, 1: 2}))
+    cut = FinishReason.MAX_TOKENS
+    assert "threads" not in summary(stats, None, cut, Counter({2: 3}))
+    assert "threads: 2 for 1 steps, 1 for 2 steps" in summary(stats, None, cut, Counter({2: 1, 1: 2}))
 
 
 def test_flash_attention_can_be_set_and_a_wrong_value_is_refused(tiny: TinyModels) -> None:

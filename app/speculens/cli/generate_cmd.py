@@ -177,11 +177,13 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
         sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
         adaptive=args.adaptive,
         judge_probs=getattr(args, "events", None) is not None,  # only the events file shows them here
-        ngram_map=getattr(args, "ngram_map", None),
+        ngram_map=args.ngram_map,
     )
 
 
-def summary(stats: RunningStats, start: StartEvent | None, reason: str, threads: Counter[int] | None = None) -> str:
+def summary(
+    stats: RunningStats, start: StartEvent | None, reason: FinishReason, threads: Counter[int] | None = None
+) -> str:
     """llama.cpp-style closing figures (``threads``: steps by the target's thread count, shown when it changed)."""
     lines = []
     if start is not None:
@@ -197,7 +199,7 @@ def summary(stats: RunningStats, start: StartEvent | None, reason: str, threads:
         f"accept       = {100 * stats.acceptance:.2f}%",
         f"mean accepted length = {stats.mean_accepted_length:.2f} tokens per target pass ({stats.n_steps} passes)",
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
-        f"stopped: {FinishReason(reason).words} ({reason})",
+        f"stopped: {reason.words} ({reason.value})",
     ]
     if threads is not None and len(threads) > 1:
         counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.items(), reverse=True))
@@ -280,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
                 finish, start, threads = consume(events, sys.stdout, args.color, log)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
-                print(summary(finish.stats, start, finish.reason.value, threads), file=sys.stderr)
+                print(summary(finish.stats, start, finish.reason, threads), file=sys.stderr)
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
@@ -305,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 sys.stdout.write("\n")
                 sys.stdout.flush()
-                print(summary(finish.stats, start, finish.reason.value, threads), file=sys.stderr)
+                print(summary(finish.stats, start, finish.reason, threads), file=sys.stderr)
         except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

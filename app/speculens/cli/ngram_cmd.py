@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from speculens.cli import progress, resolve
-from speculens.engine.drafters.ngram_map import SMALL_CORPUS, build_map, corpus_files
+from speculens.engine.drafters.ngram_map import build_map, corpus_files
 from speculens.errors import SpeculensError
 
 
@@ -50,10 +50,6 @@ def run_build(args: argparse.Namespace) -> int:
         f"file{'s' if built.n_files != 1 else ''}, {built.seconds:.1f} s",
         True,
     )
-    if built.n_tokens < SMALL_CORPUS:
-        print(
-            "note: that is a small map, whose drafts will seldom be right: a larger corpus of text like the answers "
-            "you want (thousands of lines) helps",
-            file=sys.stderr,
-        )
+    if built.note:
+        print(f"note: {built.note}", file=sys.stderr)
     return 0

@@ -488,15 +488,19 @@ class MainWindow(QMainWindow):
         out = Path(path)
         return out if out.suffix else out.with_suffix(suffix)
 
+    def _last_start(self) -> StartEvent | None:
+        """The start event of the answer the live panel shows."""
+        return next((e for e in self.live_panel.events if isinstance(e, StartEvent)), None)
+
     def _answer_title(self) -> str:
-        start = next((e for e in self.live_panel.events if isinstance(e, StartEvent)), None)
+        start = self._last_start()
         seed = f" (seed {start.seed})" if start is not None and start.seed is not None else ""
         return f"Speculens answer{seed}"
 
     def _export_context(self) -> str:
         """Which models and strategy made the answer, and when it was exported: a file read later, or by someone
         else, said only its seed (a tour's finding)."""
-        start = next((e for e in self.live_panel.events if isinstance(e, StartEvent)), None)
+        start = self._last_start()
         s = self.store.settings
         target = Path(s.target_path).name if s.target_path else "no target"
         draft = f", draft {Path(s.draft_path).name}" if s.draft_path and s.uses_draft else ""

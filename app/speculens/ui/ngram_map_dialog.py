@@ -32,14 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens import paths
-from speculens.engine.drafters.ngram_map import (
-    SMALL_CORPUS,
-    TEXT_SUFFIXES,
-    BuildCancelled,
-    MapBuilt,
-    build_map,
-    corpus_files,
-)
+from speculens.engine.drafters.ngram_map import TEXT_SUFFIXES, BuildCancelled, MapBuilt, build_map, corpus_files
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
 
@@ -282,12 +275,7 @@ class NgramMapDialog(QDialog):
                 ("It was written before it could stop. " if state.cancel.is_set() else "")
                 + f"Wrote {result.path}: {result.n_ngrams:,} n-grams from {result.n_tokens:,} tokens in "
                 f"{result.n_files} file{'s' if result.n_files != 1 else ''}, {result.seconds:.1f} s."
-                + (
-                    " That is a small map: its drafts will seldom be right. A larger corpus of text like the answers "
-                    "you want (thousands of lines) helps."
-                    if result.n_tokens < SMALL_CORPUS
-                    else ""
-                )
+                + (f" {result.note}" if result.note else "")
                 + (
                     " Speculens drafts from it now."
                     if use_now

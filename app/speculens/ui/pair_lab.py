@@ -14,6 +14,7 @@ and PNG.
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -214,6 +215,8 @@ class PairLabWindow(QMainWindow):
         options.addRow(self.sweep_box)
         # What one round costs, before Run: a tour set the budget to 1 min and learnt only 50 s into the run that
         # one round (36 runs, always run in full) would take about 12.
+        # Prompts per kind of text, read once: the note is redrawn at every change of a candidate's tick.
+        self._prompts_per_kind = Counter(p.category for p in lab_prompts(list(self.kind_boxes)))
         self.round_note = QLabel(setup)
         self.round_note.setWordWrap(True)
         self.round_note.setAccessibleName("What one round takes")
@@ -393,10 +396,9 @@ class PairLabWindow(QMainWindow):
     def _update_round_note(self, *_args: object) -> None:
         """Say how many runs one round is (it always runs in full), and how long on this machine once its speed is
         known (an estimate's or a saved result's cost profile)."""
-        kinds = [k for k, box in self.kind_boxes.items() if box.isChecked()]
-        try:
-            n_prompts = len(lab_prompts(kinds, self.own_text.toPlainText()))
-        except SpeculensError:
+        n_prompts = sum(self._prompts_per_kind[k] for k, box in self.kind_boxes.items() if box.isChecked())
+        n_prompts += bool(self.own_text.toPlainText().strip())  # your own text is one more prompt
+        if not n_prompts:
             self.round_note.setText("")
             return
         n = n_prompts * (1 + sum(1 for c in self.checked() if not c.is_plain))

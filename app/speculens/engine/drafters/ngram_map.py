@@ -87,6 +87,16 @@ class MapBuilt:
     n_files: int
     seconds: float
 
+    @property
+    def note(self) -> str:
+        """A word of warning about the map, for the user (``""`` when there is none)."""
+        if self.n_tokens < SMALL_CORPUS:
+            return (
+                "That is a small map: its drafts will seldom be right. A larger corpus of text like the answers you "
+                "want (thousands of lines) helps."
+            )
+        return ""
+
 
 def _searched(path: Path, top: Path) -> bool:
     return not any(part.startswith(".") or part in SKIPPED_FOLDERS for part in path.relative_to(top).parts[:-1])
