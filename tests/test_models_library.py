@@ -167,6 +167,7 @@ def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> 
     assert entries["built"].status is EntryStatus.OK
     assert entries["built"].source.kind is SourceKind.DEMO
     assert entries["built"].sha256 == built.sha256
+    assert entries["built"].name == "Fake demo built"  # the demo's title, not the file's general.name
     assert entries["pending"].status is EntryStatus.NOT_ASSEMBLED
     stored = json.loads(Library().index_path.read_text(encoding="utf-8"))["models"]
     assert [m["id"] for m in stored] == ["built"]  # placeholders are never written to the index

@@ -366,7 +366,7 @@ class Library:
             stored = self._load()
             if self.include_demo:
                 stored = self._sync_demo(stored)
-        out = [_checked(e) for e in stored.values()]
+        out = [_checked(_demo_named(e)) for e in stored.values()]
         if self.include_demo:
             known = {e.source.demo_key for e in out if e.source.kind is SourceKind.DEMO}
             for model in demo.DEMO_MODELS:
@@ -598,6 +598,14 @@ def _facts(info: GGUFInfo) -> dict[str, Any]:
         "n_vocab": None if tok is None else tok.n_vocab,
         "tokenizer": None if tok is None else f"{tok.model}/{tok.pre or 'default'}",
     }
+
+
+def _demo_named(entry: LibraryEntry) -> LibraryEntry:
+    """A demo model's entry under its demo title ("Qwen2.5-Coder-0.5B-Instruct Q4_K_M"), not its file's
+    ``general.name``, which for the 0.5B draft says "AWQ" of a Q4_K_M file; also for entries registered before."""
+    key = entry.source.demo_key if entry.source.kind is SourceKind.DEMO else None
+    model = next((m for m in demo.DEMO_MODELS if m.key == key), None)
+    return entry if model is None or entry.name == model.title else replace(entry, name=model.title)
 
 
 def _demo_placeholder(model: demo.DemoModel) -> LibraryEntry:
