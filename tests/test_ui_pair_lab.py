@@ -196,6 +196,7 @@ def test_the_headline_says_one_setting_for_all_kinds_when_a_kind_has_its_own_bes
     assert "One setting for all these kinds of text together: none" in text and "own best is below" in text
     assert "For code rewrite, use lookup" in text
     assert lab.noisy.text() == "⚠ Something else used the CPUs."
+    assert "Same output" not in text  # every answer was plain decoding's
     rows.pop("chat")
     lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
     assert "Recommended: lookup" in lab.recommendation.text()
@@ -223,3 +224,41 @@ def test_a_speedup_no_pass_can_give_is_marked_and_not_recommended(lab) -> None: 
     assert cells["Prompt lookup"].text() == "×2.86 ⚠" and impossible in cells["Prompt lookup"].toolTip()
     assert table.item(0, 0).text() == "Plain decoding"
     assert lab._legend_names == []  # the chart draws no bar for it
+
+
+def test_why_an_answer_differs_is_said_under_the_recommendation(lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: "Same output: no" read as a fault, and its reason was only in the cell's tooltip."""
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row
+
+    rows = {
+        "chat": {
+            "none": Row("none", "Plain decoding", 10.0, 1.0, None, 1.0, 0.0, True, 1, "2026-01-01"),
+            "lookup": Row("lookup", "Prompt lookup", 12.0, 1.2, 0.7, 1.5, 4.0, False, 1, "2026-01-01"),
+        }
+    }
+    candidates = {"none": PLAIN, "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)}
+    lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
+    text = lab.recommendation.text()
+    assert "Same output “no” for Prompt lookup:" in text and "Bit-exact verification (Settings)" in text
+
+
+def test_the_form_stays_put_when_the_status_changes(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: the candidate table, the kinds and the buttons jumped at each change of status."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    lab.show()
+    qtbot.waitExposed(lab)
+
+    def where() -> int:
+        QApplication.processEvents()
+        return lab.run_button.mapTo(lab, QPoint(0, 0)).y()
+
+    before = where()
+    lab.progress.show()
+    lab.status.setText("Measuring the cost profile (the target and each draft, a few decode calls)… " * 2)
+    assert where() == before
+    lab.progress.hide()
+    lab.status.setText("")
+    assert where() == before

@@ -106,12 +106,14 @@ def _same_cell(r: Row) -> tuple[str, str, bool]:
         return "–", "plain decoding was not measured on these prompts", False
     if r.identical:
         return "yes", "every greedy answer equals plain decoding's, token for token", False
-    return (
-        "no",
-        "Verifying a batch rounds differently from decoding one token at a time, which can tip a near-tie: both "
-        "answers are the target's. Bit-exact verification (Settings) makes them identical, at its cost.",
-        False,
-    )
+    return "no", _DIFFERS, False
+
+
+# Why a greedy answer can differ from plain decoding's: in the "no" cell's tooltip, and under the recommendation.
+_DIFFERS = (
+    "Verifying a batch rounds differently from decoding one token at a time, which can tip a near-tie: both "
+    "answers are the target's. Bit-exact verification (Settings) makes them identical, at its cost."
+)
 
 
 def _item(text: str, tip: str = "", align_right: bool = False) -> QTableWidgetItem:
@@ -242,10 +244,17 @@ class PairLabWindow(QMainWindow):
         left.addLayout(buttons)
         self.progress = QProgressBar(setup)
         self.progress.setFormat("%v of %m runs")
+        # The bar and three lines of status keep their room while empty: a tour saw the form above jump at each
+        # change of status, the candidate table giving up and taking back the rows the text took.
+        policy = self.progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(policy)
         self.progress.hide()
         left.addWidget(self.progress)
         self.status = QLabel("", setup)
         self.status.setWordWrap(True)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.status.setMinimumHeight(3 * self.status.fontMetrics().lineSpacing())
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         left.addWidget(self.status)
 
@@ -602,6 +611,12 @@ class PairLabWindow(QMainWindow):
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (Apply sets it; each kind's own best is below)"
             lines.insert(0, f"<b>{head}</b>")
+        differ = sorted({r.label for rows in result.rows.values() for r in rows.values() if r.identical is False})
+        if differ:  # said where it is read, not only in the cells' tooltips
+            lines.append(
+                f"<span style='color:gray'>Same output “no” for {html.escape(', '.join(differ))}: "
+                f"{html.escape(_DIFFERS)}</span>"
+            )
         self.recommendation.setText("<br>".join(lines))
         self.apply_button.setEnabled(best is not None)
         for kind in result.rows:
