@@ -17,7 +17,7 @@ from gui_support import fake_window
 from speculens import paths
 from speculens.engine.drafters.ngram_map import build_map
 from speculens.engine.drafters.ngram_table import NgramTable, build_table
-from speculens.settings import Settings, generation_config, load_settings
+from speculens.settings import SPECS, Settings, generation_config, load_settings
 from speculens.ui import ngram_map_dialog
 from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.settings_panel import SettingsPanel
@@ -328,3 +328,19 @@ def test_the_flash_attention_choice_is_explained_in_the_panel_with_what_the_load
     assert panel.flash_note.text().startswith("Always on with bit-exact verification")
     panel.set_flash_measured("")
     assert "Loaded" not in panel.flash_note.text()
+
+
+def test_the_strategy_box_shows_its_whole_name_and_explains_the_one_shown(qtbot, store: SettingsStore) -> None:
+    """From a new-user tour: the automatic strategy's long name was cut in the dock ("Automatic (looku…"), it left
+    out the n-gram map it also drafts from, and the closed box's tooltip never said what the shown strategy does."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    box = panel.strategy
+    box.setCurrentIndex(box.findData("auto"))
+    width = box.fontMetrics().horizontalAdvance(box.currentText())
+    assert width < box.width() - 30  # room for the frame and the arrow: shown whole
+    assert "n-gram map" in box.toolTip() and box.toolTip().startswith(SPECS["strategy"].tip)
+    box.setCurrentIndex(box.findData("lookup"))
+    assert "Prompt lookup: Copies continuations" in box.toolTip()

@@ -39,7 +39,7 @@ class Strategy(StrEnum):
 
 
 _LABELS = {
-    Strategy.AUTO: "Automatic (lookup, n-gram cache, draft model)",
+    Strategy.AUTO: "Automatic",  # what it drafts from: the tooltips, and the toolbar for the loaded pair
     Strategy.DRAFT: "Draft model",
     Strategy.LOOKUP: "Prompt lookup",
     Strategy.NGRAM_CACHE: "N-gram cache",

@@ -125,6 +125,9 @@ class SettingsPanel(QWidget):
             self.strategy.addItem(Strategy(key).label, key)
             self.strategy.setItemData(i, STRATEGY_TIPS[key], Qt.ItemDataRole.ToolTipRole)
         self._add("strategy", self.strategy)
+        # The closed box's tooltip explains the strategy shown, not only what a strategy is.
+        self.strategy.currentIndexChanged.connect(self._explain_strategy)
+        self._explain_strategy()
         self.n_draft = self._spin("n_draft")
         self.adaptive = self._check("adaptive", "Adaptive")
         self.n_draft_min = self._spin("n_draft_min")
@@ -246,6 +249,10 @@ class SettingsPanel(QWidget):
             widget.installEventFilter(self._wheel_guard)
         self.fields[name] = widget
         return widget
+
+    def _explain_strategy(self) -> None:
+        key = self.strategy.currentData()
+        self.strategy.setToolTip(f"{SPECS['strategy'].tip}\n\n{self.strategy.currentText()}: {STRATEGY_TIPS[key]}")
 
     def _spin(self, name: str) -> QSpinBox:
         spec = SPECS[name]
