@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QColor, QTextCursor
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QTextCursor
 
 from speculens.engine.events import (
     DraftToken,
@@ -572,3 +572,21 @@ def test_teach_text_can_grow_without_the_curve_vanishing(qtbot) -> None:
     teach.splitter.moveSplitter(10_000, 1)  # the handle dragged to the bottom
     qtbot.wait(20)
     assert teach.curve_plot.height() >= 150 and teach.curve_plot.isVisible()
+
+
+def test_a_captioned_chart_has_its_caption_written_above_it(qtbot) -> None:
+    """An exported chart says what it measured, in a band above the plots, wrapped to their width."""
+    from PySide6.QtGui import QPixmap
+
+    from speculens.ui.charts import captioned
+
+    plots = QPixmap(300, 100)
+    plots.fill(QColor("blue"))
+    assert captioned(plots, "").height() == 100
+    caption = "Target qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; strategy auto; temperature 0; " * 3
+    image = captioned(plots, caption).toImage()
+    band = image.height() - 100
+    assert image.width() == 300 and band > 3 * QFontMetrics(QFont()).lineSpacing()  # wrapped to several lines
+    dark = sum(image.pixelColor(x, y).value() < 128 for x in range(300) for y in range(band))
+    assert dark > 100  # text drawn in the band
+    assert image.pixelColor(150, band + 50) == QColor("blue")  # the plots below it, whole

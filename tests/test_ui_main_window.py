@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
 
 from fake_engine import FakeFactory, Script
 from gui_support import ARTIFACTS, make_window, send
@@ -124,7 +125,10 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     with window.export_csv(tmp_path / "e.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps
-    assert window.export_png(tmp_path / "c.png").stat().st_size > 1000
+    png = QImage(str(window.export_png(tmp_path / "c.png")))
+    # Above the charts, what they measured (a tour found a bare chart): the PNG is taller than the plots.
+    assert png.width() == window.charts.graphics.grab().toImage().width()
+    assert png.height() > window.charts.graphics.grab().toImage().height() + 10
     # A conversation opened again has no live tokens: its messages are still exported.
     conversation = window.chat.conversation
     window.new_chat()

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QPaintEvent, QPixmap
+from PySide6.QtCore import QRect, Qt, QTimer
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPaintEvent, QPixmap
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 if TYPE_CHECKING:
@@ -358,7 +358,34 @@ class ChartsPanel(QWidget):
         cost, self._painted = self.graphics.painted - self._painted, self.graphics.painted
         self._next_refresh = now + max(REFRESH_MS / 1000, cost / PAINT_BUDGET)
 
-    def grab_png(self) -> QPixmap:
-        """The plots as an image (for export)."""
+    def grab_png(self, caption: str = "") -> QPixmap:
+        """The plots as an image (for export), under ``caption`` (see :func:`captioned`)."""
         self.refresh()
-        return self.graphics.grab()
+        return captioned(self.graphics.grab(), caption)
+
+
+def captioned(picture: QPixmap, caption: str) -> QPixmap:
+    """``picture`` under a white band holding ``caption``, wrapped to its width: an exported chart says what it
+    measured (models, strategy, when), which a tour found missing from a PNG read later or by someone else."""
+    if not caption:
+        return picture
+    shot = picture.toImage()
+    ratio = shot.devicePixelRatio()  # drawn in the picture's own pixels, the caption's font scaled to match
+    shot.setDevicePixelRatio(1.0)
+    font = QFont()  # the application's
+    if font.pointSizeF() > 0:
+        font.setPointSizeF(font.pointSizeF() * ratio)
+    metrics = QFontMetrics(font)
+    margin = 8
+    room = QRect(0, 0, max(shot.width() - 2 * margin, 1), 10_000)
+    flags = int(Qt.TextFlag.TextWordWrap)
+    height = metrics.boundingRect(room, flags, caption).height() + 2 * margin
+    image = QImage(shot.width(), shot.height() + height, QImage.Format.Format_ARGB32)
+    image.fill(QColor("white"))
+    painter = QPainter(image)
+    painter.setFont(font)
+    painter.setPen(QColor(60, 60, 60))
+    painter.drawText(QRect(margin, margin, room.width(), height - 2 * margin), flags, caption)
+    painter.drawImage(0, height, shot)
+    painter.end()
+    return QPixmap.fromImage(image)

@@ -499,7 +499,7 @@ class MainWindow(QMainWindow):
 
     def _export_context(self) -> str:
         """Which models and strategy made the answer, and when it was exported: a file read later, or by someone
-        else, said only its seed (a tour's finding)."""
+        else, said only its seed (a tour's finding). Plain text: the HTML export's first line, the PNG's caption."""
         start = self._last_start()
         s = self.store.settings
         target = Path(s.target_path).name if s.target_path else "no target"
@@ -507,8 +507,8 @@ class MainWindow(QMainWindow):
         strategy = start.strategy if start is not None else s.strategy
         when = time.strftime("%Y-%m-%d %H:%M")
         return (
-            f"<p style='color:gray'>Target {html.escape(target)}{html.escape(draft)}; strategy "
-            f"{html.escape(strategy)}; temperature {s.temperature:g}; exported {when} by Speculens.</p>\n"
+            f"Target {target}{draft}; strategy {strategy}; temperature {s.temperature:g}; exported {when} by "
+            "Speculens."
         )
 
     def export_html(self, path: Path | None = None) -> Path | None:
@@ -527,7 +527,8 @@ class MainWindow(QMainWindow):
             path.write_text(
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<title>{html.escape(title)}</title></head>\n<body style='font-family: sans-serif'>"
-                f"<h1>{html.escape(title)}</h1>\n{self._export_context()}{body}</body></html>\n",
+                f"<h1>{html.escape(title)}</h1>\n<p style='color:gray'>{html.escape(self._export_context())}</p>\n"
+                f"{body}</body></html>\n",
                 encoding="utf-8",
             )
             self.statusBar().showMessage(f"Wrote {path}")
@@ -553,7 +554,8 @@ class MainWindow(QMainWindow):
         """Write the charts as a PNG image."""
         path = path or self._save_path("Export charts", ".png", "PNG images (*.png)")
         if path:
-            if not self.charts.grab_png().save(str(path), "PNG"):
+            caption = f"{self._answer_title()}: {self.chat.conversation.title}. {self._export_context()}"
+            if not self.charts.grab_png(caption).save(str(path), "PNG"):
                 self.statusBar().showMessage(f"Could not write {path}")
                 return None
             self.statusBar().showMessage(f"Wrote {path}")

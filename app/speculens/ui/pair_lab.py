@@ -64,6 +64,7 @@ from speculens.lab import (
     settings_to_apply,
     theoretical_speedup,
 )
+from speculens.ui.charts import captioned
 from speculens.ui.model_controller import ModelController
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_store import SettingsStore
@@ -583,12 +584,7 @@ class PairLabWindow(QMainWindow):
             self.noisy.hide()
             self.apply_button.setEnabled(False)
             return
-        date = result.date.replace("T", " ")[:16]
-        build = result.llama_build.split(";")[0]
-        self.header.setText(
-            f"<b>{html.escape(result.target)}</b> — measured {date} UTC on {html.escape(result.machine)} with "
-            f"{html.escape(build)}"
-        )
+        self.header.setText(f"<b>{html.escape(result.target)}</b> — {html.escape(_measured(result))}")
         self.header.setToolTip(result.llama_build)
         shown = latest or result
         notes: list[str | None] = [shown.noisy, "cancelled before the end" if shown.cancelled else None]
@@ -782,14 +778,21 @@ class PairLabWindow(QMainWindow):
             self.save_png(path)
 
     def save_png(self, path: Path) -> bool:
-        """Render the charts into a PNG file."""
-        return bool(self.charts.grab().save(str(path), "PNG"))
+        """Render the charts into a PNG file, under what they measured (target, machine, build, date)."""
+        caption = "" if self.result is None else f"Speculens pair lab: {self.result.target}, {_measured(self.result)}."
+        return bool(captioned(self.charts.grab(), caption).save(str(path), "PNG"))
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Closing the window stops a run (its partial results are saved when they arrive)."""
         self.cancel()
         self.tasks.wait(5.0)
         super().closeEvent(event)
+
+
+def _measured(result: LabResult) -> str:
+    """When, where and with which llama.cpp build the results were measured."""
+    date = result.date.replace("T", " ")[:16]
+    return f"measured {date} UTC on {result.machine} with {result.llama_build.split(';')[0]}"
 
 
 def _duration(seconds: float) -> str:
