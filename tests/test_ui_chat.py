@@ -9,8 +9,8 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
-from speculens.ui.chat_pane import close_fences, render_transcript, sent
-from speculens.ui.conversations import Conversation, ConversationStore
+from speculens.ui.chat_pane import DROPPED_NOTE, close_fences, render_transcript, sent
+from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.token_view import nothing_drafted
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
@@ -130,11 +130,21 @@ def test_a_prompt_longer_than_the_context_is_shown_in_the_chat_with_a_remedy(qtb
     # Nothing typed is lost, and the conversation is as it was.
     assert window.chat.input.toPlainText() == "four five six seven eight"
     assert len(window.chat.conversation.messages) == 2
+    assert window.statusBar().currentMessage() == window.chat.error.text().split("</b> ")[1]  # one wording
     with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
         window.chat.trim_button.click()
     messages = window.chat.conversation.messages
-    assert [m["content"] for m in messages] == ["four five six seven eight", "Hello there, friend."]
+    assert [m["content"] for m in sent(messages)] == ["four five six seven eight", "Hello there, friend."]
     assert not window.chat.error.isVisible()
+    # The turns left out are kept, in the transcript and the saved file: a tour lost its first exchange.
+    assert [m["content"] for m in messages[:2]] == ["one two three", "Hello there, friend."]
+    assert all(m.get("dropped") for m in messages[:2])
+    assert "one two three" in window.chat.transcript.toPlainText() and DROPPED_NOTE[2:] in (
+        window.chat.transcript.toPlainText()
+    )
+    window.conversations.flush()
+    (saved,) = ConversationStore().conversations()
+    assert saved.messages == messages
 
 
 def test_dropping_the_oldest_turns_leaves_room_for_the_answer(qtbot, tiny) -> None:
@@ -148,7 +158,8 @@ def test_dropping_the_oldest_turns_leaves_room_for_the_answer(qtbot, tiny) -> No
     with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
         window.chat.trim_button.click()
     # Dropping one exchange would leave 11 words of 16, 5 for the answer; both go, and 11 are left to answer in.
-    assert window.chat.conversation.messages[0]["content"] == "seven eight nine ten eleven"
+    assert sent(window.chat.conversation.messages)[0]["content"] == "seven eight nine ten eleven"
+    assert len(window.chat.conversation.messages) == 6  # kept for the reader
 
 
 def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtbot, tiny) -> None:
@@ -159,6 +170,7 @@ def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtb
     assert not window.chat.trim_button.isVisible()  # there is nothing older to drop
     error = window.chat.error.text()
     assert "message alone" in error and "context holds 3" in error and "drop older turns" not in error
+    assert window.chat.conversation.title == UNTITLED  # a tour's next message kept the refused one's title
     window.conversations.flush()
     assert ConversationStore().conversations() == []
     assert window.conversation_list.list.count() == 0

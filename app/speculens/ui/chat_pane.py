@@ -46,7 +46,7 @@ from PySide6.QtWidgets import (
 from speculens.engine.config import ContextFullError
 from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
 from speculens.settings import generation_config
-from speculens.ui.conversations import Conversation, ConversationStore
+from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.token_view import best_weighed, nothing_drafted
@@ -117,8 +117,15 @@ def plain_html(text: str) -> str:
 
 
 def sent(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
-    """The messages as the model gets them: role and content (a transcript's notes are for the reader)."""
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    """The messages as the model gets them: role and content (a transcript's notes are for the reader), less
+    the turns left out to fit the context (kept in the conversation, marked ``dropped``)."""
+    return [{"role": m["role"], "content": m["content"]} for m in messages if not m.get("dropped")]
+
+
+# Under the turns left out to fit the context.
+DROPPED_NOTE = (
+    "— The turns above were left out to fit the context: they are kept here, but the model no longer reads them."
+)
 
 
 def render_transcript(messages: Sequence[dict[str, str]], streaming: bool = False) -> str:
@@ -129,14 +136,19 @@ def render_transcript(messages: Sequence[dict[str, str]], streaming: bool = Fals
         streaming: end with an empty Assistant section for an answer still being generated.
     """
     parts = []
-    for message in messages:
+    shown = [m for m in messages if m["role"] != "system"]
+    for i, message in enumerate(shown):
         role = message["role"]
-        if role == "system":
-            continue
         heading = "You" if role == "user" else "Assistant"
         body = plain_html(message["content"]) if role == "user" else markdown_html(message["content"])
         if message.get("note"):  # an answer cut short: "stopped", "cut off at the Max tokens limit", …
             body += f"<p style='color:gray'><i>— {html.escape(message['note'])}</i></p>"
+        if message.get("dropped"):  # kept for the reader, no longer read by the model
+            part = f"<div style='color:gray'><h4>{heading}</h4>{body}</div>"
+            if i + 1 == len(shown) or not shown[i + 1].get("dropped"):
+                part += f"<p style='color:gray'><i>{DROPPED_NOTE}</i></p>"
+            parts.append(part)
+            continue
         parts.append(f"<h4>{heading}</h4>{body}")
     if streaming:
         parts.append("<h4>Assistant</h4>")
@@ -262,8 +274,12 @@ class ChatPane(QWidget):
         self.error.setStyleSheet(
             "QLabel { background: rgba(215,58,73,40); border: 1px solid #d73a49; border-radius: 4px; padding: 6px }"
         )
-        self.trim_button = QPushButton("Drop the oldest turns and send again", self)
-        self.trim_button.setAccessibleName("Drop the oldest turns")
+        self.trim_button = QPushButton("Leave out the oldest turns and send again", self)
+        self.trim_button.setAccessibleName("Leave out the oldest turns")
+        self.trim_button.setToolTip(
+            "The model stops reading the oldest turns, as many as leave room for an answer; they stay in the "
+            "conversation, in grey"
+        )
         self.trim_button.clicked.connect(self.trim_and_resend)
         error_row = QHBoxLayout()
         error_row.addWidget(self.error, 1)
@@ -436,9 +452,9 @@ class ChatPane(QWidget):
         """Drop the oldest exchanges and send the last message again (the conversation was too long): as many as
         leave room for an answer (the longest answer, up to half the context), estimated from the refused prompt's
         tokens per character; at least one."""
-        messages = self.conversation.messages
         text = self.input.toPlainText().strip()
         system = self.settings.settings.system_prompt.strip()
+        messages = [m for m in self.conversation.messages if not m.get("dropped")]
 
         def chars() -> int:
             return len(system) + len(text) + sum(len(m["content"]) for m in messages)
@@ -446,11 +462,12 @@ class ChatPane(QWidget):
         n_prompt, n_ctx = self._overflow or (0, 0)
         per_char = n_prompt / max(chars(), 1)
         budget = n_ctx - min(self.settings.settings.max_tokens, n_ctx // 2)
-        # The oldest user message and the answers up to the next user message, while the rest would not fit.
+        # The oldest user message and the answers up to the next user message, while the rest would not fit: left
+        # out of what the model reads, not deleted (a tour lost its first exchange from the saved chat).
         while len(messages) >= 2:
-            del messages[0]
+            messages.pop(0)["dropped"] = "1"
             while messages and messages[0]["role"] == "assistant":
-                del messages[0]
+                messages.pop(0)["dropped"] = "1"
             if chars() * per_char <= budget:
                 break
         self._hide_error()
@@ -593,6 +610,8 @@ class ChatPane(QWidget):
             conversation.messages.append({"role": "assistant", "content": turn.replaced})
         elif conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:
             conversation.messages.pop()
+        if not conversation.messages and not conversation.renamed:  # the next message names it, not this one
+            conversation.title = UNTITLED
         conversation.partial = None
         if conversation.messages and not turn.discarded:
             self.store.save(conversation)
@@ -619,14 +638,17 @@ class ChatPane(QWidget):
         if conversation is self.conversation:
             message, trim = record.message, False
             if isinstance(record.error, ContextFullError):
-                trim = len(conversation.messages) >= 2
+                kept = sent(conversation.messages)
+                trim = len(kept) >= 2
                 self._overflow = (record.error.n_prompt, record.error.n_ctx)
-                if not conversation.messages:  # no older turns to drop: only the message itself can change
+                if not kept:  # no older turns to drop: only the message itself can change
                     message = (
                         f"your message alone makes a prompt of {record.error.n_prompt} tokens but the context holds "
                         f"{record.error.n_ctx}: shorten it, or raise the context size in Settings and reload"
                     )
             self._show_error(message, trim=trim)
+            self.status_changed.emit(message[:1].upper() + message[1:])  # the same words as the box above
+            return
         self.status_changed.emit(record.message)
 
     def _show_error(self, message: str, trim: bool, heading: str = "The answer could not start.") -> None:

@@ -39,7 +39,8 @@ class Conversation:
         created: creation time (seconds since the epoch).
         updated: last change.
         messages: role/content dicts (no system message: that comes from the settings); an answer cut short has
-            a ``note`` too ("stopped"), for the reader, never sent to the model.
+            a ``note`` too ("stopped"), for the reader, never sent to the model; a turn left out to fit the context
+            is marked ``dropped``: kept for the reader, no longer sent.
         pair: the models it was held with, for the record.
         partial: an answer that was still streaming when the file was written (``None`` when complete).
         renamed: the user chose the title.
@@ -90,7 +91,8 @@ class Conversation:
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise ValueError(f"{path.name} is not a saved conversation")
         messages = [
-            {"role": str(m["role"]), "content": str(m["content"])} | ({"note": str(m["note"])} if m.get("note") else {})
+            {"role": str(m["role"]), "content": str(m["content"])}
+            | {key: str(m[key]) for key in ("note", "dropped") if m.get(key)}
             for m in data["messages"]
             if isinstance(m, dict) and "role" in m and "content" in m and m["role"] != "system"
         ]
