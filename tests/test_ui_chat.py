@@ -171,6 +171,8 @@ def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtb
     error = window.chat.error.text()
     assert "message alone" in error and "context holds 3" in error and "drop older turns" not in error
     assert window.chat.conversation.title == UNTITLED  # a tour's next message kept the refused one's title
+    window.load_models()  # with a larger context, say: the refusal's advice is stale
+    qtbot.waitUntil(lambda: not window.chat.error.isVisible(), timeout=10_000)
     window.conversations.flush()
     assert ConversationStore().conversations() == []
     assert window.conversation_list.list.count() == 0

@@ -690,6 +690,8 @@ class ChatPane(QWidget):
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
         first message if it is not loaded yet)."""
         self._models_ready = loaded
+        if loading:  # a reload (new context size, new models) makes the last refusal's advice stale (a tour's)
+            self._hide_error()
         if loaded:
             text = "Type a message below and press Enter."
         elif loading:
