@@ -241,6 +241,12 @@ def test_the_app_opens_where_it_was_left(qtbot, tiny) -> None:
     assert again.chat.conversation.messages[0]["content"] == "second chat"
     assert "second chat" in again.chat.transcript.toPlainText()
     assert again.conversation_list.list.currentItem() is not None  # and the list shows which one it is
+    # The one that was open at the close, not the latest (a tour's chosen conversation gave way to the latest).
+    first = next(c for c in again.conversations.conversations() if c.messages[0]["content"] == "first chat")
+    again.chat.open_conversation(first)
+    again.close()
+    third = fake_window(qtbot, tiny)
+    assert third.chat.conversation.messages[0]["content"] == "first chat"
 
 
 # ---- item 12: the conversations list -----------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QApplication
 
 from fake_engine import FakeFactory, Script
 from gui_support import ARTIFACTS, make_window, send
@@ -400,6 +401,34 @@ def test_the_settings_command_brings_back_a_closed_settings_panel(qtbot, tiny) -
     qtbot.waitUntil(dock.isVisible)
     assert window.docks["Live"].visibleRegion().isEmpty()  # tabbed with the Live panel: Settings is in front
     assert "Ctrl+," in window.shortcuts_html()
+
+
+def test_the_keyboard_reaches_the_message_box_and_every_part(qtbot, tiny) -> None:
+    """From a new-user tour: typing after launch went nowhere, typing after Ctrl+, then Ctrl+N went into the
+    Strategy box (and changed it), and no key led to the list or the side tabs."""
+    window = make_window(qtbot, tiny, load=False)
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(lambda: window.chat.input.hasFocus())  # at launch
+    window.show_settings()
+    qtbot.waitUntil(lambda: window.settings_panel.strategy.hasFocus())
+    strategy = window.store.settings.strategy
+    qtbot.keyClick(window.settings_panel.strategy, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.chat.input.hasFocus())
+    qtbot.keyClicks(QApplication.focusWidget(), "draft")
+    assert window.chat.input.toPlainText() == "draft" and window.store.settings.strategy == strategy
+    text = window.shortcuts_html()
+    for key, part, inside in (
+        ("Ctrl+1", "Conversations", window.conversation_list),
+        ("Ctrl+3", "Compare", window.compare_view),
+        ("Ctrl+4", "Teach", window.teach_panel),
+    ):
+        assert f"<b>{key}</b></td><td>View ▸ Go to ▸ " in text
+        qtbot.keyClick(QApplication.focusWidget(), key[-1], Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda inside=inside: inside.isAncestorOf(QApplication.focusWidget()))
+        assert not window.docks[part].visibleRegion().isEmpty()  # in front of the docks tabbed with it
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_F6)
+    qtbot.waitUntil(lambda: window.chat.input.hasFocus())
 
 
 def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:

@@ -408,8 +408,10 @@ class ChatPane(QWidget):
         self.compare_requested.emit(messages)
 
     def new_chat(self) -> None:
-        """Start a new conversation at once (a running answer stops and is kept in its own conversation)."""
+        """Start a new conversation at once (a running answer stops and is kept in its own conversation), the focus
+        in its message box."""
         self.open_conversation(Conversation())
+        self.input.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def open_conversation(self, conversation: Conversation) -> None:
         """Show a conversation. A running answer of another one stops (what it streamed is kept there); a

@@ -111,8 +111,10 @@ class MainWindow(QMainWindow):
         self.settings_panel = SettingsPanel(self.store, self)
         self.chat = ChatPane(self.router, self.store, self.conversations, [self.live_panel, self.teach_panel], self)
         recent = self.conversations.conversations()
-        if recent:  # the app opens where it was left (an answer cut short by a crash included)
-            self.chat.open_conversation(recent[0])
+        if recent:  # the app opens where it was left (an answer cut short by a crash included): the conversation
+            # that was open at the last close, else the latest (a tour found the latest opened instead)
+            last = self._qsettings().value("conversation")
+            self.chat.open_conversation(next((c for c in recent if c.id == last), recent[0]))
         self.conversation_list = ConversationList(self.conversations, self)
         self.conversation_list.show_current(self.chat.conversation)
         self.setCentralWidget(self.chat)
@@ -128,6 +130,7 @@ class MainWindow(QMainWindow):
             self._restore_layout()
         else:
             resize_within_screen(self, 1280, 820)
+        self.focus_input()  # typing at once goes into the message box (a tour's went nowhere)
         self.models.probe_backend()
         self.models.check_pair()
 
@@ -234,6 +237,16 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
         view_menu.addSeparator()
+        # Keyboard users reach every part (a tour found no way to the message box, the list or the side tabs):
+        # each shows its part, in front, with the focus in it.
+        go = view_menu.addMenu("&Go to")
+        self._add(go, "The &message box", self.focus_input, "F6")
+        self._add(go, "&Conversations", lambda: self.go_to("Conversations", self.conversation_list.list), "Ctrl+1")
+        self._add(go, "&Live tokens", lambda: self.go_to("Live", self.live_panel), "Ctrl+2")
+        self._add(go, "C&ompare", lambda: self.go_to("Compare", self.compare_view), "Ctrl+3")
+        self._add(go, "&Teach", lambda: self.go_to("Teach", self.teach_panel), "Ctrl+4")
+        self._add(go, "C&harts", lambda: self.go_to("Charts", self.charts), "Ctrl+5")
+        view_menu.addSeparator()
         self._add(view_menu, "&Reset layout", self._on_reset_layout_triggered)
 
         help_menu = menu.addMenu("&Help")
@@ -294,8 +307,13 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Stopping…")
 
     def new_chat(self) -> None:
-        """A new conversation; the answers, figures and charts of the old one are cleared."""
+        """A new conversation, the focus in its message box; the answers, figures and charts of the old one are
+        cleared."""
         self.chat.new_chat()
+
+    def focus_input(self) -> None:
+        """The focus in the message box (a tour's typing after Ctrl+N went into the Settings panel)."""
+        self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def compare(self, messages: list[dict[str, str]]) -> None:
         """Answer the conversation's last message plainly and with speculation, side by side."""
@@ -592,15 +610,17 @@ class MainWindow(QMainWindow):
     def shortcuts_html(self) -> str:
         """Every menu command that has a shortcut, read from the menus themselves (so the list cannot go stale)."""
         rows = ["<tr><td><b>Enter</b></td><td>Send the message (Shift+Enter: a new line)</td></tr>"]
-        for menu_action in self.menuBar().actions():
-            menu = menu_action.menu()
-            if not isinstance(menu, QMenu):
-                continue
-            for action in menu.actions():
-                key = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
-                if key:
-                    what = f"{menu_action.text().replace('&', '')} ▸ {action.text().replace('&', '')}"
+
+        def walk(actions: list[QAction], path: str) -> None:
+            for action in actions:
+                what = f"{path} ▸ {action.text().replace('&', '')}" if path else action.text().replace("&", "")
+                menu = action.menu()
+                if isinstance(menu, QMenu):
+                    walk(menu.actions(), what)
+                elif key := action.shortcut().toString(QKeySequence.SequenceFormat.NativeText):
                     rows.append(f"<tr><td><b>{html.escape(key)}</b></td><td>{html.escape(what)}</td></tr>")
+
+        walk(self.menuBar().actions(), "")
         rows.append(  # the tool windows' own shortcuts (not in the menus)
             "<tr><td><b>Esc</b></td><td>In the Models window: close it. In the Pair lab: stop a run, or close "
             "the lab when none is running</td></tr>"
@@ -610,12 +630,20 @@ class MainWindow(QMainWindow):
 
     def show_settings(self) -> None:
         """The Settings panel, brought to the front (its dock shown again if it was closed) with the focus in it."""
-        dock = self.docks["Settings"]
+        self.go_to("Settings", self.settings_panel.strategy)  # its first field
+
+    def go_to(self, name: str, focus: QWidget) -> None:
+        """Show a dock (again, if it was closed), in front of the docks tabbed with it, with the focus in ``focus``
+        (or, where that takes none, its first child that does)."""
+        dock = self.docks[name]
         if dock.isFloating() and not dock.isVisible():
             dock.setFloating(False)
         dock.show()
         dock.raise_()
-        self.settings_panel.strategy.setFocus(Qt.FocusReason.ShortcutFocusReason)  # its first field
+        if not focus.focusPolicy() & Qt.FocusPolicy.TabFocus:
+            takers = (w for w in focus.findChildren(QWidget) if w.focusPolicy() & Qt.FocusPolicy.TabFocus)
+            focus = next((w for w in takers if w.isVisibleTo(dock) and w.isEnabled()), focus)
+        focus.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def show_shortcuts(self) -> None:
         """The keyboard shortcuts, in a dialog."""
@@ -656,6 +684,7 @@ class MainWindow(QMainWindow):
         store = self._qsettings()
         store.setValue("geometry", self.saveGeometry())
         store.setValue("state", self.saveState(STATE_VERSION))
+        store.setValue("conversation", self.chat.conversation.id)
         store.sync()
 
     def _on_reset_layout_triggered(self) -> None:
