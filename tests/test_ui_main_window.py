@@ -113,6 +113,9 @@ def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> 
 
 def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Path) -> None:
     window = make_window(qtbot, tiny, temperature=0.7)
+    for export in (window.export_json, window.export_csv, window.export_png):  # before any answer: said, no file
+        assert export(tmp_path / "early") is None and not (tmp_path / "early").exists()
+        assert "Nothing to export yet" in window.statusBar().currentMessage()
     finish = send(qtbot, window, "the model")
     seed = window.chat.last_seed
     html = window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")

@@ -552,8 +552,18 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Wrote {path}")
         return path
 
+    def _answered(self) -> bool:
+        """Whether there is an answer's steps to export; if not, says so (a tour's export wrote "[]" and reported
+        success)."""
+        if self.live_panel.events:
+            return True
+        self.statusBar().showMessage("Nothing to export yet: the step events and charts come from an answer.")
+        return False
+
     def export_json(self, path: Path | None = None) -> Path | None:
         """Write the last answer's events as JSON (the start event carries the seed)."""
+        if not self._answered():
+            return None
         path = path or self._save_path("Export events", ".json", "JSON (*.json)")
         if path:
             write_events_json(self.live_panel.events, path)
@@ -562,6 +572,8 @@ class MainWindow(QMainWindow):
 
     def export_csv(self, path: Path | None = None) -> Path | None:
         """Write the last answer's steps as CSV."""
+        if not self._answered():
+            return None
         path = path or self._save_path("Export events", ".csv", "CSV (*.csv)")
         if path:
             rows = write_events_csv(self.live_panel.events, path)
@@ -570,6 +582,8 @@ class MainWindow(QMainWindow):
 
     def export_png(self, path: Path | None = None) -> Path | None:
         """Write the charts as a PNG image."""
+        if not self._answered():
+            return None
         path = path or self._save_path("Export charts", ".png", "PNG images (*.png)")
         if path:
             caption = f"{self._answer_title()}: {self.chat.conversation.title}. {self._export_context()}"
