@@ -271,17 +271,30 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     assert titles == ["second chat", "Speculation, explained"]  # renamed where it was: a title is no new activity
     window.conversations.flush()
     assert {c.title for c in ConversationStore().conversations()} == {"Speculation, explained", "second chat"}
-    # Delete the open one: the chat starts afresh.
+    # A blank title names it after its first message again (a tour's was ignored without a word); F2 renames.
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("  ", True))
+    window.show()
+    window.go_to("Conversations", listing.list)
+    qtbot.waitUntil(listing.list.hasFocus)
+    listing.list.setCurrentRow(1)
+    qtbot.keyClick(listing.list, Qt.Key.Key_F2)
+    assert listing.list.item(1).text().startswith("What is speculative decoding")
+    # With nothing selected, Rename and Delete are off (a tour's did nothing).
+    listing.list.setCurrentItem(None)
+    assert not listing.rename_button.isEnabled() and not listing.delete_button.isEnabled()
+    # Delete the open one (the Delete key): the chat starts afresh.
     current = window.chat.conversation
     row = next(
         i for i in range(listing.list.count()) if current.id == listing.list.item(i).data(Qt.ItemDataRole.UserRole)
     )
     listing.list.setCurrentRow(row)
+    assert listing.rename_button.isEnabled() and listing.delete_button.isEnabled()
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
-    listing.delete_button.click()
+    qtbot.keyClick(listing.list, Qt.Key.Key_Delete)
     assert listing.list.count() == 1 and window.chat.conversation is not current
     window.conversations.flush()
-    assert [c.title for c in ConversationStore().conversations()] == ["Speculation, explained"]
+    (left,) = ConversationStore().conversations()
+    assert left.title == "What is speculative decoding and why does it help?"
 
 
 def test_a_renamed_conversation_keeps_its_title_as_it_goes_on(qtbot, tiny, monkeypatch: pytest.MonkeyPatch) -> None:

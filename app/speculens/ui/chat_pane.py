@@ -23,6 +23,8 @@ from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QGuiApplication,
     QKeyEvent,
+    QKeySequence,
+    QShortcut,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -740,10 +742,19 @@ class ConversationList(QWidget):
         self.list.customContextMenuRequested.connect(self._on_list_context_menu)
         self.rename_button = QPushButton("Rename…", self)
         self.rename_button.setAccessibleName("Rename the selected conversation")
+        self.rename_button.setToolTip("Rename the selected conversation (F2 in the list)")
         self.rename_button.clicked.connect(self.rename_selected)
         self.delete_button = QPushButton("Delete", self)
         self.delete_button.setAccessibleName("Delete the selected conversation")
+        self.delete_button.setToolTip("Delete the selected conversation (Delete in the list)")
         self.delete_button.clicked.connect(self.delete_selected)
+        # The buttons act on the selection: enabled only with one (a tour's did nothing with none).
+        self.list.currentItemChanged.connect(self._update_buttons)
+        for key, slot in ((QKeySequence(Qt.Key.Key_F2), self.rename_selected),
+                          (QKeySequence(QKeySequence.StandardKey.Delete), self.delete_selected)):  # fmt: skip
+            shortcut = QShortcut(key, self.list)
+            shortcut.setContext(Qt.ShortcutContext.WidgetShortcut)
+            shortcut.activated.connect(slot)
         buttons = QHBoxLayout()
         buttons.addWidget(self.rename_button)
         buttons.addWidget(self.delete_button)
@@ -782,9 +793,12 @@ class ConversationList(QWidget):
             self.list.addItem(item)
             if conversation.id == wanted:
                 self.list.setCurrentItem(item)
-        has = self.list.count() > 0
-        self.rename_button.setEnabled(has)
-        self.delete_button.setEnabled(has)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        chosen = self.list.currentItem() is not None
+        self.rename_button.setEnabled(chosen)
+        self.delete_button.setEnabled(chosen)
 
     def selected(self) -> Conversation | None:
         """The selected conversation."""
@@ -797,9 +811,12 @@ class ConversationList(QWidget):
         if conversation is None:
             return
         title, ok = QInputDialog.getText(
-            self, "Rename conversation", "A new title for this conversation:", text=conversation.title
+            self,
+            "Rename conversation",
+            "A new title for this conversation\n(empty: named after its first message again):",
+            text=conversation.title,
         )
-        if ok and title.strip():
+        if ok:
             self.store.rename(conversation, title)
             self.refresh()
 

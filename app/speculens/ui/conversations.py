@@ -162,12 +162,13 @@ class ConversationStore:
         self._changed()
 
     def rename(self, conversation: Conversation, title: str) -> None:
-        """Give a conversation the user's title."""
+        """Give a conversation the user's title; a blank one names it after its first message again."""
         title = " ".join(title.split())
+        conversation.renamed = bool(title)
+        conversation.title = title or UNTITLED
         if not title:
-            return
-        conversation.title = title
-        conversation.renamed = True
+            first = next((m["content"] for m in conversation.messages if m["role"] == "user"), "")
+            conversation.set_title_from(first)
         self.save(conversation, touched=False)  # it keeps its date and its place in the list
 
     def delete(self, conversation: Conversation) -> None:
