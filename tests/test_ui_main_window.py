@@ -147,6 +147,8 @@ def test_mismatched_draft_shows_the_warning_badge_and_keeps_the_settings(qtbot, 
     window = make_window(qtbot, tiny, draft_path=str(tiny.mismatch), strategy="draft")
     qtbot.waitUntil(window.badge_action.isVisible, timeout=10_000)
     assert "mismatch" in window.badge.text().lower() or "not loaded" in window.badge.text().lower()
+    qtbot.waitUntil(lambda: window.models.loaded is not None and not window.models.loading, timeout=10_000)
+    assert "(target loaded, draft not)" in window.pair_label.text()  # a tour read "(loaded)" beside the badge
     # The user's choice stands: a failed draft never rewrites the strategy or the pair.
     assert window.store.settings.strategy == "draft" and window.store.settings.draft_path == str(tiny.mismatch)
     window.store.flush()

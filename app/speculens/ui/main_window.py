@@ -398,6 +398,8 @@ class MainWindow(QMainWindow):
         else:
             source = strategy.label.lower() if strategy is not Strategy.AUTO else free
         state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded"
+        if models.loaded and models.loaded.draft_error and not models.loading and s.draft_path:
+            state = "target loaded, draft not"  # "loaded" beside "⚠ Draft not loaded" read as a contradiction
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
         if models.loaded and not models.loading and self.store.reload_needed():
