@@ -452,6 +452,21 @@ def test_step_ticks_do_not_pile_up_when_a_new_answer_starts_in_the_last_ones_ran
         assert (hi - lo) / major <= 10, (lo, hi, major)
 
 
+def test_cleared_charts_drop_the_last_answers_scales(qtbot) -> None:
+    """From a new-user tour: after New chat, the empty charts kept the last answer's axes (steps 0–40, 12 tokens/s)."""
+    series, charts = shown_charts(qtbot)
+    series.add([replace(KNOWN_STEPS[0], step=i + 1) for i in range(40)])
+    charts.refresh()
+    qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 30, timeout=5_000)
+    series.clear()
+    charts.refresh()
+    for plot in (charts.speed_plot, charts.accept_plot, charts.length_plot, charts.position_plot):
+        assert plot.getViewBox().viewRange()[0][1] <= 1.0
+    series.add([replace(KNOWN_STEPS[0], step=i + 1) for i in range(20)])  # and the next answer sets its own
+    charts.refresh()
+    qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 15, timeout=5_000)
+
+
 def test_position_ticks_do_not_pile_up_when_an_answer_drafts_nothing(qtbot) -> None:
     """From a new-user tour: after an answer with drafts at 34 positions, one that drafted nothing kept that range
     on the 'Acceptance by draft position' axis with ticks one apart: '1234567891011…' in one smear."""

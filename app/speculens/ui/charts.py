@@ -328,6 +328,13 @@ class ChartsPanel(QWidget):
         self.probe_marks.setData(probes[:, 0], probes[:, 1])
         pos, rate = self.series.per_position()
         self.position_bars.setOpts(x=pos, height=rate)
+        if not len(x):  # no answer (a new chat): the last answer's scales go with its data (a tour saw them stay)
+            for plot in (self.speed_plot, self.accept_plot, self.length_plot, self.position_plot):
+                plot.setXRange(0, 1, padding=0)
+                plot.enableAutoRange(x=True)
+            for plot in (self.speed_plot, self.length_plot):
+                plot.setYRange(0, 1, padding=0)
+                plot.enableAutoRange(y=True)
         # Whole numbers on the axes that count things (steps, positions, tokens).
         if len(x):
             # Spaced for the data and for what the view shows: one point cannot set a range, so the first step
