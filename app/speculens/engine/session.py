@@ -249,12 +249,14 @@ class SpeculativeEngine:
                     backend.set_threads(self.threads.count)
 
     def _draft_costs(self) -> None:
-        """Put the loaded draft model's saved costs (for the current settings) in the cost model, or time it."""
+        """Put the loaded draft model's saved costs (for the current settings) in the cost model, checked against a
+        fresh timing (see :func:`calibrate_draft`), or time it."""
         assert self.draft is not None
         self.costs.forget_draft()
         self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
-        if not (self.costs.draft_call.count and self.costs.draft_catchup.count):
-            calibrate_draft(self.draft, self.costs)
+        if not self.costs.draft_catchup.count:  # timed in the old way (every row's logits): measured afresh
+            self.costs.forget_draft()
+        calibrate_draft(self.draft, self.costs)  # every load: saved costs are checked against this machine now
 
     def _flash_path(self) -> Path | None:
         c = self.config
@@ -613,8 +615,18 @@ def _fastest_single(calls: list[tuple[int, tuple[int, float]]]) -> list[tuple[in
 
 
 def calibrate_draft(draft: LlamaBackend, costs: CostModel, repeats: int = 1) -> None:
-    """Time a draft model's one-token call and its catch-up cost per missed token into ``costs``."""
-    for n, seconds in _fastest_single(_time_calls(draft, [16], repeats, every_row=False)):
+    """Time a draft model's one-token call and its catch-up cost per missed token into ``costs``. Costs already
+    there (saved by an earlier session) that this timing puts off by more than :data:`RECHECK_TOLERANCE` are
+    dropped first: a controller that judges the draft model too dear never drafts with it, so nothing it does
+    would ever correct them (a tour's draft model, timed while another program kept both cores busy, was "×0.29
+    of plain decoding at best" in every later session; drafting every step, it ran faster than plain decoding)."""
+    timed = _fastest_single(_time_calls(draft, [16], repeats, every_row=False))
+    if costs.draft_call.count:
+        drift = min(seconds for n, seconds in timed if n == 1) / costs.draft_call.value
+        if not 1 / RECHECK_TOLERANCE <= drift <= RECHECK_TOLERANCE:
+            log.info("saved draft-model costs are %.2fx of what this machine measures now: measuring afresh", 1 / drift)
+            costs.forget_draft()
+    for n, seconds in timed:
         if n == 1:
             costs.draft_call.add(seconds)
         else:  # a catch-up of n tokens beyond an ordinary call
