@@ -93,8 +93,8 @@ class ContextFullError(PromptError):
 
     def __init__(self, n_prompt: int, n_ctx: int) -> None:
         super().__init__(
-            f"the conversation has {n_prompt} tokens but the context holds {n_ctx}: drop older turns, start a "
-            "new chat, shorten the message or raise the context size"
+            f"the prompt has {n_prompt} tokens but the context holds {n_ctx}, leaving no room to answer: shorten it "
+            "(in a chat: leave out older turns, or start a new chat), or raise the context size"
         )
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
