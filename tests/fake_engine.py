@@ -38,7 +38,8 @@ class Script:
     Attributes:
         answer: the answer's pieces, one step each (with a draft of two, the first accepted).
         step_s: how long each step takes (wall time, so a test can stop an answer in the middle).
-        n_ctx_tokens: the context size, counted in words of the conversation (longer: ContextFullError).
+        n_ctx_tokens: the context size, counted in words of the conversation (longer: ContextFullError; an answer
+            that fills it ends with FinishReason.CONTEXT).
         draft_error: loading the draft raises this message.
         target_error: building the engine raises this message.
         expected_speedup: what each step reports as the controller's expected-speedup curve.
@@ -108,6 +109,9 @@ class FakeEngine:
         for i, piece in enumerate(self.script.answer[: config.max_tokens]):
             if cancel is not None and cancel.is_set():
                 reason = FinishReason.CANCELLED
+                break
+            if n_prompt + i >= self.script.n_ctx_tokens:  # the answer filled the context
+                reason = FinishReason.CONTEXT
                 break
             if self.script.fail_after is not None and i >= self.script.fail_after:
                 raise OperationError("llama_decode failed (scripted)")

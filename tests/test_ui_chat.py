@@ -147,6 +147,14 @@ def test_a_prompt_longer_than_the_context_is_shown_in_the_chat_with_a_remedy(qtb
     assert saved.messages == messages
 
 
+def test_an_answer_that_fills_the_context_says_what_to_do(qtbot, tiny) -> None:
+    """From a new-user tour: "the context is full" gave no next step, where Max tokens says to raise it."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=5)))
+    send(qtbot, window, "one two three")  # 3 words: room for 2 of the answer's 3
+    assert "the context is full" in window.chat.figures.text()
+    assert "Raise the context size (Settings, then Reload) or start a new chat" in window.statusBar().currentMessage()
+
+
 def test_dropping_the_oldest_turns_leaves_room_for_the_answer(qtbot, tiny) -> None:
     """Not just enough turns for the prompt to fit: as many as leave room to answer (half the context here)."""
     window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=16)))

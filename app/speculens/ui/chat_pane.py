@@ -603,6 +603,11 @@ class ChatPane(QWidget):
             self.status_changed.emit(
                 "The answer was cut off at the Max tokens limit (Settings); raise it for longer answers."
             )
+        elif finish.reason is FinishReason.CONTEXT:  # with what to do, as for Max tokens (a tour's finding)
+            self.status_changed.emit(
+                "The answer was cut off: the context is full. Raise the context size (Settings, then Reload) or "
+                "start a new chat."
+            )
         else:
             self.status_changed.emit(f"Answer finished ({finish.reason.words}).")
 
