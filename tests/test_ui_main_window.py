@@ -436,6 +436,24 @@ def test_the_keyboard_reaches_the_message_box_and_every_part(qtbot, tiny) -> Non
     qtbot.waitUntil(lambda: window.chat.input.hasFocus())
 
 
+def test_teach_lays_its_text_and_curve_apart_in_a_short_window(qtbot, tiny) -> None:
+    """Under Xvfb at 1280×720, the Teach dock was shorter than its parts' minimums and Qt drew the curve's caption
+    over its axis; the dock scrolls instead."""
+    window = make_window(qtbot, tiny, load=False)
+    # The window's parts fit a 720-pixel screen less its frame and a task bar: the Teach dock's text box and curve
+    # no longer set the window's least height (under Xvfb's fonts, more than the screen had).
+    assert window.minimumSizeHint().height() <= 500
+    window.resize(1280, 500)
+    window.show()
+    window.go_to("Teach", window.teach_panel)
+    qtbot.waitExposed(window)
+    qtbot.wait(50)
+    teach = window.teach_panel
+    plot, caption = teach.curve_plot, teach.curve_label
+    assert plot.height() >= plot.minimumHeight()
+    assert plot.mapTo(teach, plot.rect().bottomLeft()).y() < caption.mapTo(teach, caption.rect().topLeft()).y()
+
+
 def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:
     """From a new-user tour: '+ free drafts (not loaded)' defined neither term, and after building a map '(not
     loaded)' read as if the map had failed."""

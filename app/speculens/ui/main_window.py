@@ -46,7 +46,7 @@ from speculens.ui.exports import write_events_csv, write_events_json
 from speculens.ui.generations import GenerationRouter, LaneSink
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
-from speculens.ui.screen import resize_within_screen
+from speculens.ui.screen import resize_within_screen, scrolled
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.teach_panel import TeachPanel
@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
         right = Qt.DockWidgetArea.RightDockWidgetArea
         live = self._dock("Live", "Live tokens", self.live_panel, right)
         compare = self._dock("Compare", "Compare", self.compare_view, right)
-        teach = self._dock("Teach", "Teach", self.teach_panel, right)
+        teach = self._dock("Teach", "Teach", scrolled(self.teach_panel), right)  # its text and curve: no overlap
         settings = self._dock("Settings", "Settings", self.settings_panel, right)
         for dock in (compare, teach, settings):
             self.tabifyDockWidget(live, dock)
@@ -588,7 +588,8 @@ class MainWindow(QMainWindow):
             return None
         path = path or self._save_path("Export charts", ".png", "PNG images (*.png)")
         if path:
-            caption = f"{self._answer_title()}: {self.chat.conversation.title}. {self._export_context()}"
+            # Not the conversation's title: after Compare the charts show another message's answer.
+            caption = f"{self._answer_title()}. {self._export_context()}"
             if not self.charts.grab_png(caption).save(str(path), "PNG"):
                 self.statusBar().showMessage(f"Could not write {path}")
                 return None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QScrollArea, QWidget
 
 # Left for the window manager's frame and title bar, which the available area does not count.
 FRAME_W, FRAME_H = 16, 48
@@ -28,3 +29,15 @@ def resize_within_screen(widget: QWidget, width: int, height: int) -> None:
         x = max(area.left(), min(centre.x() - width // 2, area.right() - width - FRAME_W))
         y = max(area.top(), min(centre.y() - height // 2, area.bottom() - height - FRAME_H))
         widget.move(x, y)
+
+
+def scrolled(widget: QWidget, parent: QWidget | None = None) -> QScrollArea:
+    """``widget`` in a scroll area that follows its width (text wraps; no sideways scrolling) and scrolls up and down
+    when the room is shorter than the widget's minimum: in a short dock (a 1280×720 screen) Qt laid its parts over
+    one another instead."""
+    scroll = QScrollArea(parent)
+    scroll.setWidget(widget)
+    scroll.setWidgetResizable(True)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+    return scroll

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -36,6 +35,7 @@ from speculens.engine.config import FlashAttention, Strategy
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings
 from speculens.ui.ngram_map_dialog import NgramMapDialog
+from speculens.ui.screen import scrolled
 from speculens.ui.settings_store import SettingsStore
 
 STRATEGY_TIPS = {
@@ -220,11 +220,7 @@ class SettingsPanel(QWidget):
         column.addWidget(self.reload_note)
         column.addWidget(self.reload_button)
         column.addStretch(1)
-        scroll = QScrollArea(self)
-        scroll.setWidget(body)
-        scroll.setWidgetResizable(True)
-        # The panel follows the dock's width (notes wrap) rather than scrolling sideways past a clipped line.
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll = scrolled(body, self)  # the panel follows the dock's width (notes wrap), never scrolls sideways
         self.scroll_area = scroll
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
