@@ -120,6 +120,7 @@ def test_a_prompt_longer_than_the_context_is_shown_in_the_chat_with_a_remedy(qtb
     factory = FakeFactory(Script(n_ctx_tokens=10))
     window = fake_window(qtbot, tiny, factory)
     send(qtbot, window, "one two three")  # 3 words in, 3 out ("Hello there, friend.")
+    dated = window.chat.conversation.updated
     window.chat.input.setPlainText("four five six seven eight")  # 3 + 3 + 5 = 11 words: too long
     qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
@@ -127,9 +128,10 @@ def test_a_prompt_longer_than_the_context_is_shown_in_the_chat_with_a_remedy(qtb
     assert window.chat.trim_button.isVisible()
     assert not window.chat.busy and window.chat.send_button.isEnabled()
     assert "Waiting" not in window.live_panel.status.text()
-    # Nothing typed is lost, and the conversation is as it was.
+    # Nothing typed is lost, and the conversation is as it was, its date too (it kept its place in the list).
     assert window.chat.input.toPlainText() == "four five six seven eight"
     assert len(window.chat.conversation.messages) == 2
+    assert window.chat.conversation.updated == dated
     assert window.statusBar().currentMessage() == window.chat.error.text().split("</b> ")[1]  # one wording
     with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
         window.chat.trim_button.click()

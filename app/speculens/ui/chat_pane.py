@@ -169,6 +169,7 @@ class _Turn:
         self.request_id: int | None = None
         self.discarded = False  # its conversation was deleted: nothing of it is saved
         self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
+        self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
         self.threads: Counter[int] = Counter()  # steps by the target's thread count (see engine.threads)
         self.strategy = ""
@@ -622,8 +623,9 @@ class ChatPane(QWidget):
         if not conversation.messages and not conversation.renamed:  # the next message names it, not this one
             conversation.title = UNTITLED
         conversation.partial = None
-        if conversation.messages and not turn.discarded:
-            self.store.save(conversation)
+        if conversation.messages and not turn.discarded:  # as it was, date and place in the list included
+            conversation.updated = turn.updated
+            self.store.save(conversation, touched=False)
         self._end_turn(turn)
         if conversation is self.conversation:
             if turn.replaced is None and not self.input.toPlainText().strip():
