@@ -556,3 +556,20 @@ def test_words_inserted_before_a_token_resume_the_copy_after_it() -> None:
     out = drafts(PromptLookupDrafter(newlines={NL}, symbols={NL}), prompt, answer)
     after = answer.index(700) + 3  # "x b c" written
     assert out[after].tokens[:3] == (112, 113, 114) and out[after].confidence > 0
+
+
+def test_a_copy_of_the_answer_s_own_blank_line_is_only_a_guess() -> None:
+    """The suite's code-generation prompt: a docstring's blank line before ``Returns:`` matched the answer's own
+    blank line before ``Args:`` (``.⏎`` ``····⏎`` found it, ``···`` followed it), and two drafts of 15 tokens with
+    the confidence of a copy begun were rejected at their first token."""
+    args, returns, colon, x, y, dot_nl, blank_nl = 50, 60, 51, 52, 53, 11, 12
+    answer = [70, dot_nl, blank_nl, WS4, args, colon, NL, WS4, x, y, dot_nl, blank_nl, WS4, returns, colon]
+    lookup = PromptLookupDrafter(whitespace={WS4, NL, blank_nl}, indent={WS4: 4}, newlines={NL, dot_nl, blank_nl})
+    out = drafts(lookup, [1, 2, 3], answer)
+    before_returns = out[answer.index(returns)]
+    assert before_returns.tokens[:2] == (args, colon)  # still drafted: the controller learns such guesses apart
+    assert before_returns.confidence == 0
+    # The same blank line copied from the prompt is a copy begun, as before.
+    lookup = PromptLookupDrafter(whitespace={WS4, NL, blank_nl}, indent={WS4: 4}, newlines={NL, dot_nl, blank_nl})
+    out = drafts(lookup, answer[:10], answer[10:])
+    assert out[3].tokens[:2] == (args, colon) and out[3].confidence == 2
