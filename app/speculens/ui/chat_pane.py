@@ -454,9 +454,9 @@ class ChatPane(QWidget):
             self.store.save(turn.conversation)
 
     def trim_and_resend(self) -> None:
-        """Drop the oldest exchanges and send the last message again (the conversation was too long): as many as
-        leave room for an answer (the longest answer, up to half the context), estimated from the refused prompt's
-        tokens per character; at least one."""
+        """Leave the oldest exchanges out of what the model reads and send the last message again (the conversation
+        was too long): as many as leave room for an answer (the longest answer, up to half the context), estimated
+        from the refused prompt's tokens per character; at least one. They stay in the conversation, marked."""
         text = self.input.toPlainText().strip()
         system = self.settings.settings.system_prompt.strip()
         messages = [m for m in self.conversation.messages if not m.get("dropped")]
