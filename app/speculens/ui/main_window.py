@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from speculens import __version__, paths
 from speculens.engine.config import Strategy
-from speculens.engine.events import StartEvent
+from speculens.engine.events import FinishEvent, StartEvent
 from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
 from speculens.settings import Settings, generation_config, load_settings
@@ -517,6 +517,18 @@ class MainWindow(QMainWindow):
         seed = f" (seed {start.seed})" if start is not None and start.seed is not None else ""
         return f"Speculens answer{seed}"
 
+    def _answer_figures(self) -> str:
+        """The exported answer's figures, as the app showed them (a tour found the export had none)."""
+        finish = next((e for e in reversed(self.live_panel.events) if isinstance(e, FinishEvent)), None)
+        if finish is None:
+            return ""
+        s = finish.stats
+        drafts = f"{s.n_accepted} of {s.n_drafted} drafted tokens accepted" if s.n_drafted else "nothing drafted"
+        return (
+            f"<p style='color:gray'>{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} "
+            f"tokens/s · {drafts} · {html.escape(finish.reason.words)}</p>\n"
+        )
+
     def _export_context(self) -> str:
         """Which models and strategy made the answer, and when it was exported: a file read later, or by someone
         else, said only its seed (a tour's finding). Plain text: the HTML export's first line, the PNG's caption."""
@@ -543,7 +555,10 @@ class MainWindow(QMainWindow):
             title = conversation.title or "Speculens conversation"
             body = render_transcript(conversation.messages)
             if view.infos:  # the answer generated last, in this conversation (opening another one clears it)
-                body += f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{view.html_fragment()}"
+                body += (
+                    f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{self._answer_figures()}"
+                    f"{view.html_fragment()}"
+                )
             path.write_text(
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<title>{html.escape(title)}</title></head>\n<body style='font-family: sans-serif'>"
