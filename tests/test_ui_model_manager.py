@@ -70,6 +70,7 @@ def test_pair_picker_shows_an_unmissable_mismatch_warning(qtbot, manager: ModelM
     assert not manager.use_pair_button.isEnabled()
     assert manager.use_target_only_button.isEnabled()
     assert "✗" in manager.report_view.toHtml() or "✗" in manager.report_view.toPlainText()
+    assert manager.report.headline not in manager.report_view.toPlainText()  # said once, in the banner (a tour's)
 
 
 def test_compatible_pair_can_be_chosen(qtbot, manager: ModelManagerWindow, tiny) -> None:

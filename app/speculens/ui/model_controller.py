@@ -42,8 +42,9 @@ class Badge:
     report: str
 
 
-def report_html(report: PairReport) -> str:
-    """A compatibility report as HTML: the headline, then every named check with its level."""
+def report_html(report: PairReport, headline: bool = True) -> str:
+    """A compatibility report as HTML: the headline (unless shown beside it already), then every named check with
+    its level."""
     rows = []
     for check in report.checks:
         symbol, colour = LEVEL_STYLE.get(check.level.value, ("?", "#888"))
@@ -51,7 +52,8 @@ def report_html(report: PairReport) -> str:
             f"<tr><td style='color:{colour}; font-weight:bold'>{symbol}</td>"
             f"<td><b>{html.escape(check.title)}</b></td><td>{html.escape(check.message)}</td></tr>"
         )
-    return f"<p>{html.escape(report.headline)}</p><table cellspacing='4'>{''.join(rows)}</table>"
+    head = f"<p>{html.escape(report.headline)}</p>" if headline else ""
+    return f"{head}<table cellspacing='4'>{''.join(rows)}</table>"
 
 
 class ModelController(QObject):

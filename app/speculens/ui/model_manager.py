@@ -504,7 +504,7 @@ class ModelManagerWindow(QMainWindow):
     def show_report(self, report: Any) -> None:
         """Show a compatibility report; a tokenizer mismatch gets a red banner that cannot be missed."""
         self.report = report
-        self.report_view.setHtml(report_html(report))
+        self.report_view.setHtml(report_html(report, headline=False))  # the banner above says it (once)
         self.banner.setText(("⚠ " if not report.compatible else "✓ ") + report.headline)
         self.banner.setStyleSheet(MISMATCH_STYLE if not report.compatible else OK_STYLE)
         self.banner.show()
