@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from speculens.engine import loading
 from speculens.engine.config import ContextFullError, GenerationConfig, ModelConfig
 from speculens.engine.events import (
     Divergence,
@@ -48,6 +49,8 @@ class Script:
         prompt_s: how long the prompt takes before the first step (cancel is looked at only afterwards, as
             the real engine does).
         threads: each step's thread count, by step (cycled; empty: 2 for every step).
+        load_s: how long building the engine takes, reporting its progress and looking at a cancel as the real
+            engine does (see :mod:`speculens.engine.loading`).
     """
 
     answer: Sequence[str] = ("Hello", " there", ",", " friend", ".")
@@ -60,6 +63,7 @@ class Script:
     fail_after: int | None = None
     prompt_s: float = 0.0
     threads: Sequence[int] = ()
+    load_s: float = 0.0
 
 
 @dataclass
@@ -180,6 +184,11 @@ class FakeFactory:
     def __call__(self, config: ModelConfig) -> FakeEngine:
         if self.script.target_error:
             raise OperationError(self.script.target_error)
+        end = time.monotonic() + self.script.load_s
+        while time.monotonic() < end:
+            loading.report(f"Timing {config.target.name} on this machine")
+            loading.check()
+            time.sleep(0.01)
         engine = FakeEngine(config, replace(self.script))
         self.engines.append(engine)
         return engine

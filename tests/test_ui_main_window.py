@@ -321,6 +321,28 @@ def test_a_message_without_a_chosen_target_says_what_to_choose_and_keeps_the_tex
     assert window.models.loaded is None and not window.models.loading
 
 
+def test_esc_cancels_a_load_and_gives_back_the_message_that_waited_for_it(qtbot, tiny) -> None:
+    """A tour found loads could not be stopped (a large model can take a minute). The toolbar shows what the load
+    does and a Cancel; Esc cancels it, and the message that started it goes back to the box, unanswered."""
+    window = make_window(qtbot, tiny, FakeFactory(Script(load_s=60)), load=False)
+    window.chat.input.setPlainText("hello there")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.models.progress is not None, timeout=10_000)
+    assert window.cancel_load_action.isVisible() and not window.load_action.isEnabled()
+    assert window.progress.toolTip() == f"Timing {tiny.target.name} on this machine"
+    assert "Esc cancels" in window.statusBar().currentMessage()
+    t0 = time.monotonic()
+    with qtbot.waitSignal(window.worker.load_cancelled, timeout=10_000):
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not window.router.running, timeout=10_000)
+    assert time.monotonic() - t0 < 5
+    assert window.models.loaded is None and not window.models.loading and window.load_action.isEnabled()
+    assert not window.cancel_load_action.isVisible() and not window.progress_action.isVisible()
+    assert window.chat.input.toPlainText() == "hello there", window.chat.error.text()
+    assert not window.chat.error.isVisible(), window.chat.error.text()
+    assert window.chat.conversation.messages == []
+
+
 def _tiny_demo(monkeypatch, tiny) -> None:
     """The demo pair "installed" and "assembled" as the tiny pair (assembling real chunks is tested with the
     demo models); a short delay stands in for the assembly, so a message can be sent meanwhile."""

@@ -308,3 +308,46 @@ def test_the_gui_leaves_a_core_free_only_when_it_can_spare_one(monkeypatch, core
 
     monkeypatch.setattr(backend, "default_threads", lambda: cores)
     assert gui_threads() == threads
+
+
+@pytest.mark.parametrize("step", ["Reading", "Timing"])
+def test_a_cancelled_load_stops_at_once_loads_nothing_and_the_next_load_works(
+    qtbot, worker: EngineWorker, tiny, step: str
+) -> None:
+    """Cancelled while llama.cpp reads the target's weights (its progress callback says stop) or while the
+    draft model is timed (the next decode call stops): nothing is loaded, the target is not leaked, and the
+    next load loads."""
+    from PySide6.QtCore import Qt
+
+    seen: list[tuple[str, int, int]] = []
+
+    def cancel_at(what: str, done: int, total: int) -> None:  # on the worker thread, before it goes on
+        seen.append((what, done, total))
+        if what.startswith(step) and (step == "Reading" or tiny.identical.name in what):
+            worker.cancel_loading()
+
+    worker.progress_changed.connect(cancel_at, Qt.ConnectionType.DirectConnection)
+    failed: list[str] = []
+    worker.load_failed.connect(failed.append)
+    with qtbot.waitSignal(worker.load_cancelled, timeout=30_000):
+        worker.submit(LoadRequest(settings_for(tiny)))
+    assert not worker.is_loaded and failed == []
+    assert seen[0] == (f"Reading {tiny.target.name}", 0, tiny.target.stat().st_size)
+    if step == "Timing":
+        assert (f"Reading {tiny.identical.name}", 0, tiny.identical.stat().st_size) in seen
+    else:  # llama.cpp stopped reading: nothing was timed
+        assert [what for what, _, _ in seen] == [f"Reading {tiny.target.name}"]
+    worker.progress_changed.disconnect(cancel_at)
+    loaded = load(qtbot, worker, settings_for(tiny))
+    assert loaded.info.draft == tiny.identical.name and worker.is_loaded
+
+
+def test_cancelling_loads_leaves_a_generation_alone(qtbot, fake_worker: EngineWorker, fake: FakeFactory, tiny) -> None:
+    load(qtbot, fake_worker, settings_for(tiny))
+    fake.script = Script(step_s=0.05)
+    request = chat(fake_worker, settings_for(tiny))
+    fake_worker.cancel_loading()
+    records = collect(qtbot, fake_worker, request)
+    finish = records[-1].event
+    assert records[-1].kind is RecordKind.FINISHED and isinstance(finish, FinishEvent)
+    assert finish.reason.value == "eog" and finish.text == "Hello there, friend."

@@ -28,6 +28,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from speculens.engine import loading
 from speculens.engine.vocab import TokenTexts, VocabInfo
 from speculens.errors import OperationError
 
@@ -441,8 +442,15 @@ class LlamaBackend:
         self.invariant_sizes: tuple[int, ...] = (1,)
         self.probe_seconds = 0.0
         self.kv_type: int | None = None  # the KV cache's ggml type when it is not llama.cpp's default
+        progress = None if self.params.vocab_only else loading.llama_progress(
+            f"Reading {self.path.name}", self.path.stat().st_size
+        )
+        if progress is not None:  # a watched load: its progress bar, and its Cancel, which stops the reading
+            callback = llama_cpp.llama_progress_callback(lambda fraction, _user: progress(fraction))
+            mparams.progress_callback = callback
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), mparams)
         if not self._model:
+            loading.check()  # a cancelled load is not a damaged file
             raise BackendError(
                 f"llama.cpp could not load {self.path.name}: the file may be damaged, incomplete, or of an "
                 "architecture this llama.cpp build does not know (see the log for details)"
@@ -873,6 +881,7 @@ class LlamaBackend:
     def _call(self, ctx: Any, tokens: Sequence[int], position: int, logits: Sequence[bool]) -> tuple[int, float]:
         """One ``llama_decode`` of ``tokens`` at ``position ..`` (sequence 0), asking for row ``j``'s logits when
         ``logits[j]``; its return code and its seconds, to the end of the computation."""
+        loading.check()  # a cancelled load stops before its next timed call
         b = self._batch
         b.n_tokens = len(tokens)
         for j, token in enumerate(tokens):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from speculens.atomic import write_json_atomic
+from speculens.engine import loading
 from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import (
     BackendError,
@@ -115,6 +116,7 @@ class SpeculativeEngine:
         self.flash_note = "on (bit-exact mode)" if config.exact else "" if forced is None else ("off", "on")[forced]
         try:
             if config.exact:
+                loading.report(f"Finding the batch sizes that {config.target.name} verifies bit-exactly in")
                 self.target.probe_invariance()
             elif measured:
                 self.choose_flash_attn(saved)
@@ -194,6 +196,7 @@ class SpeculativeEngine:
             self.flash_note = "as llama.cpp decides (layers on the GPU)"
             return
         if saved is None:
+            loading.report(f"Timing {c.target.name} with flash attention on and off (once per model)")
             saved = self.target.probe_flash_attention()
             if saved is None:
                 self.flash_note = "as llama.cpp decides (could not be measured)"
@@ -256,6 +259,7 @@ class SpeculativeEngine:
         self._restore(self._draft_costs_path, self.costs.restore_draft, self.costs.forget_draft)
         if not self.costs.draft_catchup.count:  # timed in the old way (every row's logits): measured afresh
             self.costs.forget_draft()
+        loading.report(f"Timing {self.draft.path.name} on this machine")
         calibrate_draft(self.draft, self.costs)  # every load: saved costs are checked against this machine now
 
     def _flash_path(self) -> Path | None:
@@ -342,6 +346,7 @@ class SpeculativeEngine:
         waste them.
         """
         target, costs = self.target, self.costs
+        loading.report(f"Timing {target.path.name} on this machine")
         exact = self.config.exact  # bit-exact mode verifies in its invariant call sizes only: time those
         sizes = [
             n for n in CALIBRATION_SIZES if n <= target.params.n_batch and (not exact or n in target.invariant_sizes)

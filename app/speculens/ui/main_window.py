@@ -148,6 +148,9 @@ class MainWindow(QMainWindow):
         self.load_action.setShortcut(QKeySequence("Ctrl+L"))
         self.load_action.setToolTip("Load the chosen models (Ctrl+L)")
         self.load_action.triggered.connect(self.load_models)
+        self.cancel_load_action = QAction("Cancel loading", self)
+        self.cancel_load_action.setToolTip("Stop loading the models (Esc); nothing stays loaded")
+        self.cancel_load_action.triggered.connect(self.models.cancel_loading)
         self.unload_action = QAction("Unload", self)
         self.unload_action.setToolTip("Free the models' memory")
         self.unload_action.triggered.connect(self.models.unload)
@@ -171,6 +174,7 @@ class MainWindow(QMainWindow):
         # Widgets in a toolbar are shown and hidden through their actions (Qt overrides show()/hide()).
         self.badge_action = bar.addWidget(self.badge)
         self.progress_action = bar.addWidget(self.progress)
+        bar.addAction(self.cancel_load_action)
 
         stats = QToolBar("Statistics", self)
         stats.setObjectName("StatsToolBar")
@@ -217,7 +221,7 @@ class MainWindow(QMainWindow):
 
         chat_menu = menu.addMenu("&Chat")
         self.send_action = self._add(chat_menu, "&Send", self.chat.send, "Ctrl+Return")
-        self.stop_action = self._add(chat_menu, "S&top", self.stop, "Esc")
+        self.stop_action = self._add(chat_menu, "S&top (answering or loading)", self.stop, "Esc")
         self._add(chat_menu, "&New chat", self.new_chat, QKeySequence.StandardKey.New)
         self._add(chat_menu, "&Regenerate", self.chat.regenerate, "Ctrl+R")
         self._add(chat_menu, "&Edit last message", self.chat.edit_last, "Ctrl+E")
@@ -227,6 +231,7 @@ class MainWindow(QMainWindow):
         models_menu = menu.addMenu("&Models")
         models_menu.addAction(self.manager_action)
         models_menu.addAction(self.load_action)
+        models_menu.addAction(self.cancel_load_action)
         models_menu.addAction(self.unload_action)
         self.demo_action = self._add(models_menu, "Use the &demo pair", self.models.use_demo_pair)
         self._add(models_menu, "&Pair lab…", self.open_pair_lab, "Ctrl+Shift+L")
@@ -301,7 +306,9 @@ class MainWindow(QMainWindow):
             self.open_model_manager()
 
     def stop(self) -> None:
-        """Stop whatever generation runs (a chat answer or a comparison)."""
+        """Stop whatever runs: a load, and a generation (a chat answer or a comparison, or one waiting for the
+        load: its message goes back to the box)."""
+        self.models.cancel_loading()
         if self.router.running:
             self.router.cancel()
             self.statusBar().showMessage("Stopping…")
@@ -432,12 +439,16 @@ class MainWindow(QMainWindow):
             self.badge.setStyleSheet(BADGE_OK if badge.ok else BADGE_WARNING)
             self.badge.setToolTip("Click for the full report.")
         self.progress_action.setVisible(models.loading or models.progress is not None)
-        if models.progress is not None:
-            _what, done, total = models.progress
+        self.cancel_load_action.setVisible(models.loading)
+        self.cancel_load_action.setEnabled(models.loading)
+        if models.progress is not None and models.progress[2]:
+            what, done, total = models.progress
             self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * done / max(total, 1)))
+            self.progress.setValue(int(1000 * done / total))
+            self.progress.setToolTip(what)
         elif models.loading:
-            self.progress.setRange(0, 0)  # llama.cpp does not report loading progress through the engine
+            self.progress.setRange(0, 0)  # a step of unknown length: timing this machine
+            self.progress.setToolTip(models.progress[0] if models.progress is not None else "Loading the models")
         self.settings_panel.set_gpu_backend(models.gpu_backend)
         info = models.loaded.info if models.loaded is not None else None
         self.settings_panel.set_flash_measured(info.flash_attn if info is not None and not info.exact else "")

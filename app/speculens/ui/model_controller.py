@@ -107,6 +107,7 @@ class ModelController(QObject):
         worker.load_started.connect(self._on_worker_load_started)
         worker.models_loaded.connect(self._on_worker_models_loaded)
         worker.load_failed.connect(self._on_worker_load_failed)
+        worker.load_cancelled.connect(self._on_worker_load_cancelled)
         worker.models_unloaded.connect(self._on_worker_models_unloaded)
         worker.backend_probed.connect(self._on_worker_backend_probed)
         worker.progress_changed.connect(self._on_worker_progress_changed)
@@ -151,6 +152,12 @@ class ModelController(QObject):
         """Whether the loaded models differ from the settings in a way the next answer would notice."""
         loaded = self.store.loaded
         return loaded is not None and bool(self.store.settings.needs_reload_to_answer(loaded))
+
+    def cancel_loading(self) -> None:
+        """Stop loading (the chosen pair or the demo pair); nothing is loaded afterwards."""
+        if self.loading:
+            self.worker.cancel_loading()
+            self.message.emit("Cancelling the load…")
 
     def unload(self) -> None:
         """Free the models."""
@@ -219,12 +226,13 @@ class ModelController(QObject):
         self.loading = True
         self.progress = None
         self._load_t0 = time.monotonic()
-        self.message.emit("Loading models…")
+        self.message.emit("Loading models… (Esc cancels)")
         self.changed.emit()
 
     def _on_worker_models_loaded(self, result: LoadResult) -> None:
         self.preparing_demo = False
         self.loading = False
+        self.progress = None
         self.loaded = result
         self.store.set_loaded(result.settings)
         info = result.info
@@ -244,11 +252,21 @@ class ModelController(QObject):
     def _on_worker_load_failed(self, message: str) -> None:
         self.preparing_demo = False
         self.loading = False
+        self.progress = None
         self.loaded = None
         self.store.set_loaded(None)
         self.message.emit("Loading failed.")
         self.changed.emit()
         self.load_failed.emit(message)
+
+    def _on_worker_load_cancelled(self) -> None:
+        self.preparing_demo = False
+        self.loading = False
+        self.progress = None
+        self.loaded = None
+        self.store.set_loaded(None)
+        self.message.emit("Loading cancelled: no model is loaded. Load (Ctrl+L) loads the chosen pair.")
+        self.changed.emit()
 
     def _on_worker_models_unloaded(self) -> None:
         self.loaded = None
@@ -262,7 +280,8 @@ class ModelController(QObject):
 
     def _on_worker_progress_changed(self, what: str, done: int, total: int) -> None:
         self.progress = (what, done, total)
-        self.message.emit(f"{what}: {done / 1e6:.0f} of {total / 1e6:.0f} MB")
+        cancel = " (Esc cancels)" if self.loading else ""
+        self.message.emit(f"{what}: {done / 1e6:.0f} of {total / 1e6:.0f} MB{cancel}" if total else f"{what}…{cancel}")
         self.changed.emit()
 
     def _on_worker_demo_prepared(self, files: list[str]) -> None:

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
+from speculens.engine import loading
 from speculens.engine.config import GenerationConfig
-from speculens.engine.events import Divergence, Event, FinishEvent, StepEvent
+from speculens.engine.events import Divergence, Event, FinishEvent, FinishReason, RunningStats, StepEvent
+from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.protocol import Engine, EngineFactory, EngineInfo
 from speculens.errors import SpeculensError
 from speculens.models.gguf_info import read_gguf_info
@@ -225,9 +227,11 @@ class EngineWorker(QObject):
         load_started(): loading began.
         models_loaded(LoadResult): the models are ready.
         load_failed(str): loading failed; the message is for the user.
+        load_cancelled(): loading was cancelled (:meth:`cancel_loading`); nothing is loaded.
         models_unloaded(): the models were freed.
         backend_probed(object): the llama.cpp build's GPU backend name ("CUDA", "Metal", ...) or None.
-        progress_changed(str, int, int): a long task's (what, done, total), e.g. assembling the demo models.
+        progress_changed(str, int, int): a long task's (what, done, total) in bytes, e.g. assembling the demo models
+            or reading a model's weights; total 0 for a step of unknown length (timing this machine).
         demo_prepared(list): the demo model paths, in the order asked for.
         task_failed(str): a task other than loading or generating failed; the message is for the user.
         records_ready(): generation records are waiting in the buffer (a hint; the router also polls).
@@ -239,6 +243,7 @@ class EngineWorker(QObject):
     load_started = Signal()
     models_loaded = Signal(object)
     load_failed = Signal(str)
+    load_cancelled = Signal()
     models_unloaded = Signal()
     backend_probed = Signal(object)
     progress_changed = Signal(str, int, int)
@@ -293,6 +298,14 @@ class EngineWorker(QObject):
                 if isinstance(job.request, CANCELLABLE) and request_id in (None, job.request_id):
                     job.cancel.set()
         self._gate.set()  # a step paused in step mode must wake up to see the cancel
+
+    def cancel_loading(self) -> None:
+        """Stop the load that runs (within one tensor of llama.cpp's reading, or one timed decode call) and any
+        that wait; the models the last load left are freed either way, so nothing is loaded afterwards."""
+        with self._lock:
+            for job in self._pending.values():
+                if isinstance(job.request, LoadRequest | DemoRequest):
+                    job.cancel.set()
 
     def set_step_mode(self, enabled: bool) -> None:
         """Pause after every speculation step (Teach) until :meth:`advance` is called."""
@@ -353,7 +366,7 @@ class EngineWorker(QObject):
     def _handle(self, job: _Job) -> None:
         match job.request:
             case LoadRequest(settings=settings):
-                self._load(settings)
+                self._load(settings, job.cancel)
             case UnloadRequest():
                 self._free()
                 self.models_unloaded.emit()
@@ -362,7 +375,7 @@ class EngineWorker(QObject):
             case CompareRequest():
                 self._compare(job, job.request)
             case DemoRequest(keys=keys, settings=settings):
-                self._demo(keys, settings)
+                self._demo(keys, settings, job.cancel)
             case ProbeRequest():
                 from speculens.engine.backend import gpu_backend_name
 
@@ -387,10 +400,20 @@ class EngineWorker(QObject):
             self._engine.close()
             self._engine = None
 
-    def _load(self, settings: Settings) -> None:
+    def _load(self, settings: Settings, cancel: threading.Event) -> None:
         self.load_started.emit()
         t0 = time.perf_counter()
         self._free()
+        if cancel.is_set():
+            self.load_cancelled.emit()
+            return
+        try:
+            with watching(LoadWatch(cancel, self.progress_changed.emit)):
+                self._load_watched(settings, t0)
+        except LoadCancelled:
+            self.load_cancelled.emit()
+
+    def _load_watched(self, settings: Settings, t0: float) -> None:
         try:
             config = model_config(settings)
             if config.n_threads == 0:
@@ -400,6 +423,8 @@ class EngineWorker(QObject):
             # the draft-free strategies instead of failing the whole load.
             read_gguf_info(config.target, tokens=False)
             engine = self._factory(replace(config, draft=None))
+        except LoadCancelled:
+            raise
         except SpeculensError as exc:
             self.load_failed.emit(exc.message)
             return
@@ -408,6 +433,9 @@ class EngineWorker(QObject):
             try:
                 read_gguf_info(config.draft, tokens=False)
                 engine.load_draft(config.draft)
+            except LoadCancelled:
+                engine.close()
+                raise
             except SpeculensError as exc:
                 draft_error = exc.message
             except BaseException:
@@ -416,32 +444,24 @@ class EngineWorker(QObject):
         self._engine = engine
         self.models_loaded.emit(LoadResult(settings, engine.info(), draft_error, time.perf_counter() - t0))
 
-    def _demo(self, keys: Sequence[str], settings: Settings | None) -> None:
+    def _demo(self, keys: Sequence[str], settings: Settings | None, cancel: threading.Event) -> None:
         from speculens.models.demo import demo_model, ensure_demo_model
 
         out: list[str] = []
-        for key in keys:
-            model = demo_model(key)
-            try:
-                out.append(str(ensure_demo_model(model, progress=self._throttled_progress(model.title))))
-            except SpeculensError as exc:
-                self.task_failed.emit(exc.message)
-                return
+        try:
+            with watching(LoadWatch(cancel, self.progress_changed.emit)):
+                for key in keys:
+                    model = demo_model(key)
+                    out.append(str(ensure_demo_model(model, progress=_assembling(model.title))))
+        except LoadCancelled:  # an assembly cut short leaves no file behind (write_atomic)
+            self.load_cancelled.emit()
+            return
+        except SpeculensError as exc:
+            self.task_failed.emit(exc.message)
+            return
         self.demo_prepared.emit(out)
         if settings is not None and len(out) >= 2:
-            self._load(replace(settings, target_path=out[0], draft_path=out[1]))
-
-    def _throttled_progress(self, title: str) -> Callable[[int, int], None]:
-        last = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            now = time.monotonic()
-            # Assembling calls back per 8 MiB chunk; 10 updates a second are plenty for a progress bar.
-            if now - last[0] >= 0.1 or done >= total:
-                last[0] = now
-                self.progress_changed.emit(f"Assembling {title}", done, total)
-
-        return progress
+            self._load(replace(settings, target_path=out[0], draft_path=out[1]), cancel)
 
     def _lab(self, job: _Job, lab: PairLab, estimate_only: bool) -> None:
         """Run the pair lab on this thread (its own engine: the loaded models stay for the chat)."""
@@ -470,6 +490,10 @@ class EngineWorker(QObject):
         self, job: _Job, lane: Lane, messages: Sequence[dict[str, str]], config: GenerationConfig
     ) -> FinishEvent | None:
         """Run one answer into the record buffer; return its finish event, or ``None`` after a failure."""
+        if self._engine is None and job.cancel.is_set():  # stopped while its load ran (and was cancelled with it)
+            stopped = FinishEvent(FinishReason.CANCELLED, "", (), RunningStats())
+            self._record(job, lane, RecordKind.FINISHED, event=stopped)
+            return stopped
         if self._engine is None:
             message = (
                 "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M); if one is chosen, its load "
@@ -520,6 +544,16 @@ class EngineWorker(QObject):
         greedy = request.speculative.sampling.greedy
         comparison = Comparison(plain, speculative, greedy, self._engine.config.exact, divergence)
         self._record(job, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)
+
+
+def _assembling(title: str) -> Callable[[int, int], None]:
+    """The progress of assembling a demo model, which a cancelled load stops."""
+
+    def progress(done: int, total: int) -> None:
+        loading.check()
+        loading.report(f"Assembling {title}", done, total)
+
+    return progress
 
 
 def gui_threads() -> int:
