@@ -128,6 +128,7 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     assert "<h4>You</h4>" in html and "the model" in html and "<h4>Assistant</h4>" in html
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
     assert events[0]["type"] == "start" and events[0]["seed"] == seed and events[-1]["type"] == "finish"
+    assert events[0]["target"] == tiny.target.name and events[0]["draft"] == tiny.perturbed.name  # a tour's
     with window.export_csv(tmp_path / "e.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps
@@ -143,6 +144,33 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     assert "the model" in again and "token by token" not in again
     window.new_chat()
     assert window.export_html(tmp_path / "nothing.html") is None  # nothing to export: said, not an empty file
+
+
+def test_an_export_dialog_opens_where_the_last_export_went_and_names_the_target(
+    qtbot, tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tour found every file dialog opening in the home folder, even just after an export elsewhere."""
+    from PySide6.QtWidgets import QFileDialog
+
+    window = make_window(qtbot, tiny)
+    send(qtbot, window, "the model")
+    offered: list[str] = []
+    chosen = tmp_path / "exports" / "answer"  # typed without a suffix
+    chosen.parent.mkdir()
+
+    def ask(_parent, _title, default, _pattern):  # type: ignore[no-untyped-def]
+        offered.append(default)
+        return str(chosen), ""
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", ask)
+    assert window.export_csv() == chosen.with_suffix(".csv") and chosen.with_suffix(".csv").exists()
+    assert Path(offered[0]).parent == Path.home() and Path(offered[0]).name.startswith(f"speculens-{tiny.target.stem}-")
+    assert window.export_json() == chosen.with_suffix(".json")
+    assert Path(offered[1]).parent == chosen.parent
+    window.close()
+    again = make_window(qtbot, tiny, load=False)  # and after a restart
+    again.export_html()
+    assert Path(offered[2]).parent == chosen.parent
 
 
 def test_mismatched_draft_shows_the_warning_badge_and_keeps_the_settings(qtbot, tiny) -> None:

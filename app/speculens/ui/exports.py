@@ -34,11 +34,15 @@ CSV_COLUMNS = (
 )
 
 
-def write_events_json(events: Sequence[Event], path: Path) -> None:
-    """Every event (start, steps, finish) as a JSON list of dicts (:func:`event_to_dict`)."""
+def write_events_json(events: Sequence[Event], path: Path, context: dict[str, object] | None = None) -> None:
+    """Every event (start, steps, finish) as a JSON list of dicts (:func:`event_to_dict`); ``context`` (which
+    models answered, when it was exported) is added to the start event's."""
     from speculens.engine.events import event_to_dict
 
-    path.write_text(json.dumps([event_to_dict(e) for e in events], indent=1, ensure_ascii=False), encoding="utf-8")
+    items = [event_to_dict(e) for e in events]
+    if context and items and items[0].get("type") == "start":
+        items[0] = {**items[0], **context}
+    path.write_text(json.dumps(items, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 def write_events_csv(events: Sequence[Event], path: Path) -> int:

@@ -17,11 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMenu,
@@ -38,11 +37,13 @@ from speculens.engine.events import FinishEvent, StartEvent
 from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
 from speculens.settings import Settings, generation_config, load_settings
+from speculens.ui import file_dialogs
 from speculens.ui.charts import ChartsPanel, RunSeries
 from speculens.ui.chat_pane import ChatPane, ConversationList, render_transcript
 from speculens.ui.compare_view import CompareView
 from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.exports import write_events_csv, write_events_json
+from speculens.ui.file_dialogs import Kind
 from speculens.ui.generations import GenerationRouter, LaneSink
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
@@ -113,7 +114,7 @@ class MainWindow(QMainWindow):
         recent = self.conversations.conversations()
         if recent:  # the app opens where it was left (an answer cut short by a crash included): the conversation
             # that was open at the last close, else the latest (a tour found the latest opened instead)
-            last = self._qsettings().value("conversation")
+            last = file_dialogs.state().value("conversation")
             self.chat.open_conversation(next((c for c in recent if c.id == last), recent[0]))
         self.conversation_list = ConversationList(self.conversations, self)
         self.conversation_list.show_current(self.chat.conversation)
@@ -375,14 +376,14 @@ class MainWindow(QMainWindow):
         self.open_model_manager().start_download(repo, filename)
 
     def _on_open_target_triggered(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a target model", "", "GGUF models (*.gguf)")
+        path = file_dialogs.open_file(self, Kind.MODELS, "Choose a target model", "GGUF models (*.gguf)")
         if path:
-            self.models.set_pair(path, self.store.settings.draft_path or None, load=False)
+            self.models.set_pair(str(path), self.store.settings.draft_path or None, load=False)
 
     def _on_open_draft_triggered(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a draft model", "", "GGUF models (*.gguf)")
+        path = file_dialogs.open_file(self, Kind.MODELS, "Choose a draft model", "GGUF models (*.gguf)")
         if path:
-            self.store.update(draft_path=path)
+            self.store.update(draft_path=str(path))
 
     def _on_exact_toggled(self, exact: bool) -> None:
         """Switch bit-exact verification (Compare, Teach): the target reloads in the chosen mode."""
@@ -512,12 +513,10 @@ class MainWindow(QMainWindow):
     # ---- exports ------------------------------------------------------------------------------------
 
     def _save_path(self, title: str, suffix: str, pattern: str) -> Path | None:
-        default = str(Path.home() / f"speculens-{time.strftime('%Y%m%d-%H%M%S')}{suffix}")
-        path, _ = QFileDialog.getSaveFileName(self, title, default, pattern)
-        if not path:
-            return None
-        out = Path(path)
-        return out if out.suffix else out.with_suffix(suffix)
+        """Ask where to export, offering a name that says which target answered, and when (a tour's CSV did not)."""
+        target = Path(self.store.settings.target_path).stem
+        name = f"speculens-{f'{target}-' if target else ''}{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+        return file_dialogs.save_file(self, Kind.EXPORTS, title, name, pattern)
 
     def _last_start(self) -> StartEvent | None:
         """The start event of the answer the live panel shows."""
@@ -540,18 +539,26 @@ class MainWindow(QMainWindow):
             f"tokens/s · {drafts} · {html.escape(finish.reason.words)}</p>\n"
         )
 
-    def _export_context(self) -> str:
+    def _export_fields(self) -> dict[str, object]:
         """Which models and strategy made the answer, and when it was exported: a file read later, or by someone
-        else, said only its seed (a tour's finding). Plain text: the HTML export's first line, the PNG's caption."""
+        else, said only its seed (a tour's finding). The JSON export's start event carries them."""
         start = self._last_start()
         s = self.store.settings
-        target = Path(s.target_path).name if s.target_path else "no target"
-        draft = f", draft {Path(s.draft_path).name}" if s.draft_path and s.uses_draft else ""
-        strategy = start.strategy if start is not None else s.strategy
-        when = time.strftime("%Y-%m-%d %H:%M")
+        return {
+            "target": Path(s.target_path).name if s.target_path else None,
+            "draft": Path(s.draft_path).name if s.draft_path and s.uses_draft else None,
+            "strategy": start.strategy if start is not None else s.strategy,
+            "temperature": s.temperature,
+            "exported": time.strftime("%Y-%m-%d %H:%M"),
+        }
+
+    def _export_context(self) -> str:
+        """:meth:`_export_fields` as plain text: the HTML export's first line, the PNG's caption."""
+        f = self._export_fields()
+        draft = f", draft {f['draft']}" if f["draft"] else ""
         return (
-            f"Target {target}{draft}; strategy {strategy}; temperature {s.temperature:g}; exported {when} by "
-            "Speculens."
+            f"Target {f['target'] or 'no target'}{draft}; strategy {f['strategy']}; temperature {f['temperature']:g}; "
+            f"exported {f['exported']} by Speculens."
         )
 
     def export_html(self, path: Path | None = None) -> Path | None:
@@ -594,7 +601,7 @@ class MainWindow(QMainWindow):
             return None
         path = path or self._save_path("Export events", ".json", "JSON (*.json)")
         if path:
-            write_events_json(self.live_panel.events, path)
+            write_events_json(self.live_panel.events, path, self._export_fields())
             self.statusBar().showMessage(f"Wrote {path}")
         return path
 
@@ -709,11 +716,8 @@ class MainWindow(QMainWindow):
             f"Conversations: {html.escape(str(paths.conversations_dir()))}</p>",
         )
 
-    def _qsettings(self) -> QSettings:
-        return QSettings(str(paths.config_dir() / "window.ini"), QSettings.Format.IniFormat)
-
     def _restore_layout(self) -> None:
-        store = self._qsettings()
+        store = file_dialogs.state()
         geometry = store.value("geometry")
         state = store.value("state")
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
@@ -724,7 +728,7 @@ class MainWindow(QMainWindow):
             self.restoreState(state, STATE_VERSION)
 
     def _save_layout(self) -> None:
-        store = self._qsettings()
+        store = file_dialogs.state()
         store.setValue("geometry", self.saveGeometry())
         store.setValue("state", self.saveState(STATE_VERSION))
         store.setValue("conversation", self.chat.conversation.id)

@@ -22,7 +22,6 @@ from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QStandardItemMod
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
@@ -45,6 +44,8 @@ from PySide6.QtWidgets import (
 from speculens.engine.config import Strategy
 from speculens.models.library import EntryStatus
 from speculens.settings import DRAFT_STRATEGIES
+from speculens.ui import file_dialogs
+from speculens.ui.file_dialogs import Kind
 from speculens.ui.model_controller import ModelController, report_html
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
@@ -286,9 +287,9 @@ class ModelManagerWindow(QMainWindow):
         return self.entries[min(rows)] if rows else None
 
     def _on_import_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "", "GGUF models (*.gguf)")
+        path = file_dialogs.open_file(self, Kind.MODELS, "Import a GGUF model", "GGUF models (*.gguf)")
         if path:
-            self.import_file(Path(path))
+            self.import_file(path)
 
     def import_file(self, path: Path) -> None:
         """Register a file where it is (nothing is copied)."""
@@ -296,9 +297,9 @@ class ModelManagerWindow(QMainWindow):
         self.tasks.run(lambda: self.library.add(path), lambda _e: self.refresh_library(), self._show_error)
 
     def _on_scan_clicked(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Scan a folder for GGUF models")
+        folder = file_dialogs.open_folder(self, Kind.MODELS, "Scan a folder for GGUF models")
         if folder:
-            self.scan_folder(Path(folder))
+            self.scan_folder(folder)
 
     def scan_folder(self, folder: Path) -> None:
         """Register every GGUF model in a folder."""

@@ -33,6 +33,8 @@ from PySide6.QtWidgets import (
 
 from speculens import paths
 from speculens.engine.drafters.ngram_map import TEXT_SUFFIXES, BuildCancelled, MapBuilt, build_map, corpus_files
+from speculens.ui import file_dialogs
+from speculens.ui.file_dialogs import Kind
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
 
@@ -202,13 +204,12 @@ class NgramMapDialog(QDialog):
         return [Path(self.corpus.item(i).text()) for i in range(self.corpus.count())]
 
     def _on_add_folder_clicked(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Add a folder of text files")
+        folder = file_dialogs.open_folder(self, Kind.CORPUS, "Add a folder of text files")
         if folder:
-            self.add_paths([Path(folder)])
+            self.add_paths([folder])
 
     def _on_add_files_clicked(self) -> None:
-        files, _ = QFileDialog.getOpenFileNames(self, "Add text files")
-        self.add_paths([Path(f) for f in files])
+        self.add_paths(file_dialogs.open_files(self, Kind.CORPUS, "Add text files"))
 
     def _on_remove_clicked(self) -> None:
         for item in self.corpus.selectedItems():

@@ -26,7 +26,6 @@ from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -64,7 +63,9 @@ from speculens.lab import (
     settings_to_apply,
     theoretical_speedup,
 )
+from speculens.ui import file_dialogs
 from speculens.ui.charts import captioned
+from speculens.ui.file_dialogs import Kind
 from speculens.ui.model_controller import ModelController
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_store import SettingsStore
@@ -759,8 +760,7 @@ class PairLabWindow(QMainWindow):
 
     def _ask(self, title: str, suffix: str, kind: str) -> Path | None:
         name = f"pair-lab-{Path(self.result.target).stem if self.result else 'results'}{suffix}"
-        path, _ = QFileDialog.getSaveFileName(self, title, name, kind)
-        return Path(path) if path else None
+        return file_dialogs.save_file(self, Kind.EXPORTS, title, name, kind)
 
     def export_json(self) -> None:
         """Save the results as JSON."""
