@@ -106,12 +106,15 @@ def name_disagrees(entry: Any) -> bool:
 
 
 def entry_label(entry: Any, entries: list[Any]) -> str:
-    """How a model is named in a list: its file, the metadata's name where that disagrees, its size, and its
-    folder when another model in the library has the same file name (the demo copy and an imported copy)."""
-    label = entry.path.name
+    """How a model is named in a list, as the library's first column names it (a tour found the pair picker
+    naming files where the library named models): its name, its file where that says something else, its size
+    and quantisation, and its folder when another model in the library has the same file name (the demo copy
+    and an imported copy)."""
+    label = entry.name
     if name_disagrees(entry):
-        label += f" (“{entry.name}”)"
-    label += f" — {_format_bytes(entry.size)}{' ' + entry.quantization if entry.quantization else ''}"
+        label += f" ({entry.path.name})"
+    quant = entry.quantization if entry.quantization and entry.quantization not in entry.name else ""
+    label += f" — {_format_bytes(entry.size)}{' ' + quant if quant else ''}"
     if sum(1 for e in entries if e.path.name == entry.path.name) > 1:
         label += f" — in {display_path(entry.path.parent)}"
     return label
