@@ -275,14 +275,26 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     assert window.docks["Conversations"].width() >= 200
     assert listing.width() >= 200
     listing.list.setCurrentRow(1)
-    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Speculation, explained", True))
+    asked: list[QInputDialog] = []
+
+    def answer(text: str):  # type: ignore[no-untyped-def]
+        def exec_(dialog: QInputDialog) -> int:
+            asked.append(dialog)
+            dialog.setTextValue(text)
+            return QInputDialog.DialogCode.Accepted.value
+
+        return exec_
+
+    monkeypatch.setattr(QInputDialog, "exec", answer("Speculation, explained"))
     listing.rename_button.click()
+    # Wide enough for its title bar and for the title it shows (a tour's dialog cut its own title short).
+    assert asked[0].textValue() == "Speculation, explained" and asked[0].width() >= 300
     titles = [listing.list.item(i).text().splitlines()[0] for i in range(listing.list.count())]
     assert titles == ["second chat", "Speculation, explained"]  # renamed where it was: a title is no new activity
     window.conversations.flush()
     assert {c.title for c in ConversationStore().conversations()} == {"Speculation, explained", "second chat"}
     # A blank title names it after its first message again (a tour's was ignored without a word); F2 renames.
-    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("  ", True))
+    monkeypatch.setattr(QInputDialog, "exec", answer("  "))
     window.show()
     window.go_to("Conversations", listing.list)
     qtbot.waitUntil(listing.list.hasFocus)

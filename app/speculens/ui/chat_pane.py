@@ -817,14 +817,17 @@ class ConversationList(QWidget):
         conversation = self.selected()
         if conversation is None:
             return
-        title, ok = QInputDialog.getText(
-            self,
-            "Rename conversation",
-            "A new title for this conversation\n(empty: named after its first message again):",
-            text=conversation.title,
-        )
-        if ok:
-            self.store.rename(conversation, title)
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Rename conversation")
+        dialog.setLabelText("A new title for this conversation\n(empty: named after its first message again):")
+        dialog.setTextValue(conversation.title)
+        # Sized to its label, the dialog cut its own title bar short, and a long title scrolled in its box.
+        metrics = dialog.fontMetrics()
+        wanted = max(metrics.horizontalAdvance(conversation.title), metrics.horizontalAdvance("M" * 36)) + 60
+        screen = self.screen().availableGeometry().width() if self.screen() is not None else wanted
+        dialog.resize(min(wanted, screen * 2 // 3), dialog.sizeHint().height())
+        if dialog.exec() == QInputDialog.DialogCode.Accepted:
+            self.store.rename(conversation, dialog.textValue())
             self.refresh()
 
     def delete_selected(self) -> None:
