@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QTextCursor
 
 from speculens.engine.events import (
@@ -193,6 +194,17 @@ def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
     x, y = charts.accept_step.getData()
     assert list(x) == [1.0, 2.0] and list(y) == [0.5, 1.0]
     assert list(charts.position_bars.opts["height"]) == [0.75, 0.25]
+    # Each bar's samples: under the pointer, and faint where they are too few to go by (a tour's finding).
+    assert series.position_tip(1) == "Draft position 1: 3 of 4 drafted tokens accepted (75%) (too few to go by)"
+    assert series.position_tip(3) == ""
+    alphas = [brush.color().alpha() for brush in charts.position_bars.opts["brushes"]]
+    assert alphas == [60, 60]
+    charts.resize(900, 300)
+    charts.show()
+    qtbot.waitExposed(charts)
+    charts.position_plot.getViewBox().setXRange(0, 3, padding=0)
+    charts._on_scene_mouse_moved(charts.position_plot.getViewBox().mapViewToScene(QPointF(2.1, 0.1)))
+    assert charts.graphics.toolTip() == series.position_tip(2)
     assert list(charts.chosen_curve.getData()[1]) == [4.0, 2.0, 4.0]  # the draft length asked for each step
 
 

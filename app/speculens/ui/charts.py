@@ -28,6 +28,9 @@ REFRESH_MS = 33
 # counted in wall time, 27-28 with a twentieth of a core counted in processor time (31 without a window).
 PAINT_BUDGET = 0.05
 ROLLING_STEPS = 16
+# A draft position tried fewer times than this is drawn faint: a rate of 1 from one drafted token is no finding.
+FEW_SAMPLES = 5
+BAR_GREEN = (46, 160, 67)
 
 
 class RunSeries:
@@ -166,14 +169,28 @@ class RunSeries:
             rolling = np.where(d_sum > 0, a_sum / d_sum, np.nan)
         return x, per_step, rolling
 
-    def per_position(self) -> tuple[np.ndarray, np.ndarray]:
-        """Draft positions (1-based) and the acceptance rate at each."""
+    def per_position(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Draft positions (1-based), the acceptance rate at each, and its samples: the tokens drafted there and
+        the tokens accepted."""
         stats = self.stats
         if stats is None or not stats.drafted_by_position:
-            return np.zeros(0), np.zeros(0)
+            return np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
         drafted = np.asarray(stats.drafted_by_position, dtype=float)
         accepted = np.asarray(stats.accepted_by_position, dtype=float)
-        return np.arange(1, len(drafted) + 1, dtype=float), np.where(drafted > 0, accepted / drafted, 0.0)
+        rate = np.where(drafted > 0, accepted / np.maximum(drafted, 1), 0.0)
+        return np.arange(1, len(drafted) + 1, dtype=float), rate, drafted, accepted
+
+    def position_tip(self, position: int) -> str:
+        """What the bar at a draft position rests on, for its tooltip."""
+        pos, rate, drafted, accepted = self.per_position()
+        if not 1 <= position <= len(pos):
+            return ""
+        i = position - 1
+        few = " (too few to go by)" if drafted[i] < FEW_SAMPLES else ""
+        return (
+            f"Draft position {position}: {accepted[i]:.0f} of {drafted[i]:.0f} drafted tokens accepted "
+            f"({100 * rate[i]:.0f}%){few}"
+        )
 
 
 def _plot(layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left: str, bottom: str) -> pg.PlotItem:
@@ -299,8 +316,10 @@ class ChartsPanel(QWidget):
 
         self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by draft position", "rate", "position")
         self.position_plot.setYRange(0, 1.05)
-        self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(46, 160, 67, 170))
+        self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(*BAR_GREEN, 170))
         self.position_plot.addItem(self.position_bars)
+        # How many tokens each bar rests on, under the pointer (a tour could not tell 1 of 1 from 90 of 90).
+        self.graphics.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
 
         self._next_refresh = 0.0
         self._painted = 0.0  # the plots' painting time up to the last refresh
@@ -326,8 +345,10 @@ class ChartsPanel(QWidget):
         self.chosen_curve.setData(x, chosen)
         probes = np.asarray(self.series.probes, dtype=float).reshape(-1, 2)
         self.probe_marks.setData(probes[:, 0], probes[:, 1])
-        pos, rate = self.series.per_position()
-        self.position_bars.setOpts(x=pos, height=rate)
+        pos, rate, drafted, _accepted = self.series.per_position()
+        self.position_bars.setOpts(
+            x=pos, height=rate, brushes=[pg.mkBrush(*BAR_GREEN, 170 if n >= FEW_SAMPLES else 60) for n in drafted]
+        )
         if not len(x):  # no answer (a new chat): the last answer's scales go with its data (a tour saw them stay)
             for plot in (self.speed_plot, self.accept_plot, self.length_plot, self.position_plot):
                 plot.setXRange(0, 1, padding=0)
@@ -350,6 +371,14 @@ class ChartsPanel(QWidget):
         shown = self.position_plot.getViewBox().viewRange()[0]
         span = max(float(len(pos)), shown[1] - shown[0], 1.0)
         self.position_plot.getAxis("bottom").setTickSpacing(integer_tick_step(span), 1)
+
+    def _on_scene_mouse_moved(self, point: object) -> None:
+        plot = self.position_plot
+        tip = ""
+        if plot.sceneBoundingRect().contains(point):
+            x = plot.getViewBox().mapSceneToView(point).x()
+            tip = self.series.position_tip(round(x))
+        self.graphics.setToolTip(tip)
 
     def _on_timer_timeout(self) -> None:
         # Hidden plots (a closed dock) skip the work; they catch up when shown.
