@@ -504,6 +504,7 @@ def test_a_rejected_drafts_line_breaks_are_shown_not_made(panel: LivePanel) -> N
     assert panel.view.toPlainText() == "A\nB⏎    xC"
     assert [i.kind for i in panel.view.infos] == [K.ACCEPTED, K.REJECTED, K.CORRECTION]
     assert panel.view.token_at(len("A\nB⏎    x")).text == "C"  # positions still land on their tokens
+    assert ">B⏎    x</span>" in panel.view.html_fragment()  # the export too (a tour's code shifted there)
 
 
 def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:

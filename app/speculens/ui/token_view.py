@@ -167,6 +167,12 @@ def _decode(piece: bytes) -> str:
     return piece.decode("utf-8", errors="replace")
 
 
+def shown_text(info: TokenInfo) -> str:
+    """A token's text as the view shows it: a rejected draft's line breaks are shown, not made, so the answer's own
+    lines (and a code block's indentation) stay as it wrote them, in the panel and in the export alike."""
+    return info.text.replace("\n", "⏎") if info.kind is TokenKind.REJECTED else info.text
+
+
 class TokenView(QPlainTextEdit):
     """A read-only view that appends colour-coded tokens and explains each one on hover.
 
@@ -247,8 +253,7 @@ class TokenView(QPlainTextEdit):
                 info = dataclasses.replace(info, text=text)
                 self._insert(cursor, info, info.text)
             else:
-                # A rejected draft's line breaks are shown, not made: the answer's own lines stay as it wrote them.
-                self._insert(cursor, info, info.text.replace("\n", "⏎"))
+                self._insert(cursor, info, shown_text(info))
 
     def _insert(self, cursor: QTextCursor, info: TokenInfo, text: str) -> None:
         index = len(self._infos)
@@ -297,7 +302,7 @@ class TokenView(QPlainTextEdit):
             if strike:
                 style += " text-decoration: line-through;"
             tip = html.escape(info.tooltip().replace("<br>", " · ").replace("<b>", "").replace("</b>", ""), quote=True)
-            text = html.escape(info.text)
+            text = html.escape(shown_text(info))
             spans.append(f'<span class="{info.kind.value}" style="{style}" title="{tip}">{text}</span>')
         legend = " ".join(
             f'<span style="background: rgba({r},{g},{b},{a / 255:.2f});{" color:" + fg + ";" if fg else ""}'
