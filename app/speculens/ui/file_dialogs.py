@@ -25,14 +25,14 @@ class Kind(StrEnum):
     CORPUS = "corpus"  # text for an n-gram map
 
 
-def state() -> QSettings:
+def window_state() -> QSettings:
     """The window's own settings (layout, open conversation, last folders): not the user's Settings."""
     return QSettings(str(paths.config_dir() / "window.ini"), QSettings.Format.IniFormat)
 
 
 def last_folder(kind: Kind) -> Path:
     """Where the last dialog of this kind went, or the home folder."""
-    value = state().value(f"folders/{kind}")
+    value = window_state().value(f"folders/{kind}")
     folder = Path(value) if isinstance(value, str) and value else None
     return folder if folder is not None and folder.is_dir() else Path.home()
 
@@ -40,7 +40,7 @@ def last_folder(kind: Kind) -> Path:
 def remember(kind: Kind, chosen: Path) -> None:
     """Open the next dialog of this kind where ``chosen`` (a file or a folder) is."""
     folder = chosen if chosen.is_dir() else chosen.parent
-    store = state()
+    store = window_state()
     store.setValue(f"folders/{kind}", str(folder))
     store.sync()
 

@@ -114,7 +114,7 @@ class MainWindow(QMainWindow):
         recent = self.conversations.conversations()
         if recent:  # the app opens where it was left (an answer cut short by a crash included): the conversation
             # that was open at the last close, else the latest (a tour found the latest opened instead)
-            last = file_dialogs.state().value("conversation")
+            last = file_dialogs.window_state().value("conversation")
             self.chat.open_conversation(next((c for c in recent if c.id == last), recent[0]))
         self.conversation_list = ConversationList(self.conversations, self)
         self.conversation_list.show_current(self.chat.conversation)
@@ -717,7 +717,7 @@ class MainWindow(QMainWindow):
         )
 
     def _restore_layout(self) -> None:
-        store = file_dialogs.state()
+        store = file_dialogs.window_state()
         geometry = store.value("geometry")
         state = store.value("state")
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
@@ -728,7 +728,7 @@ class MainWindow(QMainWindow):
             self.restoreState(state, STATE_VERSION)
 
     def _save_layout(self) -> None:
-        store = file_dialogs.state()
+        store = file_dialogs.window_state()
         store.setValue("geometry", self.saveGeometry())
         store.setValue("state", self.saveState(STATE_VERSION))
         store.setValue("conversation", self.chat.conversation.id)
