@@ -135,6 +135,21 @@ def test_long_figures_and_strategy_names_never_widen_the_window_past_the_screen(
     assert window.minimumSizeHint().width() <= 1400 and window.width() <= 1600
 
 
+def test_a_pasted_function_as_the_message_never_widens_the_compare_dock(qtbot) -> None:
+    """A tour's Compare of a rename request (a 15-line function) made the window 1,310 px wide on a 1,280-px screen,
+    and nothing but a restart brought it back."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.show()
+    before = view.minimumSizeHint().width()
+    code = "\n".join(f'    if order.get("status_{i}") != "paid_and_shipped": continue' for i in range(15))
+    message = f"Rename biggest to largest_amount in this function:\ndef summarize_orders(orders):\n{code}"
+    view.describe(message, "Automatic")
+    qtbot.wait(20)
+    assert view.minimumSizeHint().width() <= before
+    assert " ⏎ def summarize_orders(orders): ⏎ " in view.prompt.text()  # its lines told apart, not run together
+
+
 def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it(qtbot) -> None:
     view = CompareView()
     qtbot.addWidget(view)

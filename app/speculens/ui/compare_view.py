@@ -14,7 +14,16 @@ import html
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from speculens.engine.events import FinishEvent, FinishReason, StepEvent
 from speculens.ui.labels import WrappedLabel
@@ -101,9 +110,12 @@ class CompareView(QWidget):
         super().__init__(parent)
         self.running = False
         self.comparison: Comparison | None = None
-        self.prompt = QLabel("Press <b>Compare</b> in the chat: the last message is answered both ways.", self)
-        self.prompt.setWordWrap(True)
+        self.prompt = WrappedLabel(self)
         self.prompt.setTextFormat(Qt.TextFormat.RichText)
+        # The message is the user's (code, long names): it wraps or is cut, and never widens the window (a tour's
+        # pasted function pushed it past a 1280-pixel screen, for good).
+        self.prompt.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.prompt.setText("Press <b>Compare</b> in the chat: the last message is answered both ways.")
         self.with_history = QCheckBox("Include the earlier conversation", self)
         self.with_history.setAccessibleName("Compare with the earlier conversation")
         self.with_history.setToolTip(
@@ -115,8 +127,8 @@ class CompareView(QWidget):
         self.stop_button.setEnabled(False)
         self.stop_button.clicked.connect(self.stop_requested)
         top = QHBoxLayout()
-        top.addWidget(self.prompt, 1)
         top.addWidget(self.with_history)
+        top.addStretch(1)
         top.addWidget(self.stop_button)
         self.views = {Lane.PLAIN: TokenView(self), Lane.SPECULATIVE: TokenView(self)}
         self.headers = {
@@ -143,6 +155,7 @@ class CompareView(QWidget):
         grid.setRowStretch(1, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.prompt)
         layout.addLayout(top)
         layout.addLayout(grid, 1)
         layout.addWidget(self.verdict)
@@ -151,7 +164,8 @@ class CompareView(QWidget):
     def describe(self, message: str, strategy: str) -> None:
         """Say what is being compared (before the records arrive)."""
         short = message if len(message) < 200 else message[:200] + "…"
-        self.prompt.setText(f"Message: <i>{html.escape(short)}</i>")
+        lines = html.escape(short).replace("\n", " ⏎ ")  # a pasted function's lines, not run together
+        self.prompt.setText(f"Message: <i>{lines}</i>")
         self.headers[Lane.SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)})")
 
     def on_records(self, records: Sequence[Record]) -> None:
