@@ -108,6 +108,34 @@ def test_cancel_mid_run_keeps_what_was_measured(tiny: TinyModels, library: Libra
     assert all(r.speedup is None and r.identical is None for r in stopped_in)
 
 
+def test_cancel_while_loading_stops_at_once_and_frees_the_drafts(
+    tiny: TinyModels, library: Library, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel while the lab loads and times its drafts stopped only once they were all loaded (seconds, on a
+    first load): it now stops within a decode call, for an estimate and a run alike, and says nothing was
+    measured."""
+    import speculens.lab as lab_module
+
+    candidates = [c for c in list_candidates(tiny.target, library, n_ctx=512) if c.strategy is Strategy.DRAFT]
+    cancel = threading.Event()
+    timed: list[object] = []
+    original = lab_module.calibrate_draft
+
+    def cancelled_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        cancel.set()  # the user presses Cancel while the first draft is timed
+        timed.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(lab_module, "calibrate_draft", cancelled_meanwhile)
+    lab = PairLab(tiny.target, candidates, lab_prompts(["chat"]), QUICK, cancel)
+    for method in (lab.estimate, lab.run):
+        cancel.clear()
+        timed.clear()
+        result = method()  # type: ignore[operator]
+        assert result.cancelled and result.profile is None and result.rows == {}
+        assert len(timed) == 1 and lab._by_file == {}  # no draft timed after the cancel, every one freed
+
+
 def test_a_draft_that_cannot_draft_is_never_run_even_if_listed_as_runnable(tiny: TinyModels) -> None:
     sneaky = Candidate(f"draft:{tiny.mismatch.name}", "Mismatched", Strategy.DRAFT, tiny.mismatch)
     lab = PairLab(tiny.target, [sneaky], lab_prompts(["chat"]), QUICK)

@@ -21,6 +21,7 @@ Qt-free; the app's Pair lab window and ``speculens-cli lab`` share it. Four part
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -48,6 +49,7 @@ from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_DRAFT, Generat
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
+from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine, calibrate_draft
 from speculens.engine.vocab import vocab_mismatch
@@ -781,12 +783,31 @@ class PairLab:
             OperationError: the target cannot be loaded.
         """
         result = self._new_result()
-        with SpeculativeEngine(self._model_config()) as engine:
+        try:
+            with self._loading():
+                engine = SpeculativeEngine(self._model_config())
+        except LoadCancelled:
+            return self._stopped(result)
+        with engine:
             try:
-                _, costs = self._load_drafts(engine)
-                self._profile_into(result, engine, costs)
+                with self._loading():
+                    _, costs = self._load_drafts(engine)
+                    self._profile_into(result, engine, costs)
+            except LoadCancelled:
+                return self._stopped(result)
             finally:
                 self.close()
+        return result
+
+    def _loading(self) -> contextlib.AbstractContextManager[LoadWatch]:
+        """Loading the models and timing them, which a cancel stops within one decode call (the runs look at the
+        cancel between steps themselves)."""
+        return watching(LoadWatch(self.cancel, lambda _what, _done, _total: None))
+
+    def _stopped(self, result: LabResult) -> LabResult:
+        """The result of a lab cancelled while it loaded: nothing measured."""
+        self.close()
+        result.cancelled = True
         return result
 
     def _profile_into(self, result: LabResult, engine: SpeculativeEngine, costs: dict[str, CostModel]) -> None:
@@ -808,10 +829,19 @@ class PairLab:
         busy_before = _others_busy()
         result = self._new_result()
         runs: dict[str, dict[str, list[RunResult]]] = {}
-        with SpeculativeEngine(self._model_config()) as engine:
+        try:
+            with self._loading():
+                engine = SpeculativeEngine(self._model_config())
+        except LoadCancelled:
+            return self._stopped(result)
+        with engine:
             try:
-                drafts, costs = self._load_drafts(engine)
-                self._profile_into(result, engine, costs)
+                try:
+                    with self._loading():
+                        drafts, costs = self._load_drafts(engine)
+                        self._profile_into(result, engine, costs)
+                except LoadCancelled:
+                    return self._stopped(result)
                 runs = {p.id: {c.key: [] for c in self.candidates} for p in self.prompts}
                 tokens = {p.id: engine.target.format_chat(list(p.messages)) for p in self.prompts}
                 base = GenerationConfig(

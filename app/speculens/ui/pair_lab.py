@@ -493,7 +493,7 @@ class PairLabWindow(QMainWindow):
         self._set_running(True)
 
     def cancel(self) -> None:
-        """Stop the run; what it measured is kept."""
+        """Stop the run (a load within a decode call, a run after its current answer); what it measured is kept."""
         if self._request is not None:
             self.worker.cancel(self._request)
             self.status.setText("Stopping after the current answer…")
@@ -539,6 +539,9 @@ class PairLabWindow(QMainWindow):
         self._set_running(False)
         self.progress.hide()
         target = self.target_path
+        if result.cancelled and result.profile is None:  # stopped while it loaded: what was shown stays
+            self.status.setText("Stopped while loading the models: nothing was measured.")
+            return
         if self._estimating:
             saved = load_saved(target) if target is not None else None
             merged = replace(saved, estimates=result.estimates, profile=result.profile) if saved else result
