@@ -100,6 +100,19 @@ def feed(sink: LivePanel, events: list[Event], queued: bool = False) -> None:
         sink.on_records(records)
 
 
+def test_an_answer_stopped_before_it_began_leaves_the_last_one_shown(panel: LivePanel) -> None:
+    """A message that waited for a load, cancelled with it: a tour saw "Finished (stopped): 0 tokens in 0 target
+    passes" and a strip of zeros, for an answer that never ran."""
+    feed(panel, [*KNOWN_STEPS, FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))])
+    shown = panel.view.toPlainText()
+    strip = panel.stats_strip.value_text("tokens")
+    panel.on_records([Record(2, Lane.CHAT, RecordKind.QUEUED)])
+    stopped = FinishEvent(FinishReason.CANCELLED, "", (), RunningStats())
+    panel.on_records([Record(2, Lane.CHAT, RecordKind.FINISHED, event=stopped)])
+    assert panel.status.text() == "Stopped before the answer began."
+    assert panel.view.toPlainText() == shown and panel.stats_strip.value_text("tokens") == strip == "7"
+
+
 def test_tokens_appear_in_order_with_their_colours(panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS)
     view = panel.view

@@ -369,6 +369,8 @@ def test_esc_cancels_a_load_and_gives_back_the_message_that_waited_for_it(qtbot,
     assert window.chat.input.toPlainText() == "hello there", window.chat.error.text()
     assert not window.chat.error.isVisible(), window.chat.error.text()
     assert window.chat.conversation.messages == []
+    assert window.live_panel.status.text() == "Stopped before the answer began."  # no empty run reported
+    assert window.stats_strip.value_text("tokens") == "–"
 
 
 def _tiny_demo(monkeypatch, tiny) -> None:

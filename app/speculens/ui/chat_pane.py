@@ -497,7 +497,8 @@ class ChatPane(QWidget):
         self._reading_since = time.monotonic()
         self._show_reading()
         self._reading_timer.start()
-        self.status_changed.emit("Answering… (Esc stops the answer)")  # not the last answer's "finished"
+        if self._models_ready:  # not the last answer's "finished"; while they load, the load's steps are said
+            self.status_changed.emit("Answering… (Esc stops the answer)")
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])

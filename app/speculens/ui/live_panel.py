@@ -111,6 +111,7 @@ class LivePanel(QWidget):
         self.steps: list[StepEvent] = []
         self.events: list[Event] = []  # the current answer's events, for the exports
         self._request: int | None = None  # the request shown
+        self._started = False  # whether it began (its start event came)
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
 
     def clear(self, description: str = "No answer yet.") -> None:
@@ -141,8 +142,10 @@ class LivePanel(QWidget):
                 # The last answer's tokens and charts stay until this one starts: one that cannot start (a prompt
                 # too long for the context) leaves them, with its reason below them.
                 self._request = record.request_id
+                self._started = False
                 self.status.setText("Starting…")
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
+                self._started = True
                 self._reset("")
                 self.events.append(event)
                 seed = f", seed {event.seed}" if event.seed is not None else ""
@@ -151,6 +154,10 @@ class LivePanel(QWidget):
                     f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms){seed}, "
                     f"flash attention {event.flash_text}; generating…"
                 )
+            elif isinstance(event, FinishEvent) and not self._started and not event.stats.n_generated:
+                # Stopped while it waited (for a load, say): no answer ran, so the last one's figures stay (a tour
+                # saw "Finished (stopped): 0 tokens in 0 target passes" and a strip of zeros).
+                self.status.setText("Stopped before the answer began.")
             elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
                 self._show_steps(steps)
                 steps = []
