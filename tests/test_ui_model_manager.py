@@ -103,6 +103,9 @@ def test_a_pair_chosen_under_a_draft_free_strategy_switches_to_one_that_uses_the
     store.update(strategy="none")
     manager.use_target_only_button.click()  # the target alone: the strategy is the user's business
     assert store.settings.strategy == "none"
+    # The picker shows what was chosen, and says so (a tour's still showed the draft just dropped, silently).
+    assert manager.draft_combo.currentData() == "" and not store.settings.draft_path
+    assert manager.message.text() == "Target chosen without a draft; loading it in the main window."
 
 
 @pytest.fixture()

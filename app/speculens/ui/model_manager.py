@@ -530,7 +530,11 @@ class ModelManagerWindow(QMainWindow):
         self._say("Pair chosen; loading it in the main window." + note)
 
     def _on_use_target_only_clicked(self) -> None:
+        # The picker shows what is chosen (a tour's kept showing the draft just dropped), and says so, as Use this
+        # pair does.
+        self.draft_combo.setCurrentIndex(0)
         self._choose(self.target_combo.currentData() or "", "")
+        self._say("Target chosen without a draft; loading it in the main window.")
 
     def _choose(self, target: str, draft: str) -> None:
         self.models.set_pair(target, draft or None)
