@@ -218,6 +218,9 @@ def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(q
     teach.next_button.click()
     qtbot.waitUntil(lambda: "Paused after step 2" in window.chat.figures.text(), timeout=10_000)
     teach.step_mode.setChecked(False)
+    # The answer goes on, and the chat says so (a tour's status bar still said "Paused (step mode)").
+    assert window.chat.figures.text() == "Generating…"
+    assert window.statusBar().currentMessage() == "Answering… (Esc stops the answer)"
     teach.next_button.click()
     wait_idle(qtbot, window)
     last = teach.last_step.step

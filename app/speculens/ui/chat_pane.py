@@ -515,6 +515,13 @@ class ChatPane(QWidget):
             self.figures.setText(f"Paused after step {step.step} (step mode): Next step in Teach, or F10, goes on")
             self.status_changed.emit("Paused (step mode): press F10 or Next step in Teach for the next step.")
 
+    def step_mode_changed(self, enabled: bool) -> None:
+        """Step mode switched off while an answer paused: it goes on, and says so (a tour's status bar kept saying
+        "Paused (step mode)" while the answer ran on)."""
+        if not enabled and self.turn is not None and self.figures.text().startswith("Paused"):
+            self.figures.setText("Generating…")
+            self.status_changed.emit("Answering… (Esc stops the answer)")
+
     def _show_reading(self) -> None:
         """A second more of waiting for the first token: say how long it has been."""
         if self.turn is None:

@@ -296,6 +296,7 @@ class MainWindow(QMainWindow):
         self.compare_view.exact_requested.connect(lambda: self._on_exact_toggled(True))
         self.settings_panel.reload_requested.connect(self.load_models)
         self.teach_panel.step_mode_toggled.connect(self.router.set_step_mode)
+        self.teach_panel.step_mode_toggled.connect(self.chat.step_mode_changed)
         self.teach_panel.next_step_requested.connect(self.router.advance)
         self.teach_panel.exact_toggled.connect(self._on_exact_toggled)
 
