@@ -675,7 +675,7 @@ class MainWindow(QMainWindow):
         rows.append(  # the tool windows' own shortcuts (not in the menus)
             "<tr><td><b>Esc</b></td><td>In the Models window: close it. In the Pair lab: stop a run, or close "
             "the lab when none is running</td></tr>"
-            "<tr><td><b>Ctrl+Enter</b></td><td>In the Pair lab: run</td></tr>"
+            "<tr><td><b>Ctrl+Return</b></td><td>In the Pair lab: run</td></tr>"
         )
         return f"<table cellspacing='6'>{''.join(rows)}</table>"
 

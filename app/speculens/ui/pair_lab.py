@@ -236,7 +236,7 @@ class PairLabWindow(QMainWindow):
         self.estimate_button = QPushButton("Estimate", setup)
         self.estimate_button.setToolTip("Measure a short cost profile and estimate each candidate (seconds)")
         self.estimate_button.clicked.connect(self.estimate)
-        self.run_button = QPushButton("Run (Ctrl+Enter)", setup)
+        self.run_button = QPushButton("Run (Ctrl+Return)", setup)
         self.run_button.clicked.connect(self.run)
         self.cancel_button = QPushButton("Cancel (Esc)", setup)
         self.cancel_button.clicked.connect(self.cancel)
