@@ -81,6 +81,31 @@ def test_conversation_is_saved_and_can_be_reopened(qtbot, tiny) -> None:
     assert window.chat.conversation.messages == saved[0].messages
 
 
+def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot, tiny) -> None:
+    """A tour found a conversation opened again (or the app restarted) showing "No answer yet." and empty charts
+    beside its answers: the last answer's events are kept with the conversation."""
+    window = make_window(qtbot, tiny)
+    send(qtbot, window, "the model")
+    qtbot.waitUntil(lambda: window.conversations.answer(window.chat.conversation) != [], timeout=5_000)
+    tokens, steps = window.live_panel.view.toPlainText(), list(window.live_panel.steps)
+    strip = window.stats_strip.value_text("tokens")
+    conversation = window.chat.conversation
+    window.new_chat()
+    assert window.live_panel.view.toPlainText() == "" and window.live_panel.status.text() == "No answer yet."
+    window.chat.open_conversation(conversation)
+    assert window.live_panel.view.toPlainText() == tokens and window.live_panel.steps == steps
+    assert len(window.series.step) == len(steps) and window.stats_strip.value_text("tokens") == strip
+    assert window.live_panel.status.text().startswith("The last answer, as it was generated. Finished")
+    window.close()
+    again = make_window(qtbot, tiny, load=False)  # after a restart, the conversation it reopens
+    assert again.chat.conversation.id == conversation.id and again.live_panel.view.toPlainText() == tokens
+    # An answer edited away has none to show: the events kept are of an answer no longer there.
+    again.chat.edit_last()
+    again.new_chat()
+    again.chat.open_conversation(again.conversations.get(conversation.id))
+    assert again.live_panel.view.toPlainText() == "" and again.live_panel.status.text() == "No answer yet."
+
+
 def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, temperature=0.0)
     first = send(qtbot, window, "the model")

@@ -272,12 +272,19 @@ class Divergence:
         return abs(self.logit_a - self.logit_b)
 
 
-def event_to_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready dict of an event, with its type and the derived statistics."""
+def event_to_dict(event: Event, exact: bool = False) -> dict[str, Any]:
+    """A JSON-ready dict of an event, with its type and the derived statistics.
+
+    Args:
+        event: the event.
+        exact: keep every token's bytes (a piece that is part of a character becomes lone surrogates, which JSON
+            writes as escapes), so that :func:`event_from_dict` gives the event back; otherwise such bytes read
+            ``\\xe2`` (the exports, the CLI's ``--events``).
+    """
 
     def convert(value: Any) -> Any:
         if isinstance(value, bytes):
-            return value.decode("utf-8", errors="backslashreplace")
+            return value.decode("utf-8", errors="surrogateescape" if exact else "backslashreplace")
         if isinstance(value, enum.Enum):
             return value.value
         if isinstance(value, tuple | list):
@@ -294,3 +301,41 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         return value
 
     return {"type": type(event).__name__.removesuffix("Event").lower(), **convert(event)}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """The event :func:`event_to_dict` made ``data`` from, with ``exact=True`` (the derived statistics are left).
+
+    Raises:
+        KeyError, TypeError, ValueError: ``data`` is not such a dict.
+    """
+
+    def known(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+        return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+
+    def piece(text: str) -> bytes:
+        return text.encode("utf-8", errors="surrogateescape")
+
+    def stats(values: dict[str, Any]) -> RunningStats:
+        out = known(RunningStats, values)
+        for name in ("accepted_by_position", "drafted_by_position"):
+            out[name] = tuple(out.get(name, ()))
+        return RunningStats(**out)
+
+    kind = data["type"]
+    if kind == "start":
+        return StartEvent(**known(StartEvent, data))
+    if kind == "finish":
+        return FinishEvent(FinishReason(data["reason"]), data["text"], tuple(data["tokens"]), stats(data["stats"]))
+    if kind != "step":
+        raise ValueError(f"not an event of a generation: {kind!r}")
+    fields = known(StepEvent, data)
+    fields["drafted"] = tuple(
+        DraftToken(**{**known(DraftToken, d), "piece": piece(d["piece"])}) for d in data["drafted"]
+    )
+    fields["emitted"] = tuple(
+        EmittedToken(t["id"], piece(t["piece"]), Origin(t["origin"])) for t in data["emitted"]
+    )
+    fields["stats"] = stats(data["stats"])
+    fields["expected_speedup"] = tuple(data.get("expected_speedup", ()))
+    return StepEvent(**fields)

@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from speculens import paths
-from speculens.atomic import write_json_atomic
+from speculens.atomic import write_bytes_atomic, write_json_atomic
+from speculens.engine.events import Event, FinishEvent, event_from_dict, event_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -172,11 +173,43 @@ class ConversationStore:
         self.save(conversation, touched=False)  # it keeps its date and its place in the list
 
     def delete(self, conversation: Conversation) -> None:
-        """Forget a conversation and remove its file (in the background)."""
+        """Forget a conversation and remove its file and its answer's events (in the background)."""
         self._by_id.pop(conversation.id, None)
-        path = conversation.file(self.folder)
-        self._executor.submit(path.unlink, missing_ok=True)
+        for path in (conversation.file(self.folder), self._answer_file(conversation)):
+            self._executor.submit(path.unlink, missing_ok=True)
         self._changed()
+
+    def _answer_file(self, conversation: Conversation) -> Path:
+        return conversation.file(self.folder / "answers")
+
+    def save_answer(self, conversation: Conversation, events: Sequence[Event]) -> None:
+        """Keep the events of the conversation's last answer, in place of those kept before (in the background), so
+        that its tokens, charts and figures are shown again when it is opened (a tour found them gone)."""
+        data = json.dumps([event_to_dict(e, exact=True) for e in events]).encode("utf-8")
+        self._executor.submit(self._write_answer, self._answer_file(conversation), data)
+
+    def answer(self, conversation: Conversation) -> list[Event]:
+        """The events kept for the conversation's last answer, if they are still its (an answer regenerated or
+        edited away since has none); an unreadable file is left alone."""
+        try:
+            data = json.loads(self._answer_file(conversation).read_text(encoding="utf-8"))
+            events = [event_from_dict(d) for d in data]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("not showing the last answer's tokens of %s: %s", conversation.id, exc)
+            return []
+        last = conversation.messages[-1] if conversation.messages else None
+        finish = events[-1] if events else None
+        if last is None or last["role"] != "assistant" or not isinstance(finish, FinishEvent):
+            return []
+        return events if last["content"] == finish.text else []
+
+    def _write_answer(self, path: Path, data: bytes) -> None:
+        try:
+            write_bytes_atomic(path, data)
+        except OSError:
+            log.exception("could not keep the answer's events in %s", path)
 
     def flush(self) -> None:
         """Wait for the pending writes (the window is closing)."""

@@ -7,19 +7,20 @@ one batch; it appends the batch's tokens in one edit block and feeds the
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from speculens.engine.events import StartEvent
+from speculens.engine.events import FinishEvent, StartEvent, StepEvent
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import SOURCE_NAMES, TokenLegend, TokenView, best_weighed, nothing_drafted
-from speculens.ui.worker import Record, RecordKind
+from speculens.ui.worker import Lane, Record, RecordKind
 
 if TYPE_CHECKING:
-    from speculens.engine.events import Event, FinishEvent, RunningStats, StepEvent
+    from speculens.engine.events import Event, RunningStats
 
 
 class StatsStrip(QWidget):
@@ -112,6 +113,7 @@ class LivePanel(QWidget):
         self.events: list[Event] = []  # the current answer's events, for the exports
         self._request: int | None = None  # the request shown
         self._started = False  # whether it began (its start event came)
+        self._saved_ids = itertools.count(-1, -1)  # request ids of answers shown from their kept events
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
 
     def clear(self, description: str = "No answer yet.") -> None:
@@ -120,6 +122,15 @@ class LivePanel(QWidget):
         if self._request is not None:
             self._dropped.add(self._request)
         self._reset(description)
+
+    def show_saved(self, events: Sequence[Event]) -> None:
+        """Show an answer generated earlier, from its kept events (a conversation opened again)."""
+        request = next(self._saved_ids)
+        kinds = {StartEvent: RecordKind.STARTED, StepEvent: RecordKind.STEP, FinishEvent: RecordKind.FINISHED}
+        records = [Record(request, Lane.CHAT, RecordKind.QUEUED)]
+        records += [Record(request, Lane.CHAT, kinds[type(e)], event=e) for e in events]
+        self.on_records(records)
+        self.status.setText(f"The last answer, as it was generated. {self.status.text()}")
 
     def _reset(self, description: str) -> None:
         self.view.clear_tokens()
@@ -132,8 +143,6 @@ class LivePanel(QWidget):
 
     def on_records(self, records: Sequence[Record]) -> None:
         """Show a chat turn's records (one timer tick's worth)."""
-        from speculens.engine.events import FinishEvent, StartEvent, StepEvent
-
         records = [r for r in records if r.request_id not in self._dropped]
         steps = [r.event for r in records if r.kind is RecordKind.STEP and isinstance(r.event, StepEvent)]
         for record in records:
