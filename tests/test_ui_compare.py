@@ -82,6 +82,7 @@ def test_a_running_compare_can_be_stopped_with_its_button_and_with_esc(qtbot, ti
         assert not view.stop_button.isEnabled()
         assert window.chat.send_button.isEnabled()
         assert window.statusBar().currentMessage() != "Stopping…"  # the status bar does not stay stuck
+        assert window.live_panel.status.text() == "Comparison stopped."  # a tour's stayed at "Starting…"
 
 
 def test_send_is_refused_while_a_compare_runs(qtbot, tiny) -> None:

@@ -113,8 +113,10 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
         window.chat.regenerate()
     assert blocker.args[0].text == first.text  # greedy: the same answer again, not a second one
     assert len(window.chat.conversation.messages) == 2
+    assert "tokens" in window.chat.figures.text()
     window.chat.edit_last()
     assert window.chat.input.toPlainText() == "the model" and window.chat.conversation.messages == []
+    assert window.chat.figures.text() == ""  # the figures of the answer taken away go with it
 
 
 def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> None:

@@ -384,6 +384,7 @@ class ChatPane(QWidget):
         self.input.setPlainText(messages.pop()["content"])
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
+        self.figures.setText("")  # the figures of an answer no longer there (a tour saw them stay)
         self.store.save(self.conversation)
         self._render()
 

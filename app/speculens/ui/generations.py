@@ -30,7 +30,8 @@ class RecordSink(Protocol):
 
 class LaneSink:
     """Passes one lane of a comparison on to a sink made for chat turns (the live panel, its charts and figures
-    follow a comparison's speculative half, as they follow an answer), with the request's QUEUED record.
+    follow a comparison's speculative half, as they follow an answer), with the request's QUEUED record and its
+    failure, whichever lane it came in (a comparison stopped in its plain half left the live panel "Starting…").
 
     Args:
         sink: the sink.
@@ -43,7 +44,7 @@ class LaneSink:
 
     def on_records(self, records: Sequence[Record]) -> None:
         """Pass on this lane's records."""
-        mine = [r for r in records if r.lane is self.lane or r.kind is RecordKind.QUEUED]
+        mine = [r for r in records if r.lane is self.lane or r.kind in (RecordKind.QUEUED, RecordKind.FAILED)]
         if mine:
             self.sink.on_records(mine)
 
