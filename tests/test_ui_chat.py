@@ -312,10 +312,14 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     listing.list.setCurrentRow(row)
     assert listing.rename_button.isEnabled() and listing.delete_button.isEnabled()
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    window.conversations.flush()
+    assert (window.conversations.folder / "answers" / f"{current.id}.json").exists()
     qtbot.keyClick(listing.list, Qt.Key.Key_Delete)
     assert listing.list.count() == 1 and window.chat.conversation is not current
+    assert window.statusBar().currentMessage() == f"Deleted “{current.title}”."
     window.conversations.flush()
     (left,) = ConversationStore().conversations()
+    assert not (window.conversations.folder / "answers" / f"{current.id}.json").exists()  # its answer's events too
     assert left.title == "What is speculative decoding and why does it help?"
 
 

@@ -534,6 +534,7 @@ class MainWindow(QMainWindow):
 
     def _on_conversation_deleted(self, conversation: Conversation) -> None:
         self.chat.discard(conversation)
+        self.statusBar().showMessage(f"Deleted “{conversation.title}”.")  # not the last export's "Wrote …"
 
     # ---- exports ------------------------------------------------------------------------------------
 
