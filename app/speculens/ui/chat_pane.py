@@ -46,7 +46,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.engine.config import ContextFullError
-from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
+from speculens.engine.events import Event, FinishEvent, FinishReason, StartEvent, StepEvent
 from speculens.settings import generation_config
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
@@ -175,10 +175,13 @@ class _Turn:
         self.strategy = ""
         self.best: tuple[float, str] | None = None  # the best draft the adaptive controller weighed (best_weighed)
         self.paused = False  # step mode holds it after a step
+        self.events: list[Event] = []  # kept with the conversation, so the answer is shown again when it is opened
 
     def on_records(self, records: Sequence[Record]) -> None:
         chunk = ""
         for record in records:
+            if record.kind in (RecordKind.STARTED, RecordKind.STEP, RecordKind.FINISHED) and record.event is not None:
+                self.events.append(record.event)
             if record.kind is RecordKind.STARTED and isinstance(record.event, StartEvent):
                 self.seed = record.event.seed
                 self.strategy = record.event.strategy
@@ -586,6 +589,7 @@ class ChatPane(QWidget):
         conversation.partial = None
         if not turn.discarded:
             self.store.save(conversation)
+            self.store.save_answer(conversation, turn.events)
         self._end_turn(turn)
         self.last_seed = turn.seed
         if conversation is self.conversation:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -291,7 +291,6 @@ class MainWindow(QMainWindow):
         # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
         self.chat.conversation_opened.connect(self._on_conversation_opened)
         self.chat.compare_requested.connect(self.compare)
-        self.chat.turn_finished.connect(self._on_chat_turn_finished)
         self.conversation_list.conversation_activated.connect(self._on_conversation_activated)
         self.conversation_list.conversation_deleted.connect(self._on_conversation_deleted)
         self.compare_view.stop_requested.connect(self.stop)
@@ -470,20 +469,6 @@ class MainWindow(QMainWindow):
         events = self.conversations.answer(conversation)
         if events:
             self.live_panel.show_saved(events)
-
-    def _on_chat_turn_finished(self, _finish: FinishEvent) -> None:
-        # After the live panel has the same records (the router hands them to the turn first).
-        QTimer.singleShot(0, self._keep_answer)
-
-    def _keep_answer(self) -> None:
-        """Keep the events of the answer the live panel shows, when it is the open conversation's last message."""
-        if self._closing:  # the conversations' writer has stopped
-            return
-        conversation, events = self.chat.conversation, self.live_panel.events
-        last = conversation.messages[-1] if conversation.messages else {}
-        finish = events[-1] if events else None
-        if last.get("role") == "assistant" and isinstance(finish, FinishEvent) and last["content"] == finish.text:
-            self.conversations.save_answer(conversation, list(events))
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.teach_panel.set_n_draft(settings.n_draft)
