@@ -335,7 +335,11 @@ def test_the_conversation_list_highlights_the_conversation_shown(qtbot, tiny) ->
 def test_a_message_sent_before_load_loads_the_chosen_pair_first(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, load=False)
     assert window.models.loaded is None
+    said: list[str] = []
+    window.models.message.connect(said.append)
     finish = send(qtbot, window, "def add(a, b):")
+    # The models named as the toolbar names them (a tour read llama.cpp's "qwen2 1.5B Q4_K - Medium" alone).
+    assert any(m.startswith(f"Loaded {tiny.target.stem} with the draft {tiny.perturbed.stem} in ") for m in said)
     assert finish.reason.value != "failed" and finish.stats.n_generated > 0
     assert window.models.loaded is not None and window.models.loaded.settings.target_path == str(tiny.target)
     assert not window.chat.error.isVisible()

@@ -246,7 +246,10 @@ class ModelController(QObject):
             if info.flash_attn and not info.exact:
                 exact += f", flash attention {info.flash_attn}"
             off = f" Speculation is off: {info.speculation_off}" if info.speculation_off else ""
-            self.message.emit(f"Loaded in {result.seconds:.1f} s: {info.description}{exact}.{off}")
+            # Named as the toolbar names them (a tour read five names for one model; llama.cpp's description
+            # follows in brackets).
+            names = Path(info.target).stem + (f" with the draft {Path(info.draft).stem}" if info.draft else "")
+            self.message.emit(f"Loaded {names} in {result.seconds:.1f} s ({info.description}{exact}).{off}")
         self.changed.emit()
 
     def _on_worker_load_failed(self, message: str) -> None:
