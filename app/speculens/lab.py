@@ -21,7 +21,6 @@ Qt-free; the app's Pair lab window and ``speculens-cli lab`` share it. Four part
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
@@ -783,32 +782,34 @@ class PairLab:
             OperationError: the target cannot be loaded.
         """
         result = self._new_result()
+        loaded = self._load(result)
+        if loaded is not None:
+            loaded[0].close()
+            self.close()
+        return result
+
+    def _load(
+        self, result: LabResult
+    ) -> tuple[SpeculativeEngine, dict[str, LlamaBackend], dict[str, CostModel]] | None:
+        """Load the target and the drafts and put the cost profile in ``result``: the engine, the drafts and their
+        costs. A cancel meanwhile stops it within one decode call (see :mod:`speculens.engine.loading`; the runs
+        look at the cancel between steps themselves): then everything loaded is freed, ``result`` is marked
+        cancelled with nothing measured, and the answer is ``None``."""
+        engine: SpeculativeEngine | None = None
         try:
-            with self._loading():
+            with watching(LoadWatch(self.cancel, lambda _what, _done, _total: None)):
                 engine = SpeculativeEngine(self._model_config())
-        except LoadCancelled:
-            return self._stopped(result)
-        with engine:
-            try:
-                with self._loading():
-                    _, costs = self._load_drafts(engine)
-                    self._profile_into(result, engine, costs)
-            except LoadCancelled:
-                return self._stopped(result)
-            finally:
-                self.close()
-        return result
-
-    def _loading(self) -> contextlib.AbstractContextManager[LoadWatch]:
-        """Loading the models and timing them, which a cancel stops within one decode call (the runs look at the
-        cancel between steps themselves)."""
-        return watching(LoadWatch(self.cancel, lambda _what, _done, _total: None))
-
-    def _stopped(self, result: LabResult) -> LabResult:
-        """The result of a lab cancelled while it loaded: nothing measured."""
-        self.close()
-        result.cancelled = True
-        return result
+                drafts, costs = self._load_drafts(engine)
+                self._profile_into(result, engine, costs)
+        except BaseException as exc:
+            if engine is not None:
+                engine.close()
+            self.close()
+            if not isinstance(exc, LoadCancelled):
+                raise
+            result.cancelled = True
+            return None
+        return engine, drafts, costs
 
     def _profile_into(self, result: LabResult, engine: SpeculativeEngine, costs: dict[str, CostModel]) -> None:
         result.candidates = {c.key: c for c in self.candidates}
@@ -829,19 +830,12 @@ class PairLab:
         busy_before = _others_busy()
         result = self._new_result()
         runs: dict[str, dict[str, list[RunResult]]] = {}
-        try:
-            with self._loading():
-                engine = SpeculativeEngine(self._model_config())
-        except LoadCancelled:
-            return self._stopped(result)
+        loaded = self._load(result)
+        if loaded is None:
+            return result
+        engine, drafts, costs = loaded
         with engine:
             try:
-                try:
-                    with self._loading():
-                        drafts, costs = self._load_drafts(engine)
-                        self._profile_into(result, engine, costs)
-                except LoadCancelled:
-                    return self._stopped(result)
                 runs = {p.id: {c.key: [] for c in self.candidates} for p in self.prompts}
                 tokens = {p.id: engine.target.format_chat(list(p.messages)) for p in self.prompts}
                 base = GenerationConfig(

@@ -253,22 +253,20 @@ class ModelController(QObject):
         self.changed.emit()
 
     def _on_worker_load_failed(self, message: str) -> None:
-        self.preparing_demo = False
-        self.loading = False
-        self.progress = None
-        self.loaded = None
-        self.store.set_loaded(None)
-        self.message.emit("Loading failed.")
-        self.changed.emit()
+        self._nothing_loaded("Loading failed.")
         self.load_failed.emit(message)
 
     def _on_worker_load_cancelled(self) -> None:
+        self._nothing_loaded("Loading cancelled: no model is loaded. Load (Ctrl+L) loads the chosen pair.")
+
+    def _nothing_loaded(self, message: str) -> None:
+        """A load ended without models (the worker frees the old ones before loading new ones)."""
         self.preparing_demo = False
         self.loading = False
         self.progress = None
         self.loaded = None
         self.store.set_loaded(None)
-        self.message.emit("Loading cancelled: no model is loaded. Load (Ctrl+L) loads the chosen pair.")
+        self.message.emit(message)
         self.changed.emit()
 
     def _on_worker_models_unloaded(self) -> None:
