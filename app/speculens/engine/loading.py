@@ -17,14 +17,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from speculens.errors import SpeculensError
-
 # (what, done, total): what is being done, and how far, in bytes of a model file; total 0 when unknown.
 Report = Callable[[str, int, int], None]
 
 
-class LoadCancelled(SpeculensError):
-    """The user cancelled the load; nothing is loaded."""
+class LoadCancelled(Exception):
+    """The user cancelled the load; nothing is loaded. Control flow, not a :class:`~speculens.errors.SpeculensError`:
+    the code that reports a failed load (or a refused draft) lets it through to whoever watches the load."""
 
 
 @dataclass

@@ -522,7 +522,7 @@ class ChatPane(QWidget):
     def step_mode_changed(self, enabled: bool) -> None:
         """Step mode switched off while an answer paused: it goes on, and says so (a tour's status bar kept saying
         "Paused (step mode)" while the answer ran on)."""
-        if not enabled and self.turn is not None and self.figures.text().startswith("Paused"):
+        if not enabled and self.turn is not None and self.turn.paused:
             self.figures.setText("Generating…")
             self.status_changed.emit("Answering… (Esc stops the answer)")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import itertools
 import logging
 import queue
@@ -366,7 +367,7 @@ class EngineWorker(QObject):
     def _handle(self, job: _Job) -> None:
         match job.request:
             case LoadRequest(settings=settings):
-                self._load(settings, job.cancel)
+                self._watched(job.cancel, functools.partial(self._load, settings))
             case UnloadRequest():
                 self._free()
                 self.models_unloaded.emit()
@@ -375,7 +376,7 @@ class EngineWorker(QObject):
             case CompareRequest():
                 self._compare(job, job.request)
             case DemoRequest(keys=keys, settings=settings):
-                self._demo(keys, settings, job.cancel)
+                self._watched(job.cancel, functools.partial(self._demo, keys, settings))
             case ProbeRequest():
                 from speculens.engine.backend import gpu_backend_name
 
@@ -400,20 +401,20 @@ class EngineWorker(QObject):
             self._engine.close()
             self._engine = None
 
-    def _load(self, settings: Settings, cancel: threading.Event) -> None:
-        self.load_started.emit()
-        t0 = time.perf_counter()
-        self._free()
-        if cancel.is_set():
-            self.load_cancelled.emit()
-            return
+    def _watched(self, cancel: threading.Event, load: Callable[[], None]) -> None:
+        """Run a load (or the demo pair's assembly and load) under a loading watch: its steps go out as
+        ``progress_changed``, and a cancel ends it with ``load_cancelled`` (see :mod:`speculens.engine.loading`)."""
         try:
             with watching(LoadWatch(cancel, self.progress_changed.emit)):
-                self._load_watched(settings, t0)
+                load()
         except LoadCancelled:
             self.load_cancelled.emit()
 
-    def _load_watched(self, settings: Settings, t0: float) -> None:
+    def _load(self, settings: Settings) -> None:
+        self.load_started.emit()
+        t0 = time.perf_counter()
+        self._free()
+        loading.check()  # cancelled while it waited: the old models are freed all the same
         try:
             config = model_config(settings)
             if config.n_threads == 0:
@@ -423,8 +424,6 @@ class EngineWorker(QObject):
             # the draft-free strategies instead of failing the whole load.
             read_gguf_info(config.target, tokens=False)
             engine = self._factory(replace(config, draft=None))
-        except LoadCancelled:
-            raise
         except SpeculensError as exc:
             self.load_failed.emit(exc.message)
             return
@@ -433,35 +432,28 @@ class EngineWorker(QObject):
             try:
                 read_gguf_info(config.draft, tokens=False)
                 engine.load_draft(config.draft)
-            except LoadCancelled:
-                engine.close()
-                raise
             except SpeculensError as exc:
                 draft_error = exc.message
             except BaseException:
-                engine.close()  # never leak the target that did load
+                engine.close()  # never leak the target that did load (a cancel included)
                 raise
         self._engine = engine
         self.models_loaded.emit(LoadResult(settings, engine.info(), draft_error, time.perf_counter() - t0))
 
-    def _demo(self, keys: Sequence[str], settings: Settings | None, cancel: threading.Event) -> None:
+    def _demo(self, keys: Sequence[str], settings: Settings | None) -> None:
         from speculens.models.demo import demo_model, ensure_demo_model
 
         out: list[str] = []
-        try:
-            with watching(LoadWatch(cancel, self.progress_changed.emit)):
-                for key in keys:
-                    model = demo_model(key)
-                    out.append(str(ensure_demo_model(model, progress=_assembling(model.title))))
-        except LoadCancelled:  # an assembly cut short leaves no file behind (write_atomic)
-            self.load_cancelled.emit()
-            return
+        try:  # an assembly cut short by a cancel leaves no file behind (write_atomic)
+            for key in keys:
+                model = demo_model(key)
+                out.append(str(ensure_demo_model(model, progress=_assembling(model.title))))
         except SpeculensError as exc:
             self.task_failed.emit(exc.message)
             return
         self.demo_prepared.emit(out)
         if settings is not None and len(out) >= 2:
-            self._load(replace(settings, target_path=out[0], draft_path=out[1]), cancel)
+            self._load(replace(settings, target_path=out[0], draft_path=out[1]))
 
     def _lab(self, job: _Job, lab: PairLab, estimate_only: bool) -> None:
         """Run the pair lab on this thread (its own engine: the loaded models stay for the chat)."""
