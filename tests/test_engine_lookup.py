@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from speculens.engine.drafters.prompt_lookup import LONG_RUN, PromptLookupDrafter
+from speculens.engine.drafters.prompt_lookup import LONG_RUN, PROSE, PromptLookupDrafter
 from speculens.engine.vocab import VocabInfo
 
 WS4, WS8 = 900, 901  # whitespace-only tokens: four and eight spaces of indentation
@@ -543,7 +543,7 @@ def test_a_corrected_word_resumes_the_copy_right_after_it() -> None:
     answer = [t for w in words for t in fixed.get(w, (w,))]
     out = drafts(PromptLookupDrafter(newlines={NL}, symbols={NL}), prompt, answer)
     after = answer.index(technique) + 2  # the draft made once "technique 110" is written
-    assert out[after].tokens[:4] == (111, 112, 113, 114) and out[after].confidence == 2
+    assert out[after].tokens[:4] == (111, 112, 113, 114) and out[after].confidence == PROSE  # a copy begun in prose
     after = answer.index(accurate) + 2
     assert out[after].tokens[:4] == (131, 132, 133, 134)
 
@@ -573,3 +573,20 @@ def test_a_copy_of_the_answer_s_own_blank_line_is_only_a_guess() -> None:
     lookup = PromptLookupDrafter(whitespace={WS4, NL, blank_nl}, indent={WS4: 4}, newlines={NL, dot_nl, blank_nl})
     out = drafts(lookup, answer[:10], answer[10:])
     assert out[3].tokens[:2] == (args, colon) and out[3].confidence == 2
+
+
+def test_a_copy_just_begun_in_prose_is_learnt_apart_from_one_in_code() -> None:
+    """A recorded multi-turn rename: after the code, the answer's prose began like the earlier answer's ("In this
+    solution, the variable…") and went its own way; pooled with the code's copies, six drafts of 15 tokens were
+    rejected within two tokens. A copy begun in a line of prose has a class of its own; one in code keeps 2."""
+    comma, dot, tick = 40, 41, 42
+    prose = [NL, 100, 101, comma, 102, 103, tick, 104, tick, *range(105, 112), dot, NL]  # 12 words, 4 marks
+    code = [NL, 200, 201, dot, 202, comma, 203, tick, 204, NL]  # code: 5 words, 4 marks
+    lookup = PromptLookupDrafter(newlines={NL}, symbols={NL, comma, dot, tick})
+    in_prose = drafts(lookup, [1, *prose, *code], [100, 101, comma])[2]  # "In" found, "this" followed
+    assert in_prose.tokens[:2] == (comma, 102)
+    in_code = drafts(lookup, [1, *prose, *code], [200, 201, dot])[2]
+    assert in_code.tokens[:2] == (dot, 202)
+    assert in_prose.confidence == PROSE and in_code.confidence == 2
+    # Without symbols known, no line is told to be prose.
+    assert drafts(PromptLookupDrafter(newlines={NL}), [1, *prose], [100, 101, comma])[2].confidence == 2
