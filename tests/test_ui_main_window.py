@@ -266,6 +266,33 @@ def test_closing_during_generation_stops_cleanly_and_keeps_the_text(qtbot, tiny)
     assert saved[0].messages[-1]["content"].startswith("word word")
 
 
+@pytest.mark.qt_log_ignore("This plugin does not support raise")
+def test_quitting_during_a_download_asks_first(qtbot, tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    from speculens.ui.model_manager import Download
+
+    window = make_window(qtbot, tiny, FakeFactory(Script(answer=["word "])))
+    manager = window.open_model_manager()
+    download = Download("Qwen/Qwen2.5-7B-Instruct-GGUF", "qwen2.5-7b-instruct-q4_k_m.gguf", state="downloading")
+    manager.downloads.append(download)
+    asked: list[str] = []
+    reply = [QMessageBox.StandardButton.No]
+    monkeypatch.setattr(QMessageBox, "question", lambda _parent, _title, text, *a: asked.append(text) or reply[0])
+    window.close()
+    assert "qwen2.5-7b-instruct-q4_k_m.gguf" in asked[0] and "resumes" in asked[0]
+    assert window.isVisible() and window.worker._thread.is_alive() and not download.cancel.is_set()  # kept going
+    reply[0] = QMessageBox.StandardButton.Yes
+    window.close()
+    assert len(asked) == 2 and not window.isVisible() and download.cancel.is_set()
+    download.state = "done"  # finished or stopped: nothing to ask
+    asked.clear()
+    window2 = make_window(qtbot, tiny, FakeFactory(Script(answer=["word "])))
+    window2.open_model_manager().downloads.append(download)
+    window2.close()
+    assert not asked and not window2.isVisible()
+
+
 def test_reload_while_step_mode_waits_stops_the_answer_instead_of_queueing_behind_it(qtbot, tiny) -> None:
     factory = FakeFactory(Script(answer=["a", "b", "c"]))
     window = make_window(qtbot, tiny, factory)

@@ -750,8 +750,33 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             dock.show()
 
+    def _quit_stopping_downloads(self) -> bool:
+        """Whether to quit though downloads are under way: asked, since one can take hours (a stopped download
+        resumes from its partial file)."""
+        manager = getattr(self, "_manager", None)
+        running = manager.active_downloads() if manager is not None else []
+        if not running:
+            return True
+        names = ", ".join(d.filename for d in running[:3])
+        if len(running) > 3:
+            names += f" and {len(running) - 3} more"
+        some = "A download is" if len(running) == 1 else f"{len(running)} downloads are"
+        answer = QMessageBox.question(
+            self,
+            "Quit Speculens?",
+            f"{some} still running: {names}.\n\nQuit anyway? What was downloaded is kept: downloading the file "
+            "again in the model manager resumes where it stopped.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Stop generating, keep what was written, free the models on the worker thread, remember the layout."""
+        """Stop generating, keep what was written, free the models on the worker thread, remember the layout
+        (after asking, when downloads are under way)."""
+        if not self._closing and not self._quit_stopping_downloads():
+            event.ignore()
+            return
         self._closing = True
         self.router.cancel()
         self.chat.save_now()

@@ -56,6 +56,9 @@ MISMATCH_STYLE = "QLabel { background: #d73a49; color: white; font-weight: bold;
 OK_STYLE = "QLabel { background: rgba(46,160,67,150); color: white; padding: 8px; border-radius: 4px }"
 
 
+RUNNING = ("queued", "downloading", "verifying")  # the states of a download still under way
+
+
 @dataclass
 class Download:
     """One download's state, shared between its thread (writes) and the GUI timer (reads).
@@ -663,11 +666,7 @@ class ModelManagerWindow(QMainWindow):
         from speculens.models.hub import DownloadCancelled
 
         for existing in self.downloads:
-            if (existing.repo, existing.filename) == (repo_id, filename) and existing.state in (
-                "queued",
-                "downloading",
-                "verifying",
-            ):
+            if (existing.repo, existing.filename) == (repo_id, filename) and existing.state in RUNNING:
                 self.tabs.setCurrentIndex(3)
                 return existing
         download = Download(repo_id, filename)
@@ -704,6 +703,10 @@ class ModelManagerWindow(QMainWindow):
         self.tabs.setCurrentIndex(3)
         return download
 
+    def active_downloads(self) -> list[Download]:
+        """The downloads still running (queued, downloading or verifying)."""
+        return [d for d in self.downloads if d.state in RUNNING]
+
     def _add_download_row(self, download: Download) -> None:
         table = self.download_table
         download.row = table.rowCount()
@@ -722,7 +725,7 @@ class ModelManagerWindow(QMainWindow):
         table.resizeRowsToContents()
 
     def _on_download_button_clicked(self, download: Download) -> None:
-        if download.state in ("queued", "downloading", "verifying"):
+        if download.state in RUNNING:
             download.cancel.set()
         else:
             # Resume: a fresh request continues from the .part file the hub client kept.
@@ -746,17 +749,14 @@ class ModelManagerWindow(QMainWindow):
         _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
         if isinstance(button, QPushButton) and state != "superseded":
-            button.setText("Cancel" if state in ("queued", "downloading", "verifying") else "Resume")
+            button.setText("Cancel" if state in RUNNING else "Resume")
             button.setVisible(state != "done")
 
     def _on_download_timer_timeout(self) -> None:
-        active = False
         for download in self.downloads:
-            if download.state in ("queued", "downloading", "verifying"):
-                active = True
             if download.state != "superseded":
                 self._update_download_row(download)
-        if not active:
+        if not self.active_downloads():
             self._download_timer.stop()
 
     # ---- misc ---------------------------------------------------------------------------------------
