@@ -143,6 +143,7 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     for export in (window.export_json, window.export_csv, window.export_png):  # before any answer: said, no file
         assert export(tmp_path / "early") is None and not (tmp_path / "early").exists()
         assert "Nothing to export yet" in window.statusBar().currentMessage()
+    assert window.statusBar().toolTip() == window.statusBar().currentMessage()  # whole, where the bar cuts it
     finish = send(qtbot, window, "the model")
     seed = window.chat.last_seed
     html = window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")

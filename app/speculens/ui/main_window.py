@@ -125,6 +125,8 @@ class MainWindow(QMainWindow):
         self.docks: dict[str, QDockWidget] = {}
         self._build_docks()
         self._build_menus()
+        # The message whole as a tooltip, where the bar cuts it (the loaded pair with its measured settings).
+        self.statusBar().messageChanged.connect(self._on_status_bar_message_changed)
         self.statusBar().showMessage("Ready.")
         self._connect()
         self._update_models()
@@ -484,6 +486,9 @@ class MainWindow(QMainWindow):
 
     def _on_router_paused(self, _request_id: int) -> None:
         self.docks["Teach"].raise_()
+
+    def _on_status_bar_message_changed(self, message: str) -> None:
+        self.statusBar().setToolTip(message)
 
     def _on_status_message(self, message: str) -> None:
         self.statusBar().showMessage(message)  # kept until the next one: the loaded models, say, stay said
