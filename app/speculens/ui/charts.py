@@ -263,13 +263,13 @@ class ChartsPanel(QWidget):
             self.graphics,
             0,
             0,
-            _title("Tokens/s over time", ("rolling", "#3884ff"), ("average", "#888888")),
+            _title("Tokens/s over time", ("rolling", "#3884ff"), ("average", "#9467bd")),
             "tokens/s",
             "seconds",
         )
         self.speed_rolling = self.speed_plot.plot(pen=pg.mkPen("#3884ff", width=2), name="rolling")
         self.speed_average = self.speed_plot.plot(
-            pen=pg.mkPen("#888888", width=1, style=pg.QtCore.Qt.PenStyle.DashLine), name="average"
+            pen=pg.mkPen("#9467bd", width=2, style=pg.QtCore.Qt.PenStyle.DashLine), name="average"
         )
 
         self.accept_plot = _plot(
