@@ -70,15 +70,14 @@ TypeScript rewrite: its class-4 estimate read 0.86 per token when the function b
 were accepted). Nor is a copy of the answer's own text that the answer has followed through whitespace alone (a
 blank line and the indentation after it) more than a guess: a docstring's blank line before ``Returns:`` matched the
 one before ``Args:``, and with confidence 2 two drafts of 15 tokens were rejected at their first (the suite's
-code-generation prompt). And a copy just begun (2) in a line of prose has a class of its own, :data:`PROSE`
-(5; with symbols known, see ``_prose``): where a chat answers in prose after copying code, its sentences share
-their first words with the earlier answers' ("In this solution, the variable…") and then go their own way, while
-a copy just begun in code goes on for a line or more. Pooled, the code's copies made the prose's look sure; in a
-recorded multi-turn rename, six drafts of 15 tokens were rejected within two tokens, and the answer's prose ran
-slower than plain decoding. Its prior is lower than class 2's; a summary quoting its prompt learns that its
-prose copies hold.
-The adaptive controller learns acceptance for each separately, so it can speculate on the copies and decode
-plainly between them.
+code-generation prompt). And a copy just begun in a line of prose (see ``_prose``; the drafter must know the
+symbols) is not a 2 but a class of its own, :data:`PROSE`: where a chat answers in prose after copying code, its
+sentences share their first words with the earlier answers' ("In this solution, the variable…") and then go their
+own way, while a copy just begun in code goes on for a line or more. Pooled, the code's copies made the prose's
+look sure; in a recorded multi-turn rename, six drafts of 15 tokens were rejected within two tokens, and the
+answer's prose ran slower than plain decoding. Its prior is lower than class 2's; a summary quoting its prompt
+learns that its prose copies hold. The adaptive controller learns acceptance for each class separately, so it can
+speculate on the copies and decode plainly between them.
 """
 
 from __future__ import annotations
