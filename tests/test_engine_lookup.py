@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from speculens.engine.drafters.prompt_lookup import LONG_RUN, PROSE, PromptLookupDrafter
+from speculens.engine.drafters.prompt_lookup import LONG_RUN, PROSE, PROSE_RESUMED, PromptLookupDrafter
 from speculens.engine.vocab import VocabInfo
 
 WS4, WS8 = 900, 901  # whitespace-only tokens: four and eight spaces of indentation
@@ -590,3 +590,19 @@ def test_a_copy_just_begun_in_prose_is_learnt_apart_from_one_in_code() -> None:
     assert in_prose.confidence == PROSE and in_code.confidence == 2
     # Without symbols known, no line is told to be prose.
     assert drafts(PromptLookupDrafter(newlines={NL}), [1, *prose], [100, 101, comma])[2].confidence == 2
+
+
+def test_a_copy_of_prose_resumed_across_a_departure_is_learnt_apart() -> None:
+    """A follow-up that renamed a function, then explained the change: class 1 had learnt from the code that a
+    copy resumes after a renamed token, and eight 15-token drafts of the earlier answer's explanation, each
+    assuming one more substitution, were rejected at their first token."""
+    comma, dot = 40, 41
+    prose = [NL, *range(100, 112), dot, NL]  # a sentence: 12 words, one full stop
+    code = [NL, 200, 201, comma, 202, dot, 203, NL]
+    lookup = PromptLookupDrafter(newlines={NL}, symbols={NL, comma, dot})
+    # Each follows three tokens of its line, writes another in place of the fourth, and goes on with the fifth.
+    in_prose = drafts(lookup, [1, *prose, *code], [100, 101, 102, 999, 104])[4]
+    assert in_prose.tokens[:2] == (104, 105)
+    in_code = drafts(lookup, [1, *prose, *code], [200, 201, comma, 999, dot])[4]
+    assert in_code.tokens[:2] == (dot, 203)
+    assert in_prose.confidence == PROSE_RESUMED and in_code.confidence == 1

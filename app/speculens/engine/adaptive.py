@@ -85,7 +85,8 @@ class AdaptiveParams:
             prompt lookup's classes on a dozen rewrites, chats and code answers of Qwen2.5-Coder (not the
             benchmark suite): 0.22, 0.44, 0.67, 0.89, 0.96 at the first position. Its sixth class, a copy
             just begun in a line of prose, is less sure than one begun in code: 0.4 (chosen on replays of 13
-            recorded answers with two cost tables; 0.5–0.65 lost up to 3% on a chat answer).
+            recorded answers with two cost tables; 0.5–0.65 lost up to 3% on a chat answer). The seventh, a copy
+            of prose resumed across a departure, starts where the second does.
         caution_free: standard errors taken off a draft-free source's acceptance estimates before deciding
             (see :meth:`PositionRates.estimates`).
         prior_deliver: probability that the drafter delivers a position never observed.
@@ -94,7 +95,7 @@ class AdaptiveParams:
         prior_deep_free: a draft-free source pools positions from 1 on (see :class:`PositionRates`) with this
             prior, by confidence class: once a copy's first token is right, the next ones are. Measured for
             prompt lookup on 8 validation prompts (rewrites, chats, code; not the benchmark suite): 0.66,
-            0.91, 0.91, 0.95, 0.97 per token (rounded here).
+            0.91, 0.91, 0.95, 0.97 per token (rounded here); 0.9 for both prose classes.
         accept_alpha_deep: EWMA weight of a new observation of the pooled positions.
         evidence_cap: the most observations a position's own mean is worth against its prior (the mean
             itself forgets with ``accept_alpha``; this only bounds how much the prior still pulls).
@@ -133,12 +134,12 @@ class AdaptiveParams:
     accept_alpha: float = 0.05
     accept_alpha_free: float = 0.05
     prior_accept: float = 0.6
-    prior_accept_free: tuple[float, ...] = (0.2, 0.4, 0.65, 0.85, 0.95, 0.4)
+    prior_accept_free: tuple[float, ...] = (0.2, 0.4, 0.65, 0.85, 0.95, 0.4, 0.4)
     caution_free: float = 0.5
     prior_deliver: float = 0.9
     prior_weight: float = 2.0
     prior_weight_free: float = 6.0
-    prior_deep_free: tuple[float, ...] = (0.7, 0.9, 0.9, 0.95, 0.97, 0.9)
+    prior_deep_free: tuple[float, ...] = (0.7, 0.9, 0.9, 0.95, 0.97, 0.9, 0.9)
     accept_alpha_deep: float = 0.02
     evidence_cap: float = 32.0
     prior_slope: float = 0.15

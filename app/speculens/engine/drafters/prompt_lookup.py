@@ -76,8 +76,11 @@ sentences share their first words with the earlier answers' ("In this solution, 
 own way, while a copy just begun in code goes on for a line or more. Pooled, the code's copies made the prose's
 look sure; in a recorded multi-turn rename, six drafts of 15 tokens were rejected within two tokens, and the
 answer's prose ran slower than plain decoding. Its prior is lower than class 2's; a summary quoting its prompt
-learns that its prose copies hold. The adaptive controller learns acceptance for each class separately, so it can
-speculate on the copies and decode plainly between them.
+learns that its prose copies hold. For the same reason a copy of prose resumed across a departure (what is a 1
+elsewhere: a substitution assumed) is :data:`PROSE_RESUMED`: in a follow-up that renamed a function and then
+explained the change, class 1 had learnt from the code that a copy resumes after a renamed token, and eight drafts
+of 15 tokens from the earlier answer's explanation were rejected at their first token. The adaptive controller
+learns acceptance for each class separately, so it can speculate on the copies and decode plainly between them.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ SUBST_TRUST = 2  # times a substitution must have been seen before drafts go thr
 HEAD_KEPT = 2  # tokens of a line's rest the answer must keep for its replaced first word to count (see _end_line)
 LONGER_NAME = 4  # the most tokens a renamed token is learnt as (`` cnt`` -> `` item`` ``_count``: two)
 PROSE = 5  # the class of a copy just begun in a line of prose (see the module docstring)
+PROSE_RESUMED = 6  # the class of a copy of prose resumed across a departure (1 elsewhere)
 PROSE_WORDS = 8  # a line of at least this many word tokens, three for each other token, is prose
 _WS = -1  # the key every whitespace-only token shares
 
@@ -696,8 +700,8 @@ class PromptLookupDrafter:
             confidence = min(confidence, 3)  # the answer repeating itself: see the module docstring
             if 0 < self._run < LONG_RUN and all(t in self.whitespace for t in self._history[-self._run :]):
                 confidence = 0  # followed through a blank line and indentation only: see the module docstring
-        if confidence == 2 and self.symbols and self._prose(ptr):
-            confidence = PROSE  # learnt apart: see the module docstring
+        if confidence in (1, 2) and self.symbols and self._prose(ptr):
+            confidence = PROSE if confidence == 2 else PROSE_RESUMED  # learnt apart: see the module docstring
         history = self._history
         just_replaced = self._pending[0] if self._pending is not None else None  # maybe a substitution
         edited = self._edited
