@@ -81,6 +81,17 @@ def test_conversation_is_saved_and_can_be_reopened(qtbot, tiny) -> None:
     assert window.chat.conversation.messages == saved[0].messages
 
 
+def test_a_message_typed_and_not_sent_is_there_after_a_restart(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, load=False)
+    window.chat.input.setPlainText("Rename the function\nand add type hints.")
+    window.close()
+    again = make_window(qtbot, tiny, load=False)
+    assert again.chat.input.toPlainText() == "Rename the function\nand add type hints."
+    again.chat.input.clear()  # sent, or cleared: nothing comes back
+    again.close()
+    assert make_window(qtbot, tiny, load=False).chat.input.toPlainText() == ""
+
+
 def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot, tiny) -> None:
     """A tour found a conversation opened again (or the app restarted) showing "No answer yet." and empty charts
     beside its answers: the last answer's events are kept with the conversation."""

@@ -116,6 +116,9 @@ class MainWindow(QMainWindow):
             # that was open at the last close, else the latest (a tour found the latest opened instead)
             last = file_dialogs.window_state().value("conversation")
             self.chat.open_conversation(next((c for c in recent if c.id == last), recent[0]))
+        unsent = file_dialogs.window_state().value("unsent")
+        if isinstance(unsent, str) and unsent:  # a message typed and not sent is not lost by quitting (a tour's)
+            self.chat.input.setPlainText(unsent)
         self.conversation_list = ConversationList(self.conversations, self)
         self.conversation_list.show_current(self.chat.conversation)
         self._show_kept_answer(self.chat.conversation)
@@ -748,6 +751,7 @@ class MainWindow(QMainWindow):
         store.setValue("geometry", self.saveGeometry())
         store.setValue("state", self.saveState(STATE_VERSION))
         store.setValue("conversation", self.chat.conversation.id)
+        store.setValue("unsent", self.chat.input.toPlainText())
         store.sync()
 
     def _on_reset_layout_triggered(self) -> None:
