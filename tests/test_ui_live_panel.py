@@ -208,6 +208,21 @@ def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(p
     assert "flash attention as llama.cpp decides" in panel.status.text()
 
 
+def test_the_status_says_why_a_loaded_draft_model_never_drafted(panel: LivePanel) -> None:
+    """A tour read "drafted by prompt lookup" under every answer of the demo pair, and could not tell why the draft
+    model it had loaded never drafted."""
+    first, second = (replace(step, source="lookup") for step in KNOWN_STEPS[:2])
+    plain = replace(KNOWN_STEPS[2], considered="draft", expected_speedup=(1.0, 0.73, 0.64))
+    end = FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7), first, second, plain, end])
+    assert "drafted by prompt lookup; the draft model would not pay on this machine (×0.73" in panel.status.text()
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache", 7), first, second, plain, end])  # not loaded
+    assert "draft model" not in panel.status.text()
+    by_draft = replace(second, source="draft")
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7), first, by_draft, plain, end])
+    assert "would not pay" not in panel.status.text()  # it drafted
+
+
 def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS)
     final = stats(3, 7, 6, 4)

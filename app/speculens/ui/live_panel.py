@@ -16,7 +16,14 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from speculens.engine.events import FinishEvent, StartEvent, StepEvent
 from speculens.ui.charts import RunSeries
-from speculens.ui.token_view import SOURCE_NAMES, TokenLegend, TokenView, best_weighed, nothing_drafted
+from speculens.ui.token_view import (
+    SOURCE_NAMES,
+    TokenLegend,
+    TokenView,
+    best_weighed,
+    draft_model_idle,
+    nothing_drafted,
+)
 from speculens.ui.worker import Lane, Record, RecordKind
 
 if TYPE_CHECKING:
@@ -196,6 +203,7 @@ class LivePanel(QWidget):
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         if s.n_drafted:
             acceptance = f"acceptance {100 * s.acceptance:.0f}%"
+            drafted_by += draft_model_idle(start.strategy if start is not None else "", self.steps)
         else:
             best = None
             for step in self.steps:

@@ -14,7 +14,7 @@ import codecs
 import dataclasses
 import enum
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,6 +85,18 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
         f"nothing drafted: {SOURCE_NAMES.get(source, source)}'s drafts were not right often enough on this answer to "
         f"pay for checking them (×{rate:.2f} of plain decoding at best)"
     )
+
+
+def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
+    """Why the draft model drafted nothing in an answer where other sources did, in a phrase for its figures (a
+    tour read "drafted by prompt lookup" under every answer of the demo pair and could not tell why the draft model
+    it had loaded never drafted); empty when it drafted, or was not loaded."""
+    if "draft" not in strategy.split("+") or any(step.source == "draft" for step in steps):
+        return ""
+    rates = [max(st.expected_speedup[1:]) for st in steps if st.considered == "draft" and len(st.expected_speedup) > 1]
+    if not rates or max(rates) >= 1.0:
+        return ""
+    return f"; the draft model would not pay on this machine (×{max(rates):.2f} of plain decoding at best)"
 
 
 @dataclass(frozen=True)
