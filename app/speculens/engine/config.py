@@ -51,8 +51,9 @@ _LABELS = {
 class FlashAttention(StrEnum):
     """Whether the models use llama.cpp's flash attention."""
 
-    AUTO = "auto"  # measured on a CPU (the faster at each generation's depth, timed once per model and machine);
+    # measured on a CPU (the faster at each generation's depth, timed once per model, context size and machine);
     # llama.cpp's choice on a GPU
+    AUTO = "auto"
     ON = "on"
     OFF = "off"
 

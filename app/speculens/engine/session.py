@@ -196,7 +196,7 @@ class SpeculativeEngine:
             self.flash_note = "as llama.cpp decides (layers on the GPU)"
             return
         if saved is None:
-            loading.report(f"Timing {c.target.name} with flash attention on and off (once per model)")
+            loading.report(f"Timing {c.target.name} with flash attention on and off (once per model and context size)")
             saved = self.target.probe_flash_attention()
             if saved is None:
                 self.flash_note = "as llama.cpp decides (could not be measured)"

@@ -378,7 +378,7 @@ class SettingsPanel(QWidget):
         else:
             note = {
                 "auto": "Automatic: on a CPU, on or off, whichever this machine decodes faster at each answer's "
-                "context (timed once per model); on a GPU, llama.cpp's choice.",
+                "context (timed once per model and context size); on a GPU, llama.cpp's choice.",
                 "on": "On for both models.",
                 "off": "Off for both models: on a small CPU often faster at long contexts.",
             }.get(str(self.flash_attn.currentData()), "")
