@@ -76,10 +76,8 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
     if rate >= 1.0:
         return "nothing drafted: the adaptive controller held speculation back (see Teach)"
     if source == "draft":  # it costs time to draft: it may lose even when it is often right
-        return (
-            f"nothing drafted: the draft model would not pay on this machine (×{rate:.2f} of plain decoding at "
-            "best: drafting and checking cost more than its right tokens save)"
-        )
+        why = ": drafting and checking cost more than its right tokens save"
+        return f"nothing drafted: {_draft_would_not_pay(rate, why)}"
     # A free source loses only by drafting wrong tokens, whose checking costs more than the right ones save.
     return (
         f"nothing drafted: {SOURCE_NAMES.get(source, source)}'s drafts were not right often enough on this answer to "
@@ -93,10 +91,16 @@ def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
     it had loaded never drafted); empty when it drafted, or was not loaded."""
     if "draft" not in strategy.split("+") or any(step.source == "draft" for step in steps):
         return ""
-    rates = [max(st.expected_speedup[1:]) for st in steps if st.considered == "draft" and len(st.expected_speedup) > 1]
-    if not rates or max(rates) >= 1.0:
-        return ""
-    return f"; the draft model would not pay on this machine (×{max(rates):.2f} of plain decoding at best)"
+    best = None
+    for step in steps:
+        if step.considered == "draft":
+            best = best_weighed(step, best)
+    return "" if best is None or best[0] >= 1.0 else f"; {_draft_would_not_pay(best[0])}"
+
+
+def _draft_would_not_pay(rate: float, why: str = "") -> str:
+    """The one wording of a draft model that loses to plain decoding, with ``why`` inside its brackets."""
+    return f"the draft model would not pay on this machine (×{rate:.2f} of plain decoding at best{why})"
 
 
 @dataclass(frozen=True)
