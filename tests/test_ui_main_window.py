@@ -402,8 +402,19 @@ def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny
     send(qtbot, window, "second")
     assert len(factory.engines) == 2
     window.store.update(n_ctx=4096)
-    assert "reload needed" in window.pair_label.text() and "context size" in window.settings_panel.reload_note.text()
-    send(qtbot, window, "third")
+    note = window.settings_panel.reload_note.text()
+    assert "reload needed" in window.pair_label.text() and "context size" in note
+    assert "your next message reloads them first" in note  # said before Send, not found out after it
+    said: list[str] = []
+    window.statusBar().messageChanged.connect(said.append)
+    window.chat.input.setPlainText("third")
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+        # The answer waits behind a reload and a second reading of the conversation: said while it waits.
+        assert window.chat.figures.text() == (
+            "Reloading the models for the new context size, then reading the conversation again…"
+        )
+    assert "Reloading the models to apply the changed context size… (Esc cancels)" in said
     assert len(factory.engines) == 3 and factory.last.config.n_ctx == 4096
     assert [m["role"] for m in window.chat.conversation.messages] == ["user", "assistant"] * 3
 

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ SPECS: dict[str, FieldSpec] = {
     "flash_attn": FieldSpec(
         "Flash attention",
         "llama.cpp's flash attention for both models. Automatic: on a CPU, whichever of on and off this machine "
-        "runs faster at the context each answer decodes at, timed once per model at load (on a small CPU, off can "
+        "runs faster at the context each answer decodes at, timed once per model and context size (on a small CPU, off can "
         "decode long contexts 20% faster, and on is as fast or faster at short ones); "
         "on a GPU, llama.cpp's choice. Bit-exact verification always has it on",
         reload=True,
@@ -132,6 +133,11 @@ SPECS: dict[str, FieldSpec] = {
 }
 
 RELOAD_FIELDS = frozenset(name for name, spec in SPECS.items() if spec.reload)
+
+
+def field_labels(names: Iterable[str]) -> str:
+    """Settings named as the Settings panel labels them, in lower case, for a sentence ("context size, threads")."""
+    return ", ".join(SPECS[name].label.lower() if name in SPECS else name for name in sorted(names))
 
 
 @dataclass

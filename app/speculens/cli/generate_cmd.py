@@ -90,7 +90,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         choices=[f.value for f in FlashAttention],
         default=FlashAttention.AUTO.value,
         help="flash attention (default: auto: on a CPU, whichever of on and off this machine runs faster at the "
-        "context the prompt decodes at, timed once per model; on a GPU, llama.cpp's choice)",
+        "context the prompt decodes at, timed once per model and context size; on a GPU, llama.cpp's choice)",
     )
 
 

@@ -247,6 +247,7 @@ class ChatPane(QWidget):
         self.settings = settings
         self.store = store
         self._models_ready = False  # see set_models_state
+        self._reloading = ""
         # Until the first token, the line under the answer counts the seconds spent reading the prompt: a long one
         # takes a while on a CPU (a 1,064-token paste took 18 s in a tour), and a line that never changes looks hung.
         self._reading_since = 0.0
@@ -506,6 +507,7 @@ class ChatPane(QWidget):
         self._render(streaming=True)
         config = generation_config(self.settings.settings)
         turn.request_id = self.router.chat(self._history(), config, [turn, *self.observers])
+        self._show_reading()  # again: sending may have started a reload the answer waits for
         self._update_buttons()
 
     def _turn_started(self, turn: _Turn) -> None:
@@ -532,7 +534,12 @@ class ChatPane(QWidget):
             self._reading_timer.stop()
             return
         waited = int(time.monotonic() - self._reading_since)
-        what = "Reading the prompt" if self._models_ready else "Waiting for the models to load"
+        if self._models_ready:
+            what = "Reading the prompt"
+        elif self._reloading:
+            what = f"Reloading the models for the new {self._reloading}, then reading the conversation again"
+        else:
+            what = "Waiting for the models to load"
         self.figures.setText(f"{what}… {waited} s" if waited >= 2 else f"{what}…")
 
     def _stream(self, turn: _Turn, chunk: str) -> None:
@@ -710,10 +717,12 @@ class ChatPane(QWidget):
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
 
-    def set_models_state(self, loaded: bool, chosen: bool, loading: bool = False) -> None:
+    def set_models_state(self, loaded: bool, chosen: bool, loading: bool = False, reloading: str = "") -> None:
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
-        first message if it is not loaded yet)."""
+        first message if it is not loaded yet). ``reloading``: the changed settings a reload before the answer
+        applies (the answer waits for it, and then reads the whole conversation again)."""
         self._models_ready = loaded
+        self._reloading = reloading if loading else ""
         if loading:  # a reload (new context size, new models) makes the last refusal's advice stale (a tour's)
             self._hide_error()
         if loaded:

@@ -437,7 +437,9 @@ class MainWindow(QMainWindow):
         elif models.loaded and self.store.reload_needed():
             tip += "\nSettings changed since the models loaded: Reload (Ctrl+L) applies them."
         self.pair_label.setToolTip(tip)
-        self.chat.set_models_state(bool(models.loaded) and not models.loading, bool(s.target_path), models.loading)
+        self.chat.set_models_state(
+            bool(models.loaded) and not models.loading, bool(s.target_path), models.loading, models.reload_reason
+        )
         self.load_action.setText("Reload" if models.loaded else "Load")
         self.load_action.setEnabled(not models.loading)
         self.unload_action.setEnabled(models.loaded is not None and not models.loading)

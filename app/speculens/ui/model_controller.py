@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 from speculens.models.compat import PairReport, check_pair
 from speculens.models.hub import HubClient
 from speculens.models.library import Library
-from speculens.settings import Settings
+from speculens.settings import Settings, field_labels
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import DemoRequest, EngineWorker, LoadRequest, LoadResult, ProbeRequest, UnloadRequest
@@ -103,6 +103,7 @@ class ModelController(QObject):
         self.gpu_backend: str | None = None
         self.progress: tuple[str, int, int] | None = None
         self.preparing_demo = False
+        self.reload_reason = ""  # the changed settings the load under way applies before an answer (see load)
         self._load_t0 = 0.0
         worker.load_started.connect(self._on_worker_load_started)
         worker.models_loaded.connect(self._on_worker_models_loaded)
@@ -122,16 +123,18 @@ class ModelController(QObject):
         """Ask which GPU backend the llama.cpp build has (answered in the background)."""
         self.worker.submit(ProbeRequest())
 
-    def load(self) -> bool:
-        """Load the chosen models; returns ``False`` (and says so) when no target is chosen."""
+    def load(self, reason: str = "") -> bool:
+        """Load the chosen models; returns ``False`` (and says so) when no target is chosen. ``reason``: the
+        changed settings a reload before an answer applies (see :meth:`ensure_loaded`), said while it loads."""
         settings = self.store.settings
         if not settings.target_path:
             self.message.emit("Choose a target model first (Models ▸ Models…, Ctrl+M).")
             return False
-        self._start_load(LoadRequest(settings))
+        self._start_load(LoadRequest(settings), reason)
         return True
 
-    def _start_load(self, request: LoadRequest | DemoRequest) -> None:
+    def _start_load(self, request: LoadRequest | DemoRequest, reason: str = "") -> None:
+        self.reload_reason = reason
         self.replacing.emit()
         self.worker.submit(request)
         self.loading = True  # from now: a request submitted after this one waits for it
@@ -145,13 +148,17 @@ class ModelController(QObject):
         that is loaded but no longer used is not worth a reload."""
         if self.loading:
             return
-        if self.loaded is None or self.stale():
+        if self.loaded is None:
             self.load()
+        elif changed := self.stale():
+            # Said, or the answer waited half a minute behind a reload nobody announced (a tour's, after it
+            # changed the context size): the models load again and the whole conversation is read again.
+            self.load(field_labels(changed))
 
-    def stale(self) -> bool:
-        """Whether the loaded models differ from the settings in a way the next answer would notice."""
+    def stale(self) -> set[str]:
+        """The settings changed since the models loaded that the next answer would notice (none: not stale)."""
         loaded = self.store.loaded
-        return loaded is not None and bool(self.store.settings.needs_reload_to_answer(loaded))
+        return self.store.settings.needs_reload_to_answer(loaded) if loaded is not None else set()
 
     def cancel_loading(self) -> None:
         """Stop loading (the chosen pair or the demo pair); nothing is loaded afterwards."""
@@ -226,7 +233,10 @@ class ModelController(QObject):
         self.loading = True
         self.progress = None
         self._load_t0 = time.monotonic()
-        self.message.emit("Loading models… (Esc cancels)")
+        if self.reload_reason:
+            self.message.emit(f"Reloading the models to apply the changed {self.reload_reason}… (Esc cancels)")
+        else:
+            self.message.emit("Loading models… (Esc cancels)")
         self.changed.emit()
 
     def _on_worker_models_loaded(self, result: LoadResult) -> None:

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from speculens import paths
 from speculens.engine.config import FlashAttention, Strategy
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
-from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings
+from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings, field_labels
 from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.screen import scrolled
 from speculens.ui.settings_store import SettingsStore
@@ -450,14 +450,16 @@ class SettingsPanel(QWidget):
         self._on_widget_changed()
 
     def _update_reload_note(self) -> None:
-        fields = sorted(self.store.reload_needed())
+        fields = self.store.reload_needed()
         if fields and self.store.reload_frees_draft_only():
             self.reload_note.setText(
                 "The draft model stays loaded, but this strategy does not use it: answers go on without a reload. "
                 "Reload the models to free its memory."
             )
         elif fields:
-            names = ", ".join(SPECS[f].label.lower() if f in SPECS else f for f in fields)
-            self.reload_note.setText(f"Changed since the models were loaded: {names}. Reload the models to apply.")
+            self.reload_note.setText(
+                f"Changed since the models were loaded: {field_labels(fields)}. Reload the models to apply "
+                "(Ctrl+L); else your next message reloads them first, and the conversation is read again."
+            )
         self.reload_note.setVisible(bool(fields))
         self.reload_button.setVisible(bool(fields))
