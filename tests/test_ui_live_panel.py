@@ -629,6 +629,29 @@ def test_teach_curve_ticks_do_not_pile_up_when_a_step_offers_fewer_tokens_than_b
     assert (hi - lo) / major <= 10, (lo, hi, major)
 
 
+def test_after_an_answer_teach_explains_its_last_step_that_drafted(qtbot) -> None:
+    """From the tour of 2026-11-29: an answer ran fast on prompt lookup, and Teach then showed its final step, a
+    plain one whose curve (the draft model's estimate) read all below ×1, beside an answer that had sped up."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    drafted = replace(KNOWN_STEPS[1], source="lookup", considered="lookup", expected_speedup=(1.0, 1.4, 1.7))
+    plain = [replace(declined_step(n, (1.0, 0.8, 0.7)), considered="draft") for n in (3, 4)]
+    finish = FinishEvent(FinishReason.EOG, "x", (1,), stats(4, 8, 6, 4))
+    feed(teach, [KNOWN_STEPS[0], drafted, *plain, finish], queued=True)  # type: ignore[arg-type]
+    text = teach.explanation.toPlainText()
+    assert "Step 2" in text and "its last step that drafted (2 plain steps followed it, to step 4)" in text
+    assert "at step 2" in teach.curve_label.text() and "×1.70" in teach.curve_label.text()
+    # An answer whose last step drafted: that step, without the lead.
+    feed(teach, [KNOWN_STEPS[0], drafted, finish], queued=True)  # type: ignore[arg-type]
+    text = teach.explanation.toPlainText()
+    assert "Step 2" in text and "last step that drafted" not in text
+    # An answer that never drafted: its last step, whose curve says why.
+    feed(teach, [*plain, finish], queued=True)  # type: ignore[arg-type]
+    assert "Step 4" in teach.explanation.toPlainText() and "at step 4" in teach.curve_label.text()
+
+
 def test_teach_text_can_grow_without_the_curve_vanishing(qtbot) -> None:
     """From the tour of 2026-11-28: the step text showed three lines, and dragging the splitter down to read the rest
     collapsed the curve out of sight."""

@@ -118,8 +118,8 @@ SPECS: dict[str, FieldSpec] = {
     "flash_attn": FieldSpec(
         "Flash attention",
         "llama.cpp's flash attention for both models. Automatic: on a CPU, whichever of on and off this machine "
-        "runs faster at the context each answer decodes at, timed once per model and context size (on a small CPU, off can "
-        "decode long contexts 20% faster, and on is as fast or faster at short ones); "
+        "runs faster at the context each answer decodes at, timed once per model and context size (on a small CPU, "
+        "off can decode long contexts 20% faster, and on is as fast or faster at short ones); "
         "on a GPU, llama.cpp's choice. Bit-exact verification always has it on",
         reload=True,
     ),

@@ -201,6 +201,7 @@ class TeachPanel(QWidget):
         # the answer's end (whose estimate stops at k = 1) does not shrink it.
         self._k_seen = 0
         self.last_step: StepEvent | None = None
+        self._last_drafted: StepEvent | None = None  # this answer's last step that verified a draft
         self._strategy: str | None = None  # the running generation's sources, from its start event
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
         self.step_mode.setAccessibleName("Step mode")
@@ -272,7 +273,7 @@ class TeachPanel(QWidget):
 
     def clear(self) -> None:
         """Forget the last answer's step (another conversation is shown)."""
-        self.last_step = None
+        self.last_step = self._last_drafted = None
         self._k_seen = 0
         self.explanation.setHtml(self._intro)
         self.update_curve()
@@ -293,7 +294,7 @@ class TeachPanel(QWidget):
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
-                self.last_step = None
+                self.last_step = self._last_drafted = None
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy = event.strategy
@@ -304,13 +305,32 @@ class TeachPanel(QWidget):
                     )
             elif record.kind is RecordKind.STEP and isinstance(event, StepEvent):
                 self.last_step = event
+                if event.drafted:
+                    self._last_drafted = event
             elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
                 self.show_step(event)
             elif record.final or record.kind is RecordKind.FINISHED:
                 self.set_running(False)
-                if self.last_step is not None:  # the explanation and the curve's caption speak of the same step
-                    self.explanation.setHtml(explain_step(self.last_step, self._strategy))
+                self._explain_answer()
         self.update_curve()
+
+    def _explain_answer(self) -> None:
+        """An answer ended: explain its last step that drafted, when steps without a draft followed it. The last
+        step alone read as a contradiction: a tour saw an answer run fast on prompt lookup, then a curve all
+        below ×1, the estimate for the draft model at a final step where lookup had nothing to offer."""
+        step, drafted = self.last_step, self._last_drafted
+        if step is None:
+            return
+        lead = ""
+        if drafted is not None and drafted is not step:
+            after = step.step - drafted.step
+            lead = (
+                f"<p><i>The answer has ended. Explained here: step {drafted.step}, its last step that drafted "
+                f"({after} plain step{'s' if after != 1 else ''} followed it, to step {step.step}).</i></p>"
+            )
+            self.last_step = step = drafted
+        # The explanation and the curve's caption speak of the same step.
+        self.explanation.setHtml(lead + explain_step(step, self._strategy))
 
     def show_step(self, event: StepEvent) -> None:
         """Explain a step (called when the worker pauses on it)."""
