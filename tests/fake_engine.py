@@ -49,6 +49,7 @@ class Script:
         prompt_s: how long the prompt takes before the first step (cancel is looked at only afterwards, as
             the real engine does).
         threads: each step's thread count, by step (cycled; empty: 2 for every step).
+        thread_trials: whether each step was a trial of its thread count, by step (cycled; empty: none).
         load_s: how long building the engine takes, reporting its progress and looking at a cancel as the real
             engine does (see :mod:`speculens.engine.loading`).
     """
@@ -63,6 +64,7 @@ class Script:
     fail_after: int | None = None
     prompt_s: float = 0.0
     threads: Sequence[int] = ()
+    thread_trials: Sequence[bool] = ()
     load_s: float = 0.0
 
 
@@ -110,6 +112,7 @@ class FakeEngine:
         text = ""
         tokens: list[int] = []
         reason = FinishReason.EOG
+        trials = self.script.thread_trials
         for i, piece in enumerate(self.script.answer[: config.max_tokens]):
             if cancel is not None and cancel.is_set():
                 reason = FinishReason.CANCELLED
@@ -158,6 +161,7 @@ class FakeEngine:
                 expected_speedup=self.script.expected_speedup,
                 considered="draft" if self.script.expected_speedup else None,
                 threads=self.script.threads[i % len(self.script.threads)] if self.script.threads else 2,
+                thread_trial=bool(trials) and trials[i % len(trials)],
             )
         else:
             if len(self.script.answer) > config.max_tokens:

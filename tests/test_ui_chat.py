@@ -541,6 +541,12 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
     factory.last.script.threads = ()
     send(qtbot, window, "quiet machine")
     assert "thread" not in window.chat.figures.text()
+    # A trial of one thread that lost (the count stayed at two) is not a busy machine (a tour's false note).
+    window.chat.new_chat()
+    factory.last.script.threads = (2, 1, 1, 1, 2, 2)
+    factory.last.script.thread_trials = (False, True, True, True, False, False)
+    send(qtbot, window, "a trial")
+    assert "thread" not in window.chat.figures.text()
 
 
 def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, tiny) -> None:

@@ -190,6 +190,8 @@ class StepEvent:
         considered: the source ``expected_speedup`` is about.
         threads: the CPU threads the target decoded with this step (fewer than the automatic count while
             another program keeps a core busy, see :mod:`speculens.engine.threads`; 0: not known).
+        thread_trial: this plain step tried :attr:`threads` to find out whether fewer (or more) decode faster;
+            the count the engine settled on is another, unless the trial won.
     """
 
     step: int
@@ -207,6 +209,7 @@ class StepEvent:
     expected_speedup: tuple[float, ...] = ()
     considered: str | None = None
     threads: int = 0
+    thread_trial: bool = False
 
     @property
     def n_accepted(self) -> int:

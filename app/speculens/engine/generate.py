@@ -275,8 +275,11 @@ class _Loop:
 
             # A trial of another thread count is timed on one-token steps only: a copy's batches keep the count
             # the governor has settled on, or a trial could last a whole copy.
+            thread_trial = False
             if self.threads is not None:
-                target.set_threads(self.threads.count if draft.tokens else self.threads.threads())
+                n_threads = self.threads.count if draft.tokens else self.threads.threads()
+                thread_trial = n_threads != self.threads.count
+                target.set_threads(n_threads)
 
             # 2. Verify all drafted positions in one target pass (after the prompt, its last token's row is
             # already known: only the drafts are evaluated).
@@ -377,6 +380,7 @@ class _Loop:
                 expected_speedup=plan.expected_speedup if plan is not None else (),
                 considered=plan.considered if plan is not None else None,
                 threads=target.n_threads,
+                thread_trial=thread_trial,
             )
 
         for drafter in self.free:

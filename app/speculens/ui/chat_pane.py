@@ -171,7 +171,8 @@ class _Turn:
         self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
         self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
-        self.threads: Counter[int] = Counter()  # steps by the target's thread count (see engine.threads)
+        self.threads: Counter[int] = Counter()  # steps by the target's settled thread count (see engine.threads)
+        self.steps = 0
         self.strategy = ""
         self.best: tuple[float, str] | None = None  # the best draft the adaptive controller weighed (best_weighed)
         self.paused = False  # step mode holds it after a step
@@ -191,7 +192,9 @@ class _Turn:
                     self.paused = False
                     self.pane._turn_started(self)
                 chunk += record.event.text
-                self.threads[record.event.threads] += 1
+                self.steps += 1
+                if not record.event.thread_trial:  # a trial of fewer threads that lost says nothing was busy
+                    self.threads[record.event.threads] += 1
                 self.best = best_weighed(record.event, self.best)
             elif record.kind is RecordKind.PAUSED and isinstance(record.event, StepEvent):
                 self.paused = True
@@ -613,7 +616,7 @@ class ChatPane(QWidget):
                 fewest = min(turn.threads)
                 threads = (
                     f" · {fewest} thread{'s' if fewest != 1 else ''} for {turn.threads[fewest]} of "
-                    f"{turn.threads.total()} steps (another program was busy)"
+                    f"{turn.steps} steps (another program was busy)"
                 )
             rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
             self.figures.setText(f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}")
