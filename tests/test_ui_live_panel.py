@@ -208,6 +208,17 @@ def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(p
     assert "flash attention as llama.cpp decides" in panel.status.text()
 
 
+def test_the_status_counts_the_pass_that_ended_the_answer(panel: LivePanel) -> None:
+    """A tour read "101 tokens in 102 target passes" under a plain answer and could not tell where a pass went: the
+    last one produced the end of the answer, which is not a token of it."""
+    plain = [StepEvent(n, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 2.0, 0.1, stats(n, n, 0, 0)) for n in (1, 2)]
+    ended = replace(stats(3, 2, 0, 0), n_ended=1)
+    feed(panel, [*plain, FinishEvent(FinishReason.EOG, "ZtZt", (1, 2), ended)], queued=True)
+    assert "2 tokens and the end of the answer in 3 target passes," in panel.status.text()
+    feed(panel, [*plain, FinishEvent(FinishReason.MAX_TOKENS, "ZtZt", (1, 2), stats(2, 2, 0, 0))], queued=True)
+    assert "2 tokens in 2 target passes," in panel.status.text()
+
+
 def test_the_status_says_why_a_loaded_draft_model_never_drafted(panel: LivePanel) -> None:
     """A tour read "drafted by prompt lookup" under every answer of the demo pair, and could not tell why the draft
     model it had loaded never drafted."""

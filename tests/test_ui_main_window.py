@@ -162,7 +162,8 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     assert f"Target {tiny.target.name}" in html and "strategy " in html and "temperature 0.7" in html  # a tour's
     assert "line-through" in html or finish.stats.n_accepted == finish.stats.n_drafted
     s = finish.stats  # the answer's figures, as the app showed them (a tour found none in the export)
-    assert f"{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} tokens/s" in html
+    ended = " and the end of the answer" if s.n_ended else ""
+    assert f"{s.n_generated} tokens{ended} in {s.n_steps} target passes · {s.tokens_per_second:.1f} tokens/s" in html
     # The whole conversation, the user's message with it (a user tour found the answer's tokens alone).
     assert "<h4>You</h4>" in html and "the model" in html and "<h4>Assistant</h4>" in html
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))

@@ -133,6 +133,14 @@ class RunningStats:
         end-of-generation token included."""
         return (self.n_generated + self.n_ended) / self.n_steps if self.n_steps else 0.0
 
+    @property
+    def passes_text(self) -> str:
+        """The tokens and the target passes they took, in words: "101 tokens and the end of the answer in 102 target
+        passes" (a tour read "101 tokens in 102 target passes" as one pass wasted: the last produced the end)."""
+        tokens = f"{self.n_generated} token{'s' if self.n_generated != 1 else ''}"
+        ended = " and the end of the answer" if self.n_ended else ""
+        return f"{tokens}{ended} in {self.n_steps} target pass{'es' if self.n_steps != 1 else ''}"
+
 
 @dataclass(frozen=True)
 class StartEvent:

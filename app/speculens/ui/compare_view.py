@@ -188,7 +188,7 @@ class CompareView(QWidget):
                 s = event.stats
                 stopped = " · stopped" if event.reason is FinishReason.CANCELLED else ""
                 self.figures[record.lane].setText(
-                    f"{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} tokens/s{stopped}"
+                    f"{s.passes_text} · {s.tokens_per_second:.1f} tokens/s{stopped}"
                 )
                 if record.lane is Lane.PLAIN:
                     self.verdict.setText("Plain decoding done; now speculation…")

@@ -46,7 +46,12 @@ class StatsStrip(QWidget):
             "Mean tokens gained per target pass (accepted drafts + the target's token)",
         ),
         ("counts", "accepted/drafted", "Accepted and drafted token counts"),
-        ("times", "draft | verify", "Time spent drafting and in the target's verification passes"),
+        (
+            "times",
+            "draft | verify",
+            "Time spent on drafts (drafting, and looking for one: prompt lookup's search, the draft model reading "
+            "the prompt, so not zero when nothing was drafted) and in the target's passes",
+        ),
         ("tokens", "tokens", "Tokens in the answer"),
     )
 
@@ -210,9 +215,5 @@ class LivePanel(QWidget):
                 best = best_weighed(step, best)
             acceptance = nothing_drafted(start.strategy if start is not None else "", best)
         flash = f", flash attention {start.flash_text}" if start is not None else ""
-        tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
-        passes = f"{s.n_steps} target pass{'es' if s.n_steps != 1 else ''}"
         rate = f"{s.tokens_per_second:.1f} tokens/s, " if s.n_generated > 1 else ""
-        self.status.setText(
-            f"Finished ({event.reason.words}): {tokens} in {passes}, {rate}{acceptance}{drafted_by}{flash}."
-        )
+        self.status.setText(f"Finished ({event.reason.words}): {s.passes_text}, {rate}{acceptance}{drafted_by}{flash}.")

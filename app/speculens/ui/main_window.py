@@ -557,7 +557,7 @@ class MainWindow(QMainWindow):
         s = finish.stats
         drafts = f"{s.n_accepted} of {s.n_drafted} drafted tokens accepted" if s.n_drafted else "nothing drafted"
         return (
-            f"<p style='color:gray'>{s.n_generated} tokens in {s.n_steps} target passes · {s.tokens_per_second:.1f} "
+            f"<p style='color:gray'>{s.passes_text} · {s.tokens_per_second:.1f} "
             f"tokens/s · {drafts} · {html.escape(finish.reason.words)}</p>\n"
         )
 
