@@ -240,6 +240,7 @@ def test_offline_mode_makes_no_request(fake_hub: HubFixture, monkeypatch: pytest
     with pytest.raises(HubError) as err:
         client(offline=True).search("tiny")
     assert err.value.kind is HubErrorKind.OFFLINE
+    assert str(err.value).startswith("Searching the hub for 'tiny': offline mode is on")  # a sentence, capitalised
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubError) as err:
         client().download("speculens-test/Tiny-Llama-GGUF", "tiny-target-Q8_0.gguf")

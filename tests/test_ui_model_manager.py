@@ -127,8 +127,11 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     manager.repo_list.setCurrentRow(0)
     qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
     assert manager.file_table.item(0, 0).text() == "tiny-target-F32.gguf"
+    # Nothing selected, nothing to download: the button waits (clicked, it replaced the hub's last error).
+    assert not manager.download_button.isEnabled()
     manager.file_table.selectRow(0)
-    manager._on_download_clicked()
+    assert manager.download_button.isEnabled()
+    manager.download_button.click()
     download = manager.downloads[-1]
     qtbot.waitUntil(lambda: download.state == "done", timeout=20_000)
     assert manager.tabs.currentIndex() == 3
@@ -206,7 +209,7 @@ def test_a_registered_file_found_damaged_is_listed_so_and_cannot_be_picked(
     manager.refresh_library()
     qtbot.waitUntil(lambda: any(e.path == cut and e.status.value == "damaged" for e in manager.entries), timeout=10_000)
     row = next(i for i, e in enumerate(manager.entries) if e.path == cut)
-    assert manager.library_table.item(row, 7).text() == "damaged"
+    assert manager.library_table.item(row, 7).text() == "Damaged"
     assert "truncated" in manager.library_table.item(row, 0).toolTip()
     assert "damaged" in manager.message.text()
     choices = [manager.draft_combo.itemData(i) for i in range(manager.draft_combo.count())]

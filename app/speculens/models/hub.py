@@ -71,7 +71,7 @@ class HubError(OperationError):
     """
 
     def __init__(self, kind: HubErrorKind, message: str) -> None:
-        super().__init__(message)
+        super().__init__(message[:1].upper() + message[1:])  # "Searching the hub for …: cannot reach …"
         self.kind = kind
 
 

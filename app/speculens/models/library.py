@@ -61,6 +61,17 @@ class EntryStatus(StrEnum):
     DAMAGED = "damaged"  # the file is there but cannot be loaded (truncated, not GGUF, ...)
     NOT_ASSEMBLED = "not-assembled"  # an installed demo model that has not been built yet
 
+    @property
+    def words(self) -> str:
+        """The status as the library window shows it (a tour read the raw "not-assembled")."""
+        return {
+            EntryStatus.OK: "OK",
+            EntryStatus.MISSING: "File missing",
+            EntryStatus.CHANGED: "File changed",
+            EntryStatus.DAMAGED: "Damaged",
+            EntryStatus.NOT_ASSEMBLED: "Built on first use",
+        }[self]
+
 
 @dataclass(frozen=True)
 class ModelSource:

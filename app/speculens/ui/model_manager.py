@@ -252,7 +252,7 @@ class ModelManagerWindow(QMainWindow):
                 e.quantization or "–",
                 f"{e.context_length:,}" if e.context_length else "–",
                 e.source.describe(),
-                e.status.value,
+                e.status.words,
             ]
             tip = f"{e.name}\n{e.path}" + (f"\n\n{e.problem}" if e.problem else "")
             for col, text in enumerate(cells):
@@ -575,6 +575,13 @@ class ModelManagerWindow(QMainWindow):
         download = QPushButton("Download", page)
         download.setAccessibleName("Download the selected file")
         download.clicked.connect(self._on_download_clicked)
+        # Enabled once a file is selected: clicked with none, it used to replace the hub's last error with
+        # "Select a file to download." (a tour lost the reason a search had failed that way).
+        download.setEnabled(False)
+        self.file_table.itemSelectionChanged.connect(
+            lambda: download.setEnabled(bool(self.file_table.selectedIndexes()))
+        )
+        self.download_button = download
         right = QWidget(page)
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
