@@ -378,6 +378,13 @@ def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbo
     assert "Leaves fall\nslowly down" in text or "Leaves fall\u2028slowly down" in text  # not "Leaves fall slowly"
     assert "Leaves fall slowly down" not in text
     assert "x = 1" in text and "y = 2" in text and "```" not in text
+    # The code lines on a shaded ground, the prose not (a tour found code set apart by its font alone).
+    shaded = {}
+    block = window.chat.transcript.document().begin()
+    while block.isValid():
+        shaded[block.text().strip()] = block.blockFormat().background().style() != Qt.BrushStyle.NoBrush
+        block = block.next()
+    assert shaded["x = 1"] and shaded["y = 2"] and not shaded["the end"], shaded
 
 
 # ---- found in review: switching, deleting, stopping early, failing midway ---------------------------------
@@ -565,7 +572,7 @@ def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, ti
 def test_the_status_bar_says_an_answer_is_running_not_that_the_last_one_finished(qtbot, tiny) -> None:
     window = fake_window(qtbot, tiny, FakeFactory(Script(step_s=0.02)))
     send(qtbot, window, "one")
-    assert "finished" in window.statusBar().currentMessage()
+    assert window.statusBar().currentMessage() == "Answer finished."  # not "… (the answer ended)", a tour's
     window.chat.input.setPlainText("two")
     with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
         window.chat.send()

@@ -663,6 +663,32 @@ def test_after_an_answer_teach_explains_its_last_step_that_drafted(qtbot) -> Non
     assert "Step 4" in teach.explanation.toPlainText() and "at step 4" in teach.curve_label.text()
 
 
+def test_the_mouse_wheel_over_the_teach_curve_does_not_zoom_it(qtbot) -> None:
+    """From the tour of 2026-11-29: scrolling over the curve zoomed it out of sight."""
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    teach.resize(500, 600)
+    teach.show()
+    teach.last_step = replace(KNOWN_STEPS[0], expected_speedup=(1.0, 1.3, 1.5, 1.4))
+    teach.update_curve()
+    view = teach.curve_plot.getViewBox()
+    before = view.viewRange()
+    viewport = teach.curve_plot.viewport()
+    centre = QPointF(viewport.rect().center())
+    for _ in range(5):
+        wheel = QWheelEvent(centre, QPointF(viewport.mapToGlobal(QPoint(int(centre.x()), int(centre.y())))), QPoint(),
+                            QPoint(0, 240), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                            Qt.ScrollPhase.NoScrollPhase, False)  # fmt: skip
+        QApplication.sendEvent(viewport, wheel)
+    assert view.viewRange() == before
+
+
 def test_teach_text_can_grow_without_the_curve_vanishing(qtbot) -> None:
     """From the tour of 2026-11-28: the step text showed three lines, and dragging the splitter down to read the rest
     collapsed the curve out of sight."""

@@ -107,6 +107,17 @@ def markdown_html(text: str) -> str:
     """One message's Markdown as an HTML fragment (its own document, so nothing leaks out of it)."""
     doc = QTextDocument()
     doc.setMarkdown(hard_line_breaks(close_fences(text)))
+    # Code blocks on a shaded ground, as every chat shows them (a tour found them set apart by their font alone):
+    # the palette's alternate base, so a dark theme gets a dark shade.
+    shade = QGuiApplication.palette().alternateBase()
+    block = doc.begin()
+    while block.isValid():
+        if block.blockFormat().nonBreakableLines():  # what Qt's Markdown reader makes of a code block's lines
+            cursor = QTextCursor(block)
+            fmt = block.blockFormat()
+            fmt.setBackground(shade)
+            cursor.setBlockFormat(fmt)
+        block = block.next()
     full = doc.toHtml()
     start, end = full.find("<body"), full.rfind("</body>")
     body = full[full.find(">", start) + 1 : end] if start >= 0 and end > start else full
@@ -632,8 +643,10 @@ class ChatPane(QWidget):
                 "The answer was cut off: the context is full. Raise the context size (Settings, then Reload) or "
                 "start a new chat."
             )
-        else:
+        elif finish.reason is FinishReason.STOP:
             self.status_changed.emit(f"Answer finished ({finish.reason.words}).")
+        else:  # not "Answer finished (the answer ended)", as a tour read it
+            self.status_changed.emit("Answer finished.")
 
     def _withdraw_turn(self, turn: _Turn) -> None:
         """Take a turn that produced nothing back out: the conversation is as it was, the message back in the

@@ -242,6 +242,10 @@ class TeachPanel(QWidget):
         self.curve_plot.setLabel("left", "speedup ×")
         self.curve_plot.showGrid(x=True, y=True, alpha=0.25)
         self.curve_plot.setMenuEnabled(False)
+        # The axes follow the steps shown (update_curve): a tour's mouse wheel, scrolling past, zoomed the curve
+        # out of sight, with no way back but the small auto-range button.
+        self.curve_plot.setMouseEnabled(x=False, y=False)
+        self.curve_plot.hideButtons()
         self.curve_plot.getViewBox().setLimits(xMin=0, yMin=0)
         self.curve = self.curve_plot.plot(pen=pg.mkPen("#3884ff", width=2))
         self.marker = self.curve_plot.plot(pen=None, symbol="o", symbolSize=11, symbolBrush="#eb8c00")
@@ -262,7 +266,8 @@ class TeachPanel(QWidget):
         splitter.setChildrenCollapsible(False)
         splitter.addWidget(self.explanation)
         splitter.addWidget(lower)
-        splitter.setStretchFactor(0, 1)
+        # The explanation is what a learner reads step by step: it gets the larger share (a tour found it small).
+        splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
         self.splitter = splitter
         layout = QVBoxLayout(self)
