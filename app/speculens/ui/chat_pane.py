@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import (
+    QColor,
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
@@ -108,8 +109,11 @@ def markdown_html(text: str) -> str:
     doc = QTextDocument()
     doc.setMarkdown(hard_line_breaks(close_fences(text)))
     # Code blocks on a shaded ground, as every chat shows them (a tour found them set apart by their font alone):
-    # the palette's alternate base, so a dark theme gets a dark shade.
-    shade = QGuiApplication.palette().alternateBase()
+    # the text's colour lightly over the base, so a dark theme gets a dark shade (the alternate base was too faint
+    # to see under Xvfb).
+    palette = QGuiApplication.palette()
+    base, ink = palette.base().color(), palette.text().color()
+    shade = QColor(*(round(0.92 * b + 0.08 * t) for b, t in zip(base.getRgb()[:3], ink.getRgb()[:3], strict=True)))
     block = doc.begin()
     while block.isValid():
         if block.blockFormat().nonBreakableLines():  # what Qt's Markdown reader makes of a code block's lines
@@ -310,7 +314,8 @@ class ChatPane(QWidget):
         self.input = MessageEdit(self)
         self.input.setAccessibleName("Message")
         self.input.setPlaceholderText("Message — Enter sends, Shift+Enter for a new line")
-        self.input.setMaximumHeight(110)
+        # Four lines: on a 720-pixel screen the box took as much height as the transcript it answers (a walk's).
+        self.input.setMaximumHeight(4 * self.input.fontMetrics().lineSpacing() + 16)
         self.input.submitted.connect(self._on_input_submitted)
 
         self.send_button = self._button("Send", "Send the message (Enter, Ctrl+Return)", self.send)

@@ -211,7 +211,8 @@ class MainWindow(QMainWindow):
         self._dock("Charts", "Charts", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea)
         self._dock("Conversations", "Conversations", self.conversation_list, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.resizeDocks([self.docks["Live"]], [620], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["Charts"]], [260], Qt.Orientation.Vertical)
+        # The charts under the chat, not over it: 260 pixels left the transcript 115 of a 720-pixel screen (a walk's).
+        self.resizeDocks([self.docks["Charts"]], [200], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["Conversations"]], [240], Qt.Orientation.Horizontal)
         self._default_state = self.saveState(STATE_VERSION)
 
