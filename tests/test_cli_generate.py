@@ -147,15 +147,28 @@ def test_a_question_is_answered_in_the_chat_template_a_formatted_prompt_kept(tin
 
 
 def test_the_summary_says_when_fewer_threads_decoded() -> None:
-    from collections import Counter
-
     from speculens.cli.generate_cmd import summary
-    from speculens.engine.events import FinishReason, RunningStats
+    from speculens.engine.events import FinishReason, RunningStats, StepEvent
+    from speculens.engine.threads import ThreadTally
 
     stats = RunningStats(3, 3, 0, 0, 0.1, 0.0, 0.1, 0.0, (), (), 0)
     cut = FinishReason.MAX_TOKENS
-    assert "threads" not in summary(stats, None, cut, Counter({2: 3}))
-    assert "threads: 2 for 1 steps, 1 for 2 steps" in summary(stats, None, cut, Counter({2: 1, 1: 2}))
+
+    def tally(*steps: tuple[int, bool]) -> ThreadTally:
+        out = ThreadTally()
+        for i, (n, trial) in enumerate(steps):
+            out.add(StepEvent(i + 1, 0, (), (), "", 0.0, 1.0, 0.0, stats, threads=n, thread_trial=trial))
+        return out
+
+    assert "thread" not in summary(stats, None, cut, tally((2, False), (2, False), (2, False)))
+    busy = summary(stats, None, cut, tally((2, False), (1, False), (1, False)))
+    assert "threads: 2 for 1 steps, 1 for 2 steps (fewer while another program kept a core busy)" in busy
+    # A trial of one thread that lost is not a busy machine: said apart (a tour read a false 'busy' note).
+    tried = summary(stats, None, cut, tally((2, False), (1, True), (1, True), (2, False)))
+    assert "busy" not in tried and "thread trials: 2 steps tried another thread count" in tried
+    # A whole answer at one thread, settled in an earlier answer: its trials of two show it was fewer.
+    settled = summary(stats, None, cut, tally((1, False), (2, True), (1, False)))
+    assert "threads: 1 for 2 steps (fewer while another program kept a core busy)" in settled
 
 
 def test_flash_attention_can_be_set_and_a_wrong_value_is_refused(tiny: TinyModels) -> None:

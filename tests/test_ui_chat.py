@@ -554,6 +554,12 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
     factory.last.script.thread_trials = (False, True, True, True, False, False)
     send(qtbot, window, "a trial")
     assert "thread" not in window.chat.figures.text()
+    # A whole answer at one thread, settled in an earlier answer: its trials of two show that it was fewer.
+    window.chat.new_chat()
+    factory.last.script.threads = (1, 1, 2, 1, 1, 1)
+    factory.last.script.thread_trials = (False, False, True, False, False, False)
+    send(qtbot, window, "busy all along")
+    assert "1 thread for 5 of 6 steps (another program was busy)" in window.chat.figures.text()
 
 
 def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, tiny) -> None:

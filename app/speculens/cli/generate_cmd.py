@@ -11,7 +11,6 @@ import json
 import sys
 import threading
 import time
-from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
@@ -39,6 +38,7 @@ from speculens.engine.events import (
 )
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
+from speculens.engine.threads import ThreadTally
 from speculens.errors import SpeculensError
 
 # Terminal colours for --color: accepted drafts green, rejected drafts red (struck through), target blue.
@@ -182,9 +182,13 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
 
 
 def summary(
-    stats: RunningStats, start: StartEvent | None, reason: FinishReason, threads: Counter[int] | None = None
+    stats: RunningStats,
+    start: StartEvent | None,
+    reason: FinishReason,
+    threads: ThreadTally | None = None,
 ) -> str:
-    """llama.cpp-style closing figures (``threads``: steps by the target's thread count, shown when it changed)."""
+    """llama.cpp-style closing figures (``threads``: the steps by thread count, shown when the engine took a thread
+    back or tried another count)."""
     lines = []
     if start is not None:
         lines.append(
@@ -201,20 +205,22 @@ def summary(
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
         f"stopped: {reason.words} ({reason.value})",
     ]
-    if threads is not None and len(threads) > 1:
-        counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.items(), reverse=True))
+    if threads is not None and threads.fewer() is not None:
+        counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.settled.items(), reverse=True))
         lines.append(f"threads: {counts} (fewer while another program kept a core busy)")
+    if threads is not None and threads.trials:
+        lines.append(f"thread trials: {threads.trials} steps tried another thread count")
     return "\n".join(lines)
 
 
 def consume(
     events: object, out: IO[str], color: bool, log: IO[str] | None
-) -> tuple[FinishEvent, StartEvent | None, Counter[int]]:
+) -> tuple[FinishEvent, StartEvent | None, ThreadTally]:
     """Print a generation's text as it streams; return its finish (and start) event and its steps by thread
     count."""
     start: StartEvent | None = None
     finish: FinishEvent | None = None
-    threads: Counter[int] = Counter()
+    threads = ThreadTally()
     for event in events:  # type: ignore[attr-defined]
         assert isinstance(event, StartEvent | StepEvent | FinishEvent)
         if log is not None:
@@ -224,7 +230,7 @@ def consume(
         elif isinstance(event, StepEvent):
             out.write(_render_colored(event) if color else event.text)
             out.flush()
-            threads[event.threads] += 1
+            threads.add(event)
         else:
             finish = event
     assert finish is not None

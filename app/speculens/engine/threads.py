@@ -20,7 +20,10 @@ thread count.
 from __future__ import annotations
 
 import statistics
-from collections import deque
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from speculens.engine.events import StepEvent
 
 
 class ThreadGovernor:
@@ -90,3 +93,37 @@ class ThreadGovernor:
             self._wait = {-1: 0, +1: self.BACKOFF_FIRST}
         else:
             self._wait[direction] = min(max(2 * self._wait[direction], self.BACKOFF_FIRST), self.BACKOFF_MAX)
+
+
+@dataclass
+class ThreadTally:
+    """An answer's steps by the thread count the engine settled on, for its figures. A settled count below the
+    most the answer ran (its trials included) means the engine took a thread back while another program kept a
+    core busy; steps that only tried another count are counted apart (a trial that lost, counted as fewer
+    threads, read as a busy machine). The governor lives as long as the loaded models, so an answer can run at
+    one thread throughout: its trials of two tell that it was fewer."""
+
+    settled: Counter[int] = field(default_factory=Counter)
+    trials: int = 0
+    most: int = 0
+
+    def add(self, step: StepEvent) -> None:
+        """Count one step."""
+        self.most = max(self.most, step.threads)
+        if step.thread_trial:
+            self.trials += 1
+        else:
+            self.settled[step.threads] += 1
+
+    @property
+    def steps(self) -> int:
+        """Steps counted."""
+        return self.settled.total() + self.trials
+
+    def fewer(self) -> tuple[int, int] | None:
+        """The fewest threads the engine settled on and for how many steps, when that is below the most the answer
+        ran with (``None``: it never took a thread back)."""
+        if not self.settled:
+            return None
+        fewest = min(self.settled)
+        return (fewest, self.settled[fewest]) if fewest < self.most else None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
@@ -48,6 +47,7 @@ from PySide6.QtWidgets import (
 
 from speculens.engine.config import ContextFullError
 from speculens.engine.events import Event, FinishEvent, FinishReason, StartEvent, StepEvent
+from speculens.engine.threads import ThreadTally
 from speculens.settings import generation_config
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
@@ -186,8 +186,7 @@ class _Turn:
         self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
         self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
-        self.threads: Counter[int] = Counter()  # steps by the target's settled thread count (see engine.threads)
-        self.steps = 0
+        self.threads = ThreadTally()
         self.strategy = ""
         self.best: tuple[float, str] | None = None  # the best draft the adaptive controller weighed (best_weighed)
         self.paused = False  # step mode holds it after a step
@@ -207,9 +206,7 @@ class _Turn:
                     self.paused = False
                     self.pane._turn_started(self)
                 chunk += record.event.text
-                self.steps += 1
-                if not record.event.thread_trial:  # a trial of fewer threads that lost says nothing was busy
-                    self.threads[record.event.threads] += 1
+                self.threads.add(record.event)
                 self.best = best_weighed(record.event, self.best)
             elif record.kind is RecordKind.PAUSED and isinstance(record.event, StepEvent):
                 self.paused = True
@@ -628,11 +625,12 @@ class ChatPane(QWidget):
             tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
             stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
             threads = ""
-            if len(turn.threads) > 1:  # the engine took threads back while another program kept a core busy
-                fewest = min(turn.threads)
+            fewer = turn.threads.fewer()
+            if fewer is not None:  # the engine took threads back while another program kept a core busy
+                fewest, steps = fewer
                 threads = (
-                    f" · {fewest} thread{'s' if fewest != 1 else ''} for {turn.threads[fewest]} of "
-                    f"{turn.steps} steps (another program was busy)"
+                    f" · {fewest} thread{'s' if fewest != 1 else ''} for {steps} of {turn.threads.steps} steps "
+                    "(another program was busy)"
                 )
             rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
             self.figures.setText(f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}")
