@@ -139,14 +139,14 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     assert isinstance(bar, QProgressBar) and bar.value() == 1000
     assert download.progress is not None and download.progress.total > 0
     assert "of" in bar.format()
-    assert manager.download_table.item(download.row, 4).text() == "done"
+    assert manager.download_table.item(download.row, 4).text() == "Done"
     qtbot.waitUntil(lambda: any(e.path == Path(download.message) for e in manager.entries), timeout=10_000)
 
 
 def test_failed_download_is_shown_with_its_reason(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
     download = manager.start_download("speculens-test/Tiny-GGUF", "missing-Q4_0.gguf")
     qtbot.waitUntil(lambda: download.state == "failed", timeout=20_000)
-    assert manager.download_table.item(download.row, 4).text() == "failed"
+    assert manager.download_table.item(download.row, 4).text() == "Failed"
     assert "no such file" in download.message.lower()
     assert manager.download_table.cellWidget(download.row, 5).text() == "Resume"
 

@@ -752,7 +752,7 @@ class ModelManagerWindow(QMainWindow):
         if download.state == "done" and isinstance(bar, QProgressBar):
             bar.setValue(1000)
         state = download.state
-        _cell(table, download.row, 4).setText(state)
+        _cell(table, download.row, 4).setText(state.capitalize())  # as the library's statuses are written
         _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
         if isinstance(button, QPushButton) and state != "superseded":
