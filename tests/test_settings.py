@@ -118,6 +118,18 @@ def test_an_answer_needs_a_reload_for_a_draft_it_would_use_not_for_one_left_idle
     assert with_draft.needs_reload_to_answer(draft_free) == {"strategy"}  # the draft is not loaded
     assert draft_free.needs_reload_to_answer(with_draft) == set()  # it is, and just goes unused
     assert replace(draft_free, n_ctx=1024).needs_reload_to_answer(with_draft) == {"n_ctx"}
+    # The draft's GPU layers changed while no draft is used, or loaded: nothing to reload (a review's finding).
+    assert replace(draft_free, n_gpu_layers_draft=0).needs_reload(draft_free) == set()
+
+
+def test_changed_settings_are_named_as_a_sentence() -> None:
+    from speculens.settings import field_labels
+
+    assert field_labels({"n_ctx"}) == "context size"
+    assert field_labels({"threads", "n_ctx"}) == "context size and threads"
+    assert field_labels({"n_gpu_layers_draft", "n_gpu_layers", "n_ctx"}) == (
+        "context size, GPU layers (target) and GPU layers (draft)"
+    )
 
 
 def test_one_table_of_ranges_agrees_with_the_engine() -> None:

@@ -387,6 +387,15 @@ def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbo
     assert shaded["x = 1"] and shaded["y = 2"] and not shaded["the end"], shaded
 
 
+def test_code_blocks_are_shaded_fenced_or_indented_and_exports_use_a_light_shade(qtbot) -> None:
+    from speculens.ui.chat_pane import EXPORT_CODE_SHADE, code_shade, markdown_html
+
+    text = "Indented:\n\n    x = 1\n\nFenced:\n\n```\ny = 2\n```\n"
+    window_html, export_html = markdown_html(text), markdown_html(text, EXPORT_CODE_SHADE)
+    assert window_html.count(f"background-color:{code_shade().name()}") == 2  # both blocks, not the prose
+    assert export_html.count(f"background-color:{EXPORT_CODE_SHADE.name()}") == 2
+
+
 # ---- found in review: switching, deleting, stopping early, failing midway ---------------------------------
 
 
@@ -537,6 +546,22 @@ def test_a_message_sent_before_the_models_are_loaded_says_it_waits_for_them(qtbo
         qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
         assert window.chat.figures.text() == "Waiting for the models to load…"
     assert "tokens/s" in window.chat.figures.text()
+
+
+def test_after_a_reload_the_count_is_the_prompt_s_own(qtbot, tiny) -> None:
+    """From a review: after a 30 s reload the line under the answer read "Reading the prompt… 31 s", counted from
+    Send."""
+    factory = FakeFactory(Script(prompt_s=1.5))
+    window = fake_window(qtbot, tiny, factory)
+    factory.script = Script(load_s=3.0, prompt_s=1.5)  # the reload is slow, the prompt not
+    window.store.update(n_ctx=4096)
+    window.chat.input.setPlainText("after a reload")
+    seen: list[str] = []
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=30_000):
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not window.models.loading, timeout=20_000)
+        seen.append(window.chat.figures.text())
+    assert seen[0] == "Reading the prompt…", seen  # not "… 3 s": the reload's seconds are not the prompt's
 
 
 def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> None:

@@ -203,7 +203,7 @@ def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(p
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=False)], queued=True)
     assert "flash attention off" in panel.status.text() and "generating" in panel.status.text()
     feed(panel, [*KNOWN_STEPS, FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))])
-    assert "Finished (the answer ended)" in panel.status.text() and "flash attention off" in panel.status.text()
+    assert panel.status.text().startswith("Finished: ") and "flash attention off" in panel.status.text()
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=None)], queued=True)
     assert "flash attention as llama.cpp decides" in panel.status.text()
 
@@ -238,7 +238,7 @@ def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:
     feed(panel, KNOWN_STEPS)
     final = stats(3, 7, 6, 4)
     feed(panel, [FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), final)])
-    assert "Finished (the answer ended)" in panel.status.text()
+    assert panel.status.text().startswith("Finished: 7 tokens in 3 target passes")  # not "(the answer ended)"
     series = panel.series
     assert series.emitted == [3, 3, 1] and series.accepted == [2, 2, 0]
     # α counts judged tokens only: 4 accepted + 1 rejection.
@@ -654,6 +654,9 @@ def test_after_an_answer_teach_explains_its_last_step_that_drafted(qtbot) -> Non
     text = teach.explanation.toPlainText()
     assert "Step 2" in text and "its last step that drafted (2 plain steps followed it, to step 4)" in text
     assert "at step 2" in teach.curve_label.text() and "×1.70" in teach.curve_label.text()
+    # Compare ends twice (its speculative half, then the verdict): the lead stays.
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.COMPARED)])
+    assert "its last step that drafted (2 plain steps followed it, to step 4)" in teach.explanation.toPlainText()
     # An answer whose last step drafted: that step, without the lead.
     feed(teach, [KNOWN_STEPS[0], drafted, finish], queued=True)  # type: ignore[arg-type]
     text = teach.explanation.toPlainText()
@@ -681,12 +684,16 @@ def test_the_mouse_wheel_over_the_teach_curve_does_not_zoom_it(qtbot) -> None:
     before = view.viewRange()
     viewport = teach.curve_plot.viewport()
     centre = QPointF(viewport.rect().center())
-    for _ in range(5):
-        wheel = QWheelEvent(centre, QPointF(viewport.mapToGlobal(QPoint(int(centre.x()), int(centre.y())))), QPoint(),
-                            QPoint(0, 240), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
-                            Qt.ScrollPhase.NoScrollPhase, False)  # fmt: skip
-        QApplication.sendEvent(viewport, wheel)
-    assert view.viewRange() == before
+    axis = teach.curve_plot.getAxis("left")
+    on_axis = teach.curve_plot.mapFromScene(axis.sceneBoundingRect().center())
+    for at in (centre, QPointF(on_axis)):
+        for _ in range(5):
+            wheel = QWheelEvent(at, QPointF(viewport.mapToGlobal(QPoint(int(at.x()), int(at.y())))), QPoint(),
+                                QPoint(0, 240), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                                Qt.ScrollPhase.NoScrollPhase, False)  # fmt: skip
+            QApplication.sendEvent(viewport, wheel)
+            assert not wheel.isAccepted()  # left to the dock around it, which scrolls
+    assert view.viewRange() == before  # over the plot and over an axis alike
 
 
 def test_teach_text_can_grow_without_the_curve_vanishing(qtbot) -> None:

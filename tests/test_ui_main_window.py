@@ -413,9 +413,9 @@ def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny
         qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
         # The answer waits behind a reload and a second reading of the conversation: said while it waits.
         assert window.chat.figures.text() == (
-            "Reloading the models for the new context size, then reading the conversation again…"
+            "Reloading the models (context size changed), then reading the whole conversation…"
         )
-    assert "Reloading the models to apply the changed context size… (Esc cancels)" in said
+    assert "Reloading the models: context size changed… (Esc cancels)" in said
     assert len(factory.engines) == 3 and factory.last.config.n_ctx == 4096
     assert [m["role"] for m in window.chat.conversation.messages] == ["user", "assistant"] * 3
 

@@ -93,7 +93,7 @@ def _check_engine(log: Callable[[str], None]) -> str | None:
             engine.close()
     spec, plain = results[Strategy.DRAFT], results[Strategy.NONE]
     log(
-        f"speculative: {len(spec.tokens)} tokens in {spec.stats.n_steps} target passes, "
+        f"speculative: {spec.stats.passes_text}, "
         f"acceptance {spec.stats.acceptance:.0%}; plain: {len(plain.tokens)} tokens"
     )
     if not plain.tokens:

@@ -136,8 +136,18 @@ RELOAD_FIELDS = frozenset(name for name, spec in SPECS.items() if spec.reload)
 
 
 def field_labels(names: Iterable[str]) -> str:
-    """Settings named as the Settings panel labels them, in lower case, for a sentence ("context size, threads")."""
-    return ", ".join(SPECS[name].label.lower() if name in SPECS else name for name in sorted(names))
+    """Settings named as the Settings panel labels them, for a sentence: "context size, threads and GPU layers
+    (target)" (lower case but for acronyms; a label's own comma in brackets, so a list of two reads as two)."""
+
+    def words(name: str) -> str:
+        label = SPECS[name].label if name in SPECS else name
+        if label[1:2].islower():
+            label = label[0].lower() + label[1:]
+        head, _, tail = label.partition(", ")
+        return f"{head} ({tail})" if tail else head
+
+    out = [words(name) for name in sorted(names)]
+    return ", ".join(out[:-1]) + " and " + out[-1] if len(out) > 1 else "".join(out)
 
 
 @dataclass
@@ -190,8 +200,8 @@ class Settings:
         """The fields changed since the models were loaded with ``loaded`` that only take effect on a reload
         (switching to or from a strategy that uses the draft model counts: the draft is loaded only for it)."""
         changed = {name for name in RELOAD_FIELDS if getattr(self, name) != getattr(loaded, name)}
-        if not self.uses_draft:
-            changed.discard("draft_path")
+        if not self.uses_draft:  # no draft is loaded for it: its file and GPU layers wait for a strategy with one
+            changed -= {"draft_path", "n_gpu_layers_draft"}
         if self.uses_draft != loaded.uses_draft:
             changed.add("strategy")
         return changed

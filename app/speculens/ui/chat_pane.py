@@ -29,6 +29,7 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QTextFormat,
 )
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -104,23 +105,34 @@ def hard_line_breaks(text: str) -> str:
     return "\n".join(lines)
 
 
-def markdown_html(text: str) -> str:
-    """One message's Markdown as an HTML fragment (its own document, so nothing leaks out of it)."""
-    doc = QTextDocument()
-    doc.setMarkdown(hard_line_breaks(close_fences(text)))
-    # Code blocks on a shaded ground, as every chat shows them (a tour found them set apart by their font alone):
-    # the text's colour lightly over the base, so a dark theme gets a dark shade (the alternate base was too faint
-    # to see under Xvfb).
+def code_shade() -> QColor:
+    """The ground of code blocks in the window: the text's colour at 8% over the base, so a dark theme gets a dark
+    shade (the palette's alternate base was too faint to see under Xvfb)."""
     palette = QGuiApplication.palette()
     base, ink = palette.base().color(), palette.text().color()
-    shade = QColor(*(round(0.92 * b + 0.08 * t) for b, t in zip(base.getRgb()[:3], ink.getRgb()[:3], strict=True)))
+
+    def mix(b: int, t: int) -> int:
+        return round(0.92 * b + 0.08 * t)
+
+    return QColor(mix(base.red(), ink.red()), mix(base.green(), ink.green()), mix(base.blue(), ink.blue()))
+
+
+# Exports are read in a browser, on its white page with black text, whatever the app's theme.
+EXPORT_CODE_SHADE = QColor("#f0f0f0")
+
+
+def markdown_html(text: str, shade: QColor | None = None) -> str:
+    """One message's Markdown as an HTML fragment (its own document, so nothing leaks out of it), code blocks on
+    ``shade`` (default: :func:`code_shade`; a tour found them set apart by their font alone)."""
+    doc = QTextDocument()
+    doc.setMarkdown(hard_line_breaks(close_fences(text)))
+    shade = shade or code_shade()
     block = doc.begin()
     while block.isValid():
-        if block.blockFormat().nonBreakableLines():  # what Qt's Markdown reader makes of a code block's lines
-            cursor = QTextCursor(block)
-            fmt = block.blockFormat()
+        fmt = block.blockFormat()
+        if fmt.hasProperty(QTextFormat.Property.BlockCodeLanguage):  # Qt's mark of a code block, fenced or indented
             fmt.setBackground(shade)
-            cursor.setBlockFormat(fmt)
+            QTextCursor(block).setBlockFormat(fmt)
         block = block.next()
     full = doc.toHtml()
     start, end = full.find("<body"), full.rfind("</body>")
@@ -145,19 +157,22 @@ DROPPED_NOTE = (
 )
 
 
-def render_transcript(messages: Sequence[dict[str, str]], streaming: bool = False) -> str:
+def render_transcript(
+    messages: Sequence[dict[str, str]], streaming: bool = False, shade: QColor | None = None
+) -> str:
     """The conversation as HTML, one section per message (system messages left out).
 
     Args:
         messages: role/content dicts.
         streaming: end with an empty Assistant section for an answer still being generated.
+        shade: the ground of code blocks (default: the window's, :func:`code_shade`).
     """
     parts = []
     shown = [m for m in messages if m["role"] != "system"]
     for i, message in enumerate(shown):
         role = message["role"]
         heading = "You" if role == "user" else "Assistant"
-        body = plain_html(message["content"]) if role == "user" else markdown_html(message["content"])
+        body = plain_html(message["content"]) if role == "user" else markdown_html(message["content"], shade)
         if message.get("note"):  # an answer cut short: "stopped", "cut off at the Max tokens limit", …
             body += f"<p style='color:gray'><i>— {html.escape(message['note'])}</i></p>"
         if message.get("dropped"):  # kept for the reader, no longer read by the model
@@ -553,7 +568,7 @@ class ChatPane(QWidget):
         if self._models_ready:
             what = "Reading the prompt"
         elif self._reloading:
-            what = f"Reloading the models for the new {self._reloading}, then reading the conversation again"
+            what = f"Reloading the models ({self._reloading} changed), then reading the whole conversation"
         else:
             what = "Waiting for the models to load"
         self.figures.setText(f"{what}… {waited} s" if waited >= 2 else f"{what}…")
@@ -740,8 +755,12 @@ class ChatPane(QWidget):
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
         first message if it is not loaded yet). ``reloading``: the changed settings a reload before the answer
         applies (the answer waits for it, and then reads the whole conversation again)."""
+        waited = loaded and not self._models_ready and self.turn is not None and self._reading_timer.isActive()
         self._models_ready = loaded
         self._reloading = reloading if loading else ""
+        if waited:  # the wait for the load is over: count the prompt's own seconds, said at once
+            self._reading_since = time.monotonic()
+            self._show_reading()
         if loading:  # a reload (new context size, new models) makes the last refusal's advice stale (a tour's)
             self._hide_error()
         if loaded:

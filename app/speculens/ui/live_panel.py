@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from speculens.engine.events import FinishEvent, StartEvent, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import (
     SOURCE_NAMES,
@@ -49,8 +49,8 @@ class StatsStrip(QWidget):
         (
             "times",
             "draft | verify",
-            "Time spent on drafts (drafting, and looking for one: prompt lookup's search, the draft model reading "
-            "the prompt, so not zero when nothing was drafted) and in the target's passes",
+            "Time spent drafting or looking for a draft (prompt lookup's search, the draft model catching up on new "
+            "tokens), so not zero even when nothing was drafted | time in the target's passes",
         ),
         ("tokens", "tokens", "Tokens in the answer"),
     )
@@ -216,4 +216,5 @@ class LivePanel(QWidget):
             acceptance = nothing_drafted(start.strategy if start is not None else "", best)
         flash = f", flash attention {start.flash_text}" if start is not None else ""
         rate = f"{s.tokens_per_second:.1f} tokens/s, " if s.n_generated > 1 else ""
-        self.status.setText(f"Finished ({event.reason.words}): {s.passes_text}, {rate}{acceptance}{drafted_by}{flash}.")
+        why = "" if event.reason is FinishReason.EOG else f" ({event.reason.words})"  # the figures say it ended
+        self.status.setText(f"Finished{why}: {s.passes_text}, {rate}{acceptance}{drafted_by}{flash}.")

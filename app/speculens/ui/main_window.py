@@ -33,13 +33,13 @@ from PySide6.QtWidgets import (
 
 from speculens import __version__, paths
 from speculens.engine.config import Strategy
-from speculens.engine.events import FinishEvent, StartEvent
+from speculens.engine.events import FinishEvent, FinishReason, StartEvent
 from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
 from speculens.settings import Settings, generation_config, load_settings
 from speculens.ui import file_dialogs
 from speculens.ui.charts import ChartsPanel, RunSeries
-from speculens.ui.chat_pane import ChatPane, ConversationList, render_transcript
+from speculens.ui.chat_pane import EXPORT_CODE_SHADE, ChatPane, ConversationList, render_transcript
 from speculens.ui.compare_view import CompareView
 from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.exports import write_events_csv, write_events_json
@@ -557,9 +557,10 @@ class MainWindow(QMainWindow):
             return ""
         s = finish.stats
         drafts = f"{s.n_accepted} of {s.n_drafted} drafted tokens accepted" if s.n_drafted else "nothing drafted"
+        why = "" if finish.reason is FinishReason.EOG else f" · {html.escape(finish.reason.words)}"
         return (
             f"<p style='color:gray'>{s.passes_text} · {s.tokens_per_second:.1f} "
-            f"tokens/s · {drafts} · {html.escape(finish.reason.words)}</p>\n"
+            f"tokens/s · {drafts}{why}</p>\n"
         )
 
     def _export_fields(self) -> dict[str, object]:
@@ -594,7 +595,7 @@ class MainWindow(QMainWindow):
         path = path or self._save_path("Export transcript", ".html", "HTML (*.html)")
         if path:
             title = conversation.title or "Speculens conversation"
-            body = render_transcript(conversation.messages)
+            body = render_transcript(conversation.messages, shade=EXPORT_CODE_SHADE)
             if view.infos:  # the answer generated last, in this conversation (opening another one clears it)
                 body += (
                     f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{self._answer_figures()}"

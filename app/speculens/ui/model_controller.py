@@ -234,7 +234,7 @@ class ModelController(QObject):
         self.progress = None
         self._load_t0 = time.monotonic()
         if self.reload_reason:
-            self.message.emit(f"Reloading the models to apply the changed {self.reload_reason}… (Esc cancels)")
+            self.message.emit(f"Reloading the models: {self.reload_reason} changed… (Esc cancels)")
         else:
             self.message.emit("Loading models… (Esc cancels)")
         self.changed.emit()
@@ -242,6 +242,7 @@ class ModelController(QObject):
     def _on_worker_models_loaded(self, result: LoadResult) -> None:
         self.preparing_demo = False
         self.loading = False
+        self.reload_reason = ""
         self.progress = None
         self.loaded = result
         self.store.set_loaded(result.settings)
@@ -273,6 +274,7 @@ class ModelController(QObject):
         """A load ended without models (the worker frees the old ones before loading new ones)."""
         self.preparing_demo = False
         self.loading = False
+        self.reload_reason = ""
         self.progress = None
         self.loaded = None
         self.store.set_loaded(None)

@@ -459,7 +459,8 @@ class SettingsPanel(QWidget):
         elif fields:
             self.reload_note.setText(
                 f"Changed since the models were loaded: {field_labels(fields)}. Reload the models to apply "
-                "(Ctrl+L); else your next message reloads them first, and the conversation is read again."
+                "(Ctrl+L); otherwise your next message reloads them first, then the whole conversation is read "
+                "again (a reload empties the models' context)."
             )
         self.reload_note.setVisible(bool(fields))
         self.reload_button.setVisible(bool(fields))

@@ -202,6 +202,7 @@ class TeachPanel(QWidget):
         self._k_seen = 0
         self.last_step: StepEvent | None = None
         self._last_drafted: StepEvent | None = None  # this answer's last step that verified a draft
+        self._final: StepEvent | None = None  # this answer's last step
         self._strategy: str | None = None  # the running generation's sources, from its start event
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
         self.step_mode.setAccessibleName("Step mode")
@@ -278,7 +279,7 @@ class TeachPanel(QWidget):
 
     def clear(self) -> None:
         """Forget the last answer's step (another conversation is shown)."""
-        self.last_step = self._last_drafted = None
+        self.last_step = self._last_drafted = self._final = None
         self._k_seen = 0
         self.explanation.setHtml(self._intro)
         self.update_curve()
@@ -299,17 +300,17 @@ class TeachPanel(QWidget):
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
-                self.last_step = self._last_drafted = None
+                self.last_step = self._last_drafted = self._final = None
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy = event.strategy
                 if not self.step_mode.isChecked():  # not the last answer's step while this one runs
                     self.explanation.setHtml(
-                        "<p>An answer is being generated. Its last step is explained here when it ends; turn on "
-                        "<b>step mode</b> to pause at every step and see what happens in it.</p>"
+                        "<p>An answer is being generated. When it ends, its last step that drafted is explained "
+                        "here; turn on <b>step mode</b> to pause at every step and see what happens in it.</p>"
                     )
             elif record.kind is RecordKind.STEP and isinstance(event, StepEvent):
-                self.last_step = event
+                self.last_step = self._final = event
                 if event.drafted:
                     self._last_drafted = event
             elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
@@ -323,7 +324,7 @@ class TeachPanel(QWidget):
         """An answer ended: explain its last step that drafted, when steps without a draft followed it. The last
         step alone read as a contradiction: a tour saw an answer run fast on prompt lookup, then a curve all
         below ×1, the estimate for the draft model at a final step where lookup had nothing to offer."""
-        step, drafted = self.last_step, self._last_drafted
+        step, drafted = self._final, self._last_drafted  # not last_step: Compare ends twice (its half, then both)
         if step is None:
             return
         lead = ""
