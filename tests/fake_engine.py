@@ -50,6 +50,7 @@ class Script:
             the real engine does).
         threads: each step's thread count, by step (cycled; empty: 2 for every step).
         thread_trials: whether each step was a trial of its thread count, by step (cycled; empty: none).
+        draft_idle: what the engine's info says of a loaded draft model that cannot pay.
         load_s: how long building the engine takes, reporting its progress and looking at a cancel as the real
             engine does (see :mod:`speculens.engine.loading`).
     """
@@ -65,6 +66,7 @@ class Script:
     prompt_s: float = 0.0
     threads: Sequence[int] = ()
     thread_trials: Sequence[bool] = ()
+    draft_idle: str | None = None
     load_s: float = 0.0
 
 
@@ -88,6 +90,7 @@ class FakeEngine:
             exact=self.config.exact,
             invariant_sizes=(1, 2, 3) if self.config.exact else (),
             gpu_backend=None,
+            draft_idle=self.script.draft_idle if self.draft else None,
         )
 
     def load_draft(self, path: Path) -> None:

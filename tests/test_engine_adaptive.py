@@ -746,6 +746,28 @@ def test_a_draft_model_could_pay_only_at_an_acceptance_it_can_reach() -> None:
     assert could_pay(gpu, 0.15, ceiling=AdaptiveParams().accept_ceiling)
 
 
+def test_a_draft_model_that_cannot_pay_says_why_in_words() -> None:
+    """From a tour: the demo draft loaded, "✓ Compatible", and never drafted, with nothing in the window saying why."""
+
+    def idle(ratios: dict[int, float], call: float) -> str | None:
+        controller = AdaptiveController(32, [FREE, MODEL])
+        for n, ratio in ratios.items():
+            controller.costs.verify.observe(n, 0.0404 * ratio)
+        controller.costs.draft_call.add(0.0404 * call)
+        return controller.draft_idle()
+
+    assert AdaptiveController(32, [MODEL]).draft_idle() is None  # nothing measured: it might pay
+    cpu = {1: 1.0, 2: 2.0, 3: 2.68, 4: 2.81, 8: 6.46, 12: 8.38, 16: 8.76, 24: 12.29, 32: 14.54}
+    said = idle(cpu, 0.525)
+    assert said is not None and said.startswith("the draft model cannot pay on this machine: ×0.")
+    assert "even with 99% of its drafts accepted" in said
+    assert idle({n: 1.0 + 0.01 * (n - 1) for n in (1, 2, 3, 4, 8, 16, 32)}, 0.15) is None  # a GPU's costs
+    # At or just above ×1.00 but inside the margin: said as short of it, not as "×1.00 at best" alone.
+    even = {n: 0.5 + 0.5 * n for n in (1, 2, 3, 4, 8, 16, 32)}
+    call = next(c for c in np.arange(0.30, 0.60, 0.001) if (text := idle(even, c)) is not None and "×1.0" in text)
+    assert "short of the 3% a step must win" in (idle(even, call) or "")
+
+
 def test_could_pay_keeps_its_answer_only_while_the_costs_cannot_have_changed_it() -> None:
     # The costs drift through the bar and back (a busy machine, a draft model that gets cheaper), with noise.
     # One controller keeps its answers as it would in use; a twin on the same costs computes each one afresh.

@@ -386,6 +386,23 @@ def test_a_message_sent_before_load_loads_the_chosen_pair_first(qtbot, tiny) -> 
     assert window.chat.conversation.messages[-1]["role"] == "assistant"
 
 
+def test_a_draft_model_that_cannot_pay_is_said_to_be_idle(qtbot, tiny) -> None:
+    """From the tour of 2026-12-04: the demo draft loaded beside a green "✓ Compatible" and never drafted; only the
+    Pair lab said it could not win on that machine."""
+    said: list[str] = []
+    factory = FakeFactory(Script(draft_idle="the draft model cannot pay on this machine: ×0.89 of plain decoding"))
+    window = make_window(qtbot, tiny, factory, load=False, strategy="auto")
+    window.statusBar().messageChanged.connect(said.append)
+    window.load_models()
+    qtbot.waitUntil(lambda: window.models.loaded is not None, timeout=10_000)
+    assert "draft idle: cannot pay here" in window.pair_label.text()
+    assert "cannot pay on this machine: ×0.89" in window.pair_label.toolTip()
+    assert any("The draft model cannot pay on this machine: ×0.89 of plain decoding, so it stays idle." in m
+               for m in said)  # fmt: skip
+    window.store.update(strategy="lookup")  # no draft used: nothing to say of it
+    assert "cannot pay" not in window.pair_label.text()
+
+
 def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny) -> None:
     """From a new-user tour: with prompt lookup loaded, choosing a draft-model strategy and sending answered
     without the draft (only the toolbar's 'reload needed' said why). A reload the answer needs comes first; a

@@ -136,8 +136,8 @@ RELOAD_FIELDS = frozenset(name for name, spec in SPECS.items() if spec.reload)
 
 
 def field_labels(names: Iterable[str]) -> str:
-    """Settings named as the Settings panel labels them, for a sentence: "context size, threads and GPU layers
-    (target)" (lower case but for acronyms; a label's own comma in brackets, so a list of two reads as two)."""
+    """Settings named as the Settings panel labels them, for a sentence: "context size, GPU layers (target) and
+    threads" (lower case but for acronyms; a label's own comma in brackets, so a list of two reads as two)."""
 
     def words(name: str) -> str:
         label = SPECS[name].label if name in SPECS else name

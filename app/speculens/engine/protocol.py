@@ -36,6 +36,8 @@ class EngineInfo:
             take back), or ``None``.
         flash_attn: whether the models run with flash attention (on a CPU, measured: at which depths), and why
             (empty when llama.cpp decided).
+        draft_idle: why the loaded draft model cannot pay on this machine, from the costs measured at load (the
+            adaptive controller then never drafts with it), or ``None``.
     """
 
     target: str
@@ -47,6 +49,7 @@ class EngineInfo:
     gpu_backend: str | None
     speculation_off: str | None = None
     flash_attn: str = ""
+    draft_idle: str | None = None
 
 
 class Engine(Protocol):

@@ -21,7 +21,7 @@ import numpy as np
 
 from speculens.atomic import write_json_atomic
 from speculens.engine import loading
-from speculens.engine.adaptive import CostModel
+from speculens.engine.adaptive import MODEL, AdaptiveController, CostModel
 from speculens.engine.backend import (
     BackendError,
     BackendParams,
@@ -513,7 +513,16 @@ class SpeculativeEngine:
             gpu_backend=gpu_backend_name(),
             speculation_off=self.speculation_off,
             flash_attn=self.flash_note,
+            draft_idle=self.draft_idle,
         )
+
+    @property
+    def draft_idle(self) -> str | None:
+        """Why the loaded draft model cannot pay on this machine (see :meth:`AdaptiveController.draft_idle`), for the
+        default draft length; ``None`` when it could, or when none is loaded."""
+        if self.draft is None:
+            return None
+        return AdaptiveController(GenerationConfig().n_draft, [MODEL], self.costs).draft_idle()
 
     @property
     def speculation_off(self) -> str | None:

@@ -419,8 +419,11 @@ class MainWindow(QMainWindow):
             state = "target loaded, draft not"  # "loaded" beside "⚠ Draft not loaded" read as a contradiction
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
+        idle = models.loaded.info.draft_idle if models.loaded and s.uses_draft else None
         if models.loaded and not models.loading and self.store.reload_needed():
             state += " — draft idle: Reload frees it" if self.store.reload_frees_draft_only() else " — reload needed"
+        elif idle and not models.loading:  # loaded, "✓ Compatible", and never drafting: a tour could not tell why
+            state += " — draft idle: cannot pay here"
         label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
             label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
@@ -437,6 +440,8 @@ class MainWindow(QMainWindow):
             tip += "\nNot loaded yet: the models load with your first message (or Load, Ctrl+L)."
         elif models.loaded and self.store.reload_needed():
             tip += "\nSettings changed since the models loaded: Reload (Ctrl+L) applies them."
+        if idle:
+            tip += f"\n{idle[0].upper()}{idle[1:]}: it stays loaded but idle (the Pair lab finds what pays here)."
         self.pair_label.setToolTip(tip)
         self.chat.set_models_state(
             bool(models.loaded) and not models.loading, bool(s.target_path), models.loading, models.reload_reason

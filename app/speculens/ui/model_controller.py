@@ -257,6 +257,8 @@ class ModelController(QObject):
             if info.flash_attn and not info.exact:
                 exact += f", flash attention {info.flash_attn}"
             off = f" Speculation is off: {info.speculation_off}" if info.speculation_off else ""
+            if info.draft_idle and not info.speculation_off:
+                off += f" {info.draft_idle[0].upper()}{info.draft_idle[1:]}, so it stays idle."
             # Named as the toolbar names them (a tour read five names for one model; llama.cpp's description
             # follows in brackets).
             names = Path(info.target).stem + (f" with the draft {Path(info.draft).stem}" if info.draft else "")
