@@ -14,11 +14,12 @@ from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
 
-def test_compare_answers_the_last_message_alone_by_default(qtbot, tiny) -> None:
+def test_compare_answers_the_last_message_alone_when_asked(qtbot, tiny) -> None:
     factory = FakeFactory()
     window = fake_window(qtbot, tiny, factory)
     send(qtbot, window, "an earlier question")
     send(qtbot, window, "the message to compare")
+    window.compare_view.with_history.setChecked(False)
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: window.compare_view.comparison is not None, timeout=10_000)
     plain, speculative = factory.last.requests[-2:]
@@ -32,12 +33,17 @@ def test_compare_with_history_sends_the_conversation_up_to_the_last_message(qtbo
     factory = FakeFactory()
     window = fake_window(qtbot, tiny, factory, system_prompt="Be brief.")
     send(qtbot, window, "an earlier question")
-    window.compare_view.with_history.setChecked(True)
+    send(qtbot, window, "a follow-up")
+    # On by default (a tour's follow-up, compared alone, was answered "please provide the text" both ways).
+    assert window.compare_view.with_history.isChecked()
     window.chat.compare_button.click()
+    assert window.statusBar().currentMessage().startswith("Comparing: plain decoding, then speculation")
     qtbot.waitUntil(lambda: window.compare_view.comparison is not None, timeout=10_000)
     messages = factory.last.requests[-1][0]
-    assert [m["role"] for m in messages] == ["system", "user"]  # the answer after it is not sent
-    assert messages[-1]["content"] == "an earlier question"
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # not the answer after it
+    assert messages[1]["content"] == "an earlier question" and messages[-1]["content"] == "a follow-up"
+    qtbot.waitUntil(lambda: not window.router.running, timeout=10_000)
+    assert window.statusBar().currentMessage() == "Comparison finished: the verdict is in Compare."
 
 
 def test_compare_shows_both_answers_and_the_verdict(qtbot, tiny) -> None:
@@ -219,6 +225,7 @@ def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(q
     teach.next_button.click()
     qtbot.waitUntil(lambda: "Paused after step 2" in window.chat.figures.text(), timeout=10_000)
     teach.step_mode.setChecked(False)
+    assert not teach.next_button.isEnabled()  # the answer goes on by itself (a tour found Next step still enabled)
     # The answer goes on, and the chat says so (a tour's status bar still said "Paused (step mode)").
     assert window.chat.figures.text() == "Generating…"
     assert window.statusBar().currentMessage() == "Answering… (Esc stops the answer)"

@@ -202,10 +202,19 @@ def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
 def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(panel: LivePanel) -> None:
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=False)], queued=True)
     assert "flash attention off" in panel.status.text() and "generating" in panel.status.text()
+    assert panel.status.text().startswith("Drafting from prompt lookup: prompt of 12 tokens")
     feed(panel, [*KNOWN_STEPS, FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))])
     assert panel.status.text().startswith("Finished: ") and "flash attention off" in panel.status.text()
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7, flash_attn=None)], queued=True)
     assert "flash attention as llama.cpp decides" in panel.status.text()
+
+
+def test_the_status_names_the_draft_sources_in_words(panel: LivePanel) -> None:
+    """From the tour of 2026-12-04: "Strategy lookup+ngram-cache+draft" beside the toolbar's "lookup, n-gram cache"."""
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7)], queued=True)
+    assert panel.status.text().startswith("Drafting from prompt lookup, the n-gram cache and the draft model:")
+    feed(panel, [StartEvent(12, 12, 0.05, "none", 7)], queued=True)
+    assert panel.status.text().startswith("Plain decoding: prompt of 12 tokens")
 
 
 def test_the_status_counts_the_pass_that_ended_the_answer(panel: LivePanel) -> None:

@@ -22,6 +22,7 @@ from speculens.ui.token_view import (
     TokenView,
     best_weighed,
     draft_model_idle,
+    drafting_from,
     nothing_drafted,
 )
 from speculens.ui.worker import Lane, Record, RecordKind
@@ -171,7 +172,7 @@ class LivePanel(QWidget):
                 self.events.append(event)
                 seed = f", seed {event.seed}" if event.seed is not None else ""
                 self.status.setText(
-                    f"Strategy {event.strategy}: prompt of {event.n_prompt} tokens "
+                    f"{drafting_from(event.strategy)}: prompt of {event.n_prompt} tokens "
                     f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms){seed}, "
                     f"flash attention {event.flash_text}; generating…"
                 )

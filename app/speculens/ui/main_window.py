@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 2
+COMPARING = "Comparing: plain decoding, then speculation… (Esc stops)"
 BADGE_WARNING = (
     "QToolButton { background: #d73a49; color: white; font-weight: bold; border-radius: 4px; padding: 3px 8px }"
 )
@@ -349,6 +350,7 @@ class MainWindow(QMainWindow):
         # answer (they kept showing the last answer's while Compare ran).
         live = LaneSink(self.live_panel, Lane.SPECULATIVE)
         self.router.compare(messages, plain, speculative, [self.compare_view, self.teach_panel, live])
+        self.statusBar().showMessage(COMPARING)  # not the last answer's "Answer finished." (a tour's)
         self.docks["Compare"].show()
         self.docks["Compare"].raise_()
 
@@ -495,6 +497,8 @@ class MainWindow(QMainWindow):
             self.teach_panel.set_running(False)
             if self.statusBar().currentMessage() == "Stopping…":  # a comparison has no answer to report it
                 self.statusBar().showMessage("Stopped.")
+            elif self.statusBar().currentMessage() == COMPARING:
+                self.statusBar().showMessage("Comparison finished: the verdict is in Compare.")
 
     def _on_router_paused(self, _request_id: int) -> None:
         self.docks["Teach"].raise_()

@@ -56,6 +56,16 @@ SOURCE_NAMES = {
 }
 
 
+def drafting_from(strategy: str) -> str:
+    """An answer's draft sources (the engine's "lookup+ngram-cache+draft") in words: "Drafting from prompt lookup,
+    the n-gram cache and the draft model", or "Plain decoding" (a tour read the engine's name in the live panel
+    beside the toolbar's "lookup, n-gram cache")."""
+    names = [SOURCE_NAMES.get(name, name) for name in strategy.split("+") if name and name != "none"]
+    if not names:
+        return "Plain decoding"
+    return "Drafting from " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
+
+
 def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float, str] | None:
     """The best expected rate over plain decoding of any draft the adaptive controller weighed in an answer, and
     its source: ``best`` (so far) updated with one more step's."""
