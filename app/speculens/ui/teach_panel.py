@@ -207,13 +207,13 @@ class TeachPanel(QWidget):
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
         self.step_mode.setAccessibleName("Step mode")
         self.step_mode.toggled.connect(self.step_mode_toggled)
-        # Off, a paused answer goes on by itself: Next step has nothing to do (a tour found it still enabled).
-        self.step_mode.toggled.connect(lambda on: on or self.next_button.setEnabled(False))
         self.next_button = QPushButton("Next step ▸", self)
         self.next_button.setAccessibleName("Next step")
         self.next_button.setToolTip("Run the next speculation step (F10)")
         self.next_button.setEnabled(False)
         self.next_button.clicked.connect(self._on_next_button_clicked)
+        # Off, a paused answer goes on by itself: Next step has nothing to do (a tour found it still enabled).
+        self.step_mode.toggled.connect(lambda on: on or self.next_button.setEnabled(False))
         self.exact = QCheckBox("Bit-exact verification", self)
         self.exact.setAccessibleName("Bit-exact verification")
         self.exact.setToolTip(
