@@ -213,7 +213,7 @@ class TeachPanel(QWidget):
         self.next_button.setEnabled(False)
         self.next_button.clicked.connect(self._on_next_button_clicked)
         # Off, a paused answer goes on by itself: Next step has nothing to do (a tour found it still enabled).
-        self.step_mode.toggled.connect(lambda on: on or self.next_button.setEnabled(False))
+        self.step_mode.toggled.connect(self._on_step_mode_toggled)
         self.exact = QCheckBox("Bit-exact verification", self)
         self.exact.setAccessibleName("Bit-exact verification")
         self.exact.setToolTip(
@@ -402,6 +402,10 @@ class TeachPanel(QWidget):
         self.curve_label.setText(
             f"Expected speedup by draft length: {how}. Marked: k = {mark}, ×{speedup[mark]:.2f}; {verdict}."
         )
+
+    def _on_step_mode_toggled(self, on: bool) -> None:
+        if not on:
+            self.next_button.setEnabled(False)
 
     def _on_next_button_clicked(self) -> None:
         self.next_button.setEnabled(False)
