@@ -37,6 +37,7 @@ from speculens.engine.config import (
 )
 from speculens.engine.sampling import MAX_TEMPERATURE, SamplingParams
 from speculens.errors import InvalidInputError
+from speculens.words import and_list
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,7 @@ def field_labels(names: Iterable[str]) -> str:
         head, _, tail = label.partition(", ")
         return f"{head} ({tail})" if tail else head
 
-    out = [words(name) for name in sorted(names)]
-    return ", ".join(out[:-1]) + " and " + out[-1] if len(out) > 1 else "".join(out)
+    return and_list([words(name) for name in sorted(names)])
 
 
 @dataclass

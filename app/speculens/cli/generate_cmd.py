@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         engine = SpeculativeEngine(models)
         progress(f"loaded {loading} in {time.perf_counter() - t0:.1f} s", True)
-        idle = engine.info().draft_idle if config.strategy in (Strategy.AUTO, Strategy.DRAFT) else None
+        idle = engine.draft_idle if config.strategy in (Strategy.AUTO, Strategy.DRAFT) else None
         if idle and config.adaptive:
             print(f"note: {idle}, so it stays idle", file=sys.stderr)
     except SpeculensError as exc:

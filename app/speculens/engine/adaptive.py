@@ -1022,31 +1022,22 @@ class AdaptiveController:
             answer = _still(memo, single, call, over, plain)
             if answer is not None:
                 return answer
-        best, fastest = self._ceiling(call, over, plain)
-        ratio = best / (1.0 + self.params.margin)
-        self._pay_memo = (costs.verify.revision, single, call, over, plain, ratio, fastest)
-        return ratio > 1.0
-
-    def _ceiling(self, call: float, over: float, plain: float) -> tuple[float, float]:
-        """The draft model's best rate over plain decoding with its drafts accepted at ``accept_ceiling`` per token,
-        and the seconds of its cheapest step (for :meth:`could_pay`'s memo)."""
-        verify = self.costs.verify.curve(self.n_draft + 1)
+        verify = costs.verify.curve(self.n_draft + 1)
         assert verify is not None
         k = np.arange(1, self.n_draft + 1)
         seconds = verify[2:] + call * k + over
         tokens = np.cumsum(self.params.accept_ceiling ** np.arange(self.n_draft + 1))[1:]  # Σ_{i≤k} α^i
-        return float(np.max(tokens / seconds)) * plain, float(seconds.min())
+        ratio = float(np.max(tokens / seconds)) * plain / (1.0 + self.params.margin)
+        self._pay_memo = (costs.verify.revision, single, call, over, plain, ratio, float(seconds.min()))
+        return ratio > 1.0
 
     def draft_idle(self) -> str | None:
         """Why the draft model is left idle on this machine, in a phrase for the user (``None``: it could pay, or
         nothing is measured yet): the best it could do, even with its drafts accepted as often as a draft model
         can be (a tour saw it loaded, "✓ Compatible", and never drafting, with nothing in the window saying why)."""
-        if self.could_pay() or self.model is None:
+        if self.model is None or self.could_pay() or self._pay_memo is None:  # no memo: nothing measured yet
             return None
-        plain, single = self._plain_seconds(), self.costs.verify.estimate(1)
-        if plain is None or single is None:
-            return None
-        best, _ = self._ceiling(self.costs.draft_call_seconds(), self._overhead(self.model), plain)
+        best = self._pay_memo[5] * (1.0 + self.params.margin)  # the rate could_pay weighed, before its margin
         short = f", short of the {100 * self.params.margin:.0f}% a step must win" if best >= 1.0 else ""
         return (
             f"the draft model cannot pay on this machine: ×{best:.2f} of plain decoding at best, even with "

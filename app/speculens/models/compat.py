@@ -25,6 +25,7 @@ from speculens.engine.vocab import (
 from speculens.models.catalog import pairs_for_target
 from speculens.models.gguf_info import GGUFError, GGUFInfo, TokenizerInfo, format_params, read_gguf_info
 from speculens.models.library import Library
+from speculens.words import upper_first
 
 # The context a session uses when the caller does not say (the engine's default ``BackendParams.n_ctx``).
 DEFAULT_SESSION_CTX = 4096
@@ -329,7 +330,7 @@ def _tokenizer_checks(t: TokenizerInfo, d: TokenizerInfo) -> list[Check]:
                 "special_tokens",
                 "BOS/EOS",
                 Level.ERROR if fatal else Level.WARNING,
-                _upper_first(text) + ("." if fatal else " (not used when tokenizing, so only advice)."),
+                upper_first(text) + ("." if fatal else " (not used when tokenizing, so only advice)."),
             )
         )
     if t.model != d.model:
@@ -361,10 +362,6 @@ def _tokenizer_checks(t: TokenizerInfo, d: TokenizerInfo) -> list[Check]:
             )
         )
     return checks
-
-
-def _upper_first(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def _token_text_check(t: TokenizerInfo, d: TokenizerInfo, diff: TokenDifference | None) -> Check:

@@ -39,6 +39,7 @@ from speculens import paths
 from speculens.errors import OperationError
 from speculens.models.gguf_info import SPLIT_RE, quant_label
 from speculens.models.library import Library, LibraryEntry, ModelSource, SourceKind
+from speculens.words import upper_first
 
 CHUNK_SIZE = 256 << 10
 PROGRESS_INTERVAL_S = 0.1
@@ -71,7 +72,7 @@ class HubError(OperationError):
     """
 
     def __init__(self, kind: HubErrorKind, message: str) -> None:
-        super().__init__(message[:1].upper() + message[1:])  # "Searching the hub for …: cannot reach …"
+        super().__init__(upper_first(message))  # "Searching the hub for …: cannot reach …"
         self.kind = kind
 
 

@@ -55,6 +55,7 @@ from speculens.ui.generations import GenerationRouter, RecordSink
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.token_view import best_weighed, nothing_drafted
 from speculens.ui.worker import Record, RecordKind
+from speculens.words import upper_first
 
 AUTOSAVE_INTERVAL_S = 1.0
 STREAM_RENDER_S = 0.3  # the shortest interval between two Markdown renders of a streaming answer
@@ -712,12 +713,12 @@ class ChatPane(QWidget):
                         f"{record.error.n_ctx}: shorten it, or raise the context size in Settings and reload"
                     )
             self._show_error(message, trim=trim)
-            self.status_changed.emit(message[:1].upper() + message[1:])  # the same words as the box above
+            self.status_changed.emit(upper_first(message))  # the same words as the box above
             return
         self.status_changed.emit(record.message)
 
     def _show_error(self, message: str, trim: bool, heading: str = "The answer could not start.") -> None:
-        self.error.setText(f"<b>{heading}</b> {html.escape(message[:1].upper() + message[1:])}")
+        self.error.setText(f"<b>{heading}</b> {html.escape(upper_first(message))}")
         self.error.show()
         self.trim_button.setVisible(trim)
 
@@ -757,7 +758,7 @@ class ChatPane(QWidget):
         applies (the answer waits for it, and then reads the whole conversation again)."""
         waited = loaded and not self._models_ready and self.turn is not None and self._reading_timer.isActive()
         self._models_ready = loaded
-        self._reloading = reloading if loading else ""
+        self._reloading = reloading  # the controller clears it when the load ends
         if waited:  # the wait for the load is over: count the prompt's own seconds, said at once
             self._reading_since = time.monotonic()
             self._show_reading()

@@ -52,6 +52,7 @@ from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.teach_panel import TeachPanel
 from speculens.ui.worker import EngineWorker, Lane
+from speculens.words import upper_first
 
 if TYPE_CHECKING:
     from speculens.ui.model_manager import ModelManagerWindow
@@ -443,7 +444,7 @@ class MainWindow(QMainWindow):
         elif models.loaded and self.store.reload_needed():
             tip += "\nSettings changed since the models loaded: Reload (Ctrl+L) applies them."
         if idle:
-            tip += f"\n{idle[0].upper()}{idle[1:]}: it stays loaded but idle (the Pair lab finds what pays here)."
+            tip += f"\n{upper_first(idle)}: it stays loaded but idle (the Pair lab finds what pays here)."
         self.pair_label.setToolTip(tip)
         self.chat.set_models_state(
             bool(models.loaded) and not models.loading, bool(s.target_path), models.loading, models.reload_reason

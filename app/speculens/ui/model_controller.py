@@ -23,6 +23,7 @@ from speculens.settings import Settings, field_labels
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import DemoRequest, EngineWorker, LoadRequest, LoadResult, ProbeRequest, UnloadRequest
+from speculens.words import upper_first
 
 LEVEL_STYLE = {"ok": ("✓", "#2ea043"), "warning": ("!", "#d29922"), "error": ("✗", "#d73a49")}
 
@@ -258,7 +259,7 @@ class ModelController(QObject):
                 exact += f", flash attention {info.flash_attn}"
             off = f" Speculation is off: {info.speculation_off}" if info.speculation_off else ""
             if info.draft_idle and not info.speculation_off:
-                off += f" {info.draft_idle[0].upper()}{info.draft_idle[1:]}, so it stays idle."
+                off += f" {upper_first(info.draft_idle)}, so it stays idle."
             # Named as the toolbar names them (a tour read five names for one model; llama.cpp's description
             # follows in brackets).
             names = Path(info.target).stem + (f" with the draft {Path(info.draft).stem}" if info.draft else "")

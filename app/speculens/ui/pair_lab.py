@@ -71,6 +71,7 @@ from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
+from speculens.words import upper_first
 
 SUITE_KINDS = [k for k in KINDS if k != "custom"]
 DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
@@ -83,7 +84,7 @@ _COLUMNS = ("Candidate", "tok/s", "Speedup", "Acceptance", "Tokens/pass", "Draft
 
 def _sentence(text: str) -> str:
     """A note as a sentence of its own (the lab's notes are clauses, also printed by the CLI)."""
-    text = text[:1].upper() + text[1:]
+    text = upper_first(text)
     return text if text.endswith(".") else text + "."
 
 

@@ -32,6 +32,7 @@ from speculens.ui.charts import RunSeries
 from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import SOURCE_NAMES
 from speculens.ui.worker import Record, RecordKind
+from speculens.words import upper_first
 
 if TYPE_CHECKING:
     from speculens.engine.events import StepEvent
@@ -84,7 +85,7 @@ def explain_step(event: StepEvent, strategy: str | None = None) -> str:
     elif n == 0 and best is not None and best < 1.0:
         source = SOURCE_NAMES.get(event.considered or "", "the drafter")
         proposal = (
-            f"{source[0].upper()}{source[1:]} proposed {offered} token{'s' if offered != 1 else ''}, but with"
+            f"{upper_first(source)} proposed {offered} token{'s' if offered != 1 else ''}, but with"
             if offered
             else "With"
         )

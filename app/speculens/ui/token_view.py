@@ -22,6 +22,8 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
+from speculens.words import and_list
+
 if TYPE_CHECKING:
     from speculens.engine.events import StepEvent
 
@@ -61,9 +63,7 @@ def drafting_from(strategy: str) -> str:
     the n-gram cache and the draft model", or "Plain decoding" (a tour read the engine's name in the live panel
     beside the toolbar's "lookup, n-gram cache")."""
     names = [SOURCE_NAMES.get(name, name) for name in strategy.split("+") if name and name != "none"]
-    if not names:
-        return "Plain decoding"
-    return "Drafting from " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
+    return "Drafting from " + and_list(names) if names else "Plain decoding"
 
 
 def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float, str] | None:

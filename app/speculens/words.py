@@ -1,0 +1,15 @@
+"""Small helpers for the sentences the app and the CLI show."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def upper_first(text: str) -> str:
+    """``text`` with its first letter in upper case and the rest as it is ("GPU" stays "GPU")."""
+    return text[:1].upper() + text[1:]
+
+
+def and_list(items: Sequence[str]) -> str:
+    """Items as a sentence lists them: "a", "a and b", "a, b and c"."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
