@@ -105,6 +105,29 @@ def test_the_probe_times_both_settings_and_leaves_the_context_alone(tiny: TinyMo
         np.testing.assert_array_equal(backend.decode([5], [0])[0], reference.decode([5], [0])[0])
 
 
+def test_the_probe_times_each_setting_first_in_turn(tiny: TinyModels, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The call after a switch of context can run slower: timing one setting always first biased the choice.
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=512)) as backend:
+        made: dict[int, bool | None] = {}
+        new_context, timed = backend._new_context, backend._timed_decode
+        order: list[bool | None] = []
+
+        def context(n_ctx: int, flash: bool | None) -> object:
+            ctx = new_context(n_ctx, flash)
+            made[id(ctx)] = flash
+            return ctx
+
+        def decode(ctx: object, tokens: list[int], position: int) -> float:
+            if position > 0 and len(tokens) == 1:  # a timed one-token call, not the seed's evaluation
+                order.append(made[id(ctx)])
+            return timed(ctx, tokens, position)
+
+        monkeypatch.setattr(backend, "_new_context", context)
+        monkeypatch.setattr(backend, "_timed_decode", decode)
+        assert backend.probe_flash_attention(depths=(64,), repeats=4) is not None
+        assert order == [False, True, True, False, False, True, True, False]
+
+
 def test_switching_flash_attention_recreates_an_empty_context(tiny: TinyModels) -> None:
     with LlamaBackend(tiny.target, BackendParams(n_ctx=512)) as backend:
         backend.decode(backend.tokenize(PROMPT))
@@ -203,8 +226,13 @@ def test_the_probe_chooses_by_depth_between_and_beyond_the_depths_it_timed() -> 
     assert FlashProbe((256, 2048), (0.1, 0.2), (0.09, 0.15)).summary() == "off (measured faster here)"
     # Below the shallowest depth timed, that depth's answer (the load's): no line is drawn into the unmeasured.
     assert FlashProbe((256, 2048), (0.2, 0.3), (0.3, 0.2)).choice(0) is None
-    for bad in ({"flash_attn": False, "note": "an older file"}, {"depths": [2048, 256], "on": [1, 1], "off": [1, 1]},
-                {"depths": [256], "on": [0.1], "off": [0]}, {"depths": [256], "on": [0.1], "off": ["nan"]}, [1, 2]):
+    saved = probe.state()
+    assert FlashProbe.from_state(saved) == probe
+    v = {"version": saved["version"]}
+    older = {"depths": [256, 2048], "on": [0.146, 0.238], "off": [0.156, 0.204]}  # three repetitions, on first
+    for bad in ({"flash_attn": False, "note": "an older file"}, older, {**v, "depths": [2048, 256], "on": [1, 1],
+                "off": [1, 1]}, {**v, "depths": [256], "on": [0.1], "off": [0]}, {**v, "depths": [256], "on": [0.1],
+                "off": ["nan"]}, [1, 2]):
         with pytest.raises(ValueError):
             FlashProbe.from_state(bad)
 

@@ -166,10 +166,16 @@ EXACT_KV_TYPES = (8, 30)
 PROBE_MAX_SIZE = 8
 # Where probe_flash_attention times decoding: a short and a long context (capped by the context size), one
 # token and a verification batch at each, a few times over, and how much faster "off" must be to be chosen.
-FLASH_PROBE_DEPTHS = (256, 2048)
+# The short depth is where a conversation starts (a one-line question in the chat template is 30-60 tokens):
+# timed at 256 instead, the two settings read level on the AMD EPYC VM while plain decoding of a 54-token prompt
+# ran faster with flash attention on (paired runs, 2026-12-04). Three repetitions, each setting timed first,
+# let one noisy spell decide: a saved probe there read "off" 11% faster at 256 tokens, five fresh ones 1-5%.
+FLASH_PROBE_DEPTHS = (64, 2048)
 FLASH_PROBE_BATCH = 4
-FLASH_PROBE_REPEATS = 3
+FLASH_PROBE_REPEATS = 5
 FLASH_PROBE_MARGIN = 0.03
+# Saved probes of another version (other depths, repetitions or order) are measured again at the next load.
+FLASH_PROBE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -235,17 +241,26 @@ class FlashProbe:
 
     def state(self) -> dict[str, Any]:
         """What to save (see :meth:`from_state`)."""
-        return {"depths": list(self.depths), "on": list(self.on), "off": list(self.off), "note": self.describe()}
+        return {
+            "version": FLASH_PROBE_VERSION,
+            "depths": list(self.depths),
+            "on": list(self.on),
+            "off": list(self.off),
+            "note": self.describe(),
+        }
 
     @classmethod
     def from_state(cls, state: object) -> FlashProbe:
         """A probe saved by :meth:`state`.
 
         Raises:
-            ValueError: not one (an older file holds only the choice: it is measured again).
+            ValueError: not one, or one of an older probe (:data:`FLASH_PROBE_VERSION`; an older file holds only the
+                choice): it is measured again.
         """
         if not isinstance(state, dict):
             raise ValueError("not a saved flash-attention measurement")
+        if state.get("version") != FLASH_PROBE_VERSION:
+            raise ValueError("a flash-attention measurement of an older probe")
         try:
             depths = tuple(int(d) for d in state["depths"])
             on = tuple(float(t) for t in state["on"])
@@ -817,7 +832,7 @@ class LlamaBackend:
         other CPUs. So both are measured here, in two scratch contexts: a few real tokens are evaluated, their
         cache is repeated out to each of ``depths`` (see :func:`tiled_kv_state`; the cost of attending over a
         context does not depend on what it says), and one token and a batch of :data:`FLASH_PROBE_BATCH` are
-        timed there, the two settings in turn. About 3 s on that VM.
+        timed there, each setting first in turn, :data:`FLASH_PROBE_REPEATS` times. About 4-5 s on that VM.
 
         Returns:
             What was measured, or ``None`` when it could not be (exact mode, a recurrent model, a context or a
@@ -853,8 +868,9 @@ class LlamaBackend:
                         return None
                 single: dict[bool, list[float]] = {True: [], False: []}
                 batch: dict[bool, list[float]] = {True: [], False: []}
-                for _ in range(repeats):
-                    for flash, ctx in contexts.items():
+                for repeat in range(repeats):
+                    # Each setting timed first in turn: the call after a switch of context can run slower.
+                    for flash, ctx in sorted(contexts.items(), reverse=repeat % 2 == 1):
                         memory = llama_cpp.llama_get_memory(ctx)
                         single[flash].append(self._timed_decode(ctx, seed[:1], depth))
                         llama_cpp.llama_memory_seq_rm(memory, 0, depth, -1)

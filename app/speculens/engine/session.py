@@ -188,7 +188,7 @@ class SpeculativeEngine:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
         decides): ``saved``, what an earlier load measured, or else :meth:`LlamaBackend.probe_flash_attention`'s
         timings, kept per model, context size, thread count, build and CPU in the costs folder, so it is measured
-        once (about 3.5 s on a 2-core VM). The load takes the setting for a short context, where a conversation
+        once (about 4-5 s on a 2-core VM). The load takes the setting for a short context, where a conversation
         starts; :meth:`fit_flash_attn` moves to the other one for a generation that decodes deeper. The draft model,
         loaded next, takes the target's setting."""
         c = self.config
