@@ -143,6 +143,23 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     qtbot.waitUntil(lambda: any(e.path == Path(download.message) for e in manager.entries), timeout=10_000)
 
 
+def test_a_failed_search_says_why_where_the_results_go(qtbot, manager: ModelManagerWindow, monkeypatch) -> None:
+    from speculens.models.hub import HubError, HubErrorKind
+
+    def unreachable(text: str) -> list[object]:
+        raise HubError(HubErrorKind.NETWORK, f"Searching the hub for {text!r}: cannot reach https://hub.test.")
+
+    monkeypatch.setattr(manager.hub, "search", unreachable)
+    manager.hub_search.setText("Qwen")
+    manager.search_hub()
+    repos = manager.repo_list
+    qtbot.waitUntil(lambda: "failed" in repos.item(0).text(), timeout=10_000)
+    assert repos.count() == 1 and "cannot reach https://hub.test" in repos.item(0).text()
+    assert "try again" in repos.item(0).text()
+    assert not repos.item(0).flags() & Qt.ItemFlag.ItemIsSelectable  # a note, not a repository to pick
+    assert "cannot reach" in manager.message.text()
+
+
 def test_failed_download_is_shown_with_its_reason(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
     download = manager.start_download("speculens-test/Tiny-GGUF", "missing-Q4_0.gguf")
     qtbot.waitUntil(lambda: download.state == "failed", timeout=20_000)

@@ -563,6 +563,7 @@ class ModelManagerWindow(QMainWindow):
         row.addWidget(search_button)
         self.repo_list = QListWidget(page)
         self.repo_list.setAccessibleName("Repositories")
+        self.repo_list.setWordWrap(True)  # a failed search's explanation is a paragraph
         self.repo_list.currentItemChanged.connect(self._on_repo_list_current_changed)
         self.file_table = QTableWidget(0, 3, page)
         self.file_table.setHorizontalHeaderLabels(["File", "Size", "Quantization"])
@@ -615,7 +616,12 @@ class ModelManagerWindow(QMainWindow):
                 self.repo_list.addItem("No GGUF repository found.")
 
         def failed(message: str) -> None:
+            # Said where the results would have been, not only in the line at the window's foot (a tour
+            # searching offline saw the list empty and missed the small red line below).
             self.repo_list.clear()
+            item = QListWidgetItem(f"The search failed. {message}\n\nPress Enter in the search box to try again.")
+            item.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            self.repo_list.addItem(item)
             self._show_error(message)
 
         self.tasks.run(lambda: self.hub.search(text), done, failed)
