@@ -50,6 +50,10 @@ def test_compare_shows_both_answers_and_the_verdict(qtbot, tiny) -> None:
     window = fake_window(qtbot, tiny)
     window.chat.input.setPlainText("typed but not sent")
     window.chat.compare_button.click()  # with no conversation yet, the box's text is the message
+    # The live panel waits for the verdict: drawing the speculative half as it ran slowed it alone.
+    from speculens.ui.main_window import LIVE_COMPARING
+
+    assert window.live_panel.status.text() == LIVE_COMPARING
     qtbot.waitUntil(lambda: window.compare_view.comparison is not None, timeout=10_000)
     view = window.compare_view
     assert view.views[Lane.PLAIN].toPlainText() == "Hello there, friend."

@@ -90,3 +90,31 @@ def test_records_arrive_in_batches_not_one_call_per_step(qtbot, router: Generati
     qtbot.waitUntil(lambda: not router.running, timeout=10_000)
     assert sum(r.kind is RecordKind.STEP for r in sink.records) == 400
     assert sink.batches < 100  # drained on a ~30 Hz timer, not a signal per step
+
+
+def test_a_lane_sink_holds_its_lane_until_the_comparison_ends() -> None:
+    """The live panel follows Compare's speculative half once the comparison ends: drawn as it ran, it gave the
+    window more to do while speculation ran than while plain decoding did, and Compare read ×0.82–0.91 for an
+    answer that drafted nine tokens and accepted them all."""
+    from speculens.ui.generations import LaneSink
+
+    class Sink:
+        def __init__(self) -> None:
+            self.batches: list[list[RecordKind]] = []
+
+        def on_records(self, records: Sequence[Record]) -> None:
+            self.batches.append([r.kind for r in records])
+
+    K = RecordKind
+    for end in (K.COMPARED, K.FAILED):
+        sink = Sink()
+        lane = LaneSink(sink, Lane.SPECULATIVE)
+        lane.on_records([Record(1, Lane.PLAIN, K.QUEUED)])
+        lane.on_records([Record(1, Lane.PLAIN, K.STARTED), Record(1, Lane.PLAIN, K.STEP)])  # not its lane
+        lane.on_records([Record(1, Lane.PLAIN, K.FINISHED), Record(1, Lane.SPECULATIVE, K.STARTED)])
+        lane.on_records([Record(1, Lane.SPECULATIVE, K.STEP), Record(1, Lane.SPECULATIVE, K.STEP)])
+        assert sink.batches == [[K.QUEUED]]  # the start now, the speculative half held
+        lane.on_records([Record(1, Lane.SPECULATIVE, K.FINISHED), Record(1, Lane.SPECULATIVE, end)])
+        assert sink.batches == [[K.QUEUED], [K.STARTED, K.STEP, K.STEP, K.FINISHED, end]]  # in order, at once
+        lane.on_records([Record(2, Lane.PLAIN, K.QUEUED)])  # the next comparison starts empty
+        assert sink.batches[-1] == [K.QUEUED]

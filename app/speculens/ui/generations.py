@@ -33,6 +33,12 @@ class LaneSink:
     follow a comparison's speculative half, as they follow an answer), with the request's QUEUED record and its
     failure, whichever lane it came in (a comparison stopped in its plain half left the live panel "Starting…").
 
+    The lane's other records are held until the comparison ends (its verdict, or a failure) and then passed on
+    at once: drawing them as they came gave the window more to do while speculation ran than while plain
+    decoding did, and the window's thread takes a core from llama.cpp's. In the app, under Xvfb on 2 cores, the
+    speculative half's first steps took 54-62 ms and its later ones 36-38 ms against plain decoding's 31-32, so
+    Compare read ×0.82-0.91 for an answer that drafted 9 tokens and accepted all 9.
+
     Args:
         sink: the sink.
         lane: the lane it sees.
@@ -41,10 +47,20 @@ class LaneSink:
     def __init__(self, sink: RecordSink, lane: Lane) -> None:
         self.sink = sink
         self.lane = lane
+        self._held: list[Record] = []
 
     def on_records(self, records: Sequence[Record]) -> None:
-        """Pass on this lane's records."""
-        mine = [r for r in records if r.lane is self.lane or r.kind in (RecordKind.QUEUED, RecordKind.FAILED)]
+        """Pass on the request's start and failure now, this lane's records when the comparison ends."""
+        mine: list[Record] = []
+        for r in records:
+            if r.kind is RecordKind.QUEUED:
+                self._held = []
+                mine.append(r)
+            elif r.kind in (RecordKind.COMPARED, RecordKind.FAILED):
+                mine += [*self._held, r]
+                self._held = []
+            elif r.lane is self.lane:
+                self._held.append(r)
         if mine:
             self.sink.on_records(mine)
 

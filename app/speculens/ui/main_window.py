@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 2
+LIVE_COMPARING = (
+    "Comparing: the speculative half is shown here when the comparison ends (drawing it as it runs would slow "
+    "speculation and not plain decoding)."
+)
 COMPARING = "Comparing: plain decoding, then speculation… (Esc stops)"
 BADGE_WARNING = (
     "QToolButton { background: #d73a49; color: white; font-weight: bold; border-radius: 4px; padding: 3px 8px }"
@@ -348,9 +352,10 @@ class MainWindow(QMainWindow):
         speculative = generation_config(settings)
         self.compare_view.describe(messages[-1]["content"], Strategy(settings.strategy).label)
         # The live panel, its charts and the figures above the chat follow the speculative half, as they follow an
-        # answer (they kept showing the last answer's while Compare ran).
+        # answer (they kept showing the last answer's while Compare ran), once the comparison ends (see LaneSink).
         live = LaneSink(self.live_panel, Lane.SPECULATIVE)
         self.router.compare(messages, plain, speculative, [self.compare_view, self.teach_panel, live])
+        self.live_panel.status.setText(LIVE_COMPARING)
         self.statusBar().showMessage(COMPARING)  # not the last answer's "Answer finished." (a tour's)
         self.docks["Compare"].show()
         self.docks["Compare"].raise_()
