@@ -387,6 +387,25 @@ def test_teach_curve_is_the_controllers_estimate_and_agrees_with_its_choice(qtbo
     assert re.search(r"would not pay\. [A-Z]", text)  # the next sentence starts as one
 
 
+def test_a_hidden_teach_panel_draws_its_curve_when_shown_or_at_the_answers_end(qtbot) -> None:
+    """Redrawing a curve no one sees took the window's thread, and so llama.cpp's core, while an answer ran."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    first, second = declined_step(4, (1.0, 0.93, 0.81)), declined_step(5, (1.0, 0.9, 0.8, 0.7))
+    feed(teach, [first], queued=True)  # type: ignore[arg-type]
+    assert not teach.isVisible() and len(teach.curve.getData()[1] or ()) == 0  # skipped while hidden
+    teach.show()
+    qtbot.waitExposed(teach)
+    assert list(teach.curve.getData()[1]) == [1.0, 0.93, 0.81]  # caught up when shown
+    feed(teach, [second])  # type: ignore[arg-type]
+    assert list(teach.curve.getData()[1]) == [1.0, 0.9, 0.8, 0.7]  # and kept current while seen
+    teach.hide()
+    feed(teach, [first, FinishEvent(FinishReason.EOG, "x", (1,), stats(4, 4, 0, 0))])  # type: ignore[arg-type]
+    assert list(teach.curve.getData()[1]) == [1.0, 0.93, 0.81]  # an answer's end draws it, seen or not
+
+
 def test_a_step_near_the_answers_end_does_not_shrink_the_teach_curve(qtbot) -> None:
     """From a new-user tour: after the last step the chart shrank to k = 0..1, the answer's end being a token
     away; the chart keeps the widest k of this answer and says why the curve stops short."""
@@ -587,6 +606,21 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     series.add(KNOWN_STEPS[:1])
     charts._on_timer_timeout()  # too early: the data waits
     assert charts._drawn != series.version
+    # Handing the plots their data counts too, not the painting alone (it was most of the charts' time).
+    refresh = charts.refresh
+
+    def slow_refresh() -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.02:  # 20 ms of processor time, as pyqtgraph's setData may take
+            pass
+        refresh()
+
+    charts.refresh = slow_refresh  # type: ignore[method-assign]
+    charts._next_refresh = 0.0
+    before = time.perf_counter()
+    charts._on_timer_timeout()
+    assert charts._drawn == series.version
+    assert charts._next_refresh - before >= 0.02 / charts_module.PAINT_BUDGET - 0.01
 
 
 def test_a_plain_step_of_a_speculative_strategy_is_not_called_the_none_strategy() -> None:

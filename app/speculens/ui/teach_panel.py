@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
@@ -197,6 +198,7 @@ class TeachPanel(QWidget):
     def __init__(self, series: RunSeries, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.series = series
+        self._curve_stale = False  # an answer's steps came in while the panel was hidden (see on_records)
         self.n_draft = 8
         # The longest draft an estimate of this answer has covered: the chart keeps that width, so a step near
         # the answer's end (whose estimate stops at k = 1) does not shrink it.
@@ -321,7 +323,20 @@ class TeachPanel(QWidget):
             elif record.final or record.kind is RecordKind.FINISHED:
                 self.set_running(False)
                 self._explain_answer()
-        self.update_curve()
+        # Redrawn as the answer runs only where it can be seen (a tab behind Live tokens or Compare is not): the
+        # window's thread takes its time from llama.cpp's (see speculens.ui.charts.PAINT_BUDGET). A pause and an
+        # answer's end redraw it anyway; a hidden panel catches up when shown.
+        ends = any(r.final or r.kind in (RecordKind.FINISHED, RecordKind.PAUSED) for r in records)
+        if self.isVisible() or ends:
+            self.update_curve()
+        else:
+            self._curve_stale = True
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Catch up with the answer the curve skipped while hidden."""
+        super().showEvent(event)
+        if self._curve_stale:
+            self.update_curve()
 
     def _explain_answer(self) -> None:
         """An answer ended: explain its last step that drafted, when steps without a draft followed it. The last
@@ -355,6 +370,7 @@ class TeachPanel(QWidget):
 
     def update_curve(self) -> None:
         """Redraw the curve: the controller's estimate of the last step, else this answer's measurements."""
+        self._curve_stale = False
         step = self.last_step
         if step is not None and len(step.expected_speedup) > 1:
             speedup = np.asarray(step.expected_speedup, dtype=float)
