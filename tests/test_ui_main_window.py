@@ -621,3 +621,23 @@ def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:
     demo = "qwen2.5-coder-1.5b-instruct-q4_k_m ▸ qwen2.5-coder-0.5b-instruct-q4_k_m + lookup, n-gram cache, map"
     window.resize(1280, 720)
     assert window.pair_label.fontMetrics().horizontalAdvance(demo + " (loaded — reload needed)") < 1280 - 450
+
+
+def test_teach_behind_another_tab_draws_its_curve_when_its_tab_is_raised(qtbot, tiny) -> None:
+    """A dock tabbed behind Live tokens stays "visible" to Qt: Teach redrew its curve on every batch of an
+    answer there, work of the window's thread taken from llama.cpp's core."""
+    from speculens.ui.worker import Lane, Record, RecordKind
+    from test_ui_live_panel import declined_step
+
+    window = make_window(qtbot, tiny)
+    window.show()
+    qtbot.waitExposed(window)
+    window.docks["Live"].raise_()
+    teach = window.teach_panel
+    step = declined_step(4, (1.0, 0.93, 0.81))
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.QUEUED), Record(1, Lane.CHAT, RecordKind.STEP, event=step)])
+    qtbot.wait(50)
+    assert teach._curve_stale and len(teach.curve.getData()[1] or ()) == 0  # behind Live tokens: skipped
+    window.docks["Teach"].raise_()
+    qtbot.waitUntil(lambda: not teach._curve_stale, timeout=2_000)
+    assert list(teach.curve.getData()[1]) == [1.0, 0.93, 0.81]

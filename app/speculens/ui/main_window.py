@@ -210,6 +210,7 @@ class MainWindow(QMainWindow):
         live = self._dock("Live", "Live tokens", self.live_panel, right)
         compare = self._dock("Compare", "Compare", self.compare_view, right)
         teach = self._dock("Teach", "Teach", scrolled(self.teach_panel), right)  # its text and curve: no overlap
+        teach.visibilityChanged.connect(self._on_teach_dock_visibility_changed)  # a raised tab: see catch_up
         settings = self._dock("Settings", "Settings", self.settings_panel, right)
         for dock in (compare, teach, settings):
             self.tabifyDockWidget(live, dock)
@@ -359,6 +360,10 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(COMPARING)  # not the last answer's "Answer finished." (a tour's)
         self.docks["Compare"].show()
         self.docks["Compare"].raise_()
+
+    def _on_teach_dock_visibility_changed(self, visible: bool) -> None:
+        if visible:
+            self.teach_panel.catch_up()
 
     def open_model_manager(self) -> ModelManagerWindow:
         """Show the model manager window (library, hub, downloads, pair picker)."""

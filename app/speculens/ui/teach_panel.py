@@ -326,17 +326,22 @@ class TeachPanel(QWidget):
         # Redrawn as the answer runs only where it can be seen (a tab behind Live tokens or Compare is not): the
         # window's thread takes its time from llama.cpp's (see speculens.ui.charts.PAINT_BUDGET). A pause and an
         # answer's end redraw it anyway; a hidden panel catches up when shown.
+        # A dock tabbed behind another stays "visible" to Qt, with nothing of it on screen.
         ends = any(r.final or r.kind in (RecordKind.FINISHED, RecordKind.PAUSED) for r in records)
-        if self.isVisible() or ends:
+        if ends or (self.isVisible() and not self.visibleRegion().isEmpty()):
             self.update_curve()
         else:
             self._curve_stale = True
 
+    def catch_up(self) -> None:
+        """Draw the curve the panel skipped while it could not be seen (its dock's tab was raised, say)."""
+        if self._curve_stale:
+            self.update_curve()
+
     def showEvent(self, event: QShowEvent) -> None:
         """Catch up with the answer the curve skipped while hidden."""
         super().showEvent(event)
-        if self._curve_stale:
-            self.update_curve()
+        self.catch_up()
 
     def _explain_answer(self) -> None:
         """An answer ended: explain its last step that drafted, when steps without a draft followed it. The last
