@@ -18,7 +18,13 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from speculens.engine.config import GenerationConfig
 from speculens.ui.worker import ChatRequest, CompareRequest, EngineWorker, Lane, Record, RecordKind
 
-DRAIN_MS = 33
+# How often an answer's steps are drawn (its start, end, pauses and failures are drawn at once). Every redraw
+# of the token views, transcript and figures takes the window's thread, and with it a core from llama.cpp's
+# threads, which then wait at their barriers. In the app under Xvfb on 2 cores (2026-12-05, a 52-token answer,
+# four alternated restarts): every 33 ms, the window's thread used 320-350 ms of processor time per answer and
+# decode steps took 32.4-33.3 ms (medians); every 100 ms, 230-280 ms and 29.7-32.7 ms. Three tokens a redraw at
+# 30 tokens/s still reads as streaming.
+DRAIN_MS = 100
 
 
 class RecordSink(Protocol):
