@@ -168,8 +168,8 @@ PROBE_MAX_SIZE = 8
 # token and a verification batch at each, a few times over, and how much faster "off" must be to be chosen.
 # The short depth is where a conversation starts (a one-line question in the chat template is 30-60 tokens):
 # timed at 256 instead, the two settings read level on the AMD EPYC VM while plain decoding of a 54-token prompt
-# ran faster with flash attention on (paired runs, 2026-12-04). Three repetitions, each setting timed first,
-# let one noisy spell decide: a saved probe there read "off" 11% faster at 256 tokens, five fresh ones 1-5%.
+# ran faster with flash attention on (paired runs, 2026-12-04). Three repetitions, flash attention always timed
+# first, let one noisy spell decide: a saved probe there read "off" 11% faster at 256 tokens, five fresh ones 1-5%.
 FLASH_PROBE_DEPTHS = (64, 2048)
 FLASH_PROBE_BATCH = 4
 FLASH_PROBE_REPEATS = 5
