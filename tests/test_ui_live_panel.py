@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QTextCursor
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QTextCursor
 
 from speculens.engine.events import (
     DraftToken,
@@ -621,6 +621,65 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     charts._on_timer_timeout()
     assert charts._drawn == series.version
     assert charts._next_refresh - before >= 0.02 / charts_module.PAINT_BUDGET - 0.01
+
+
+def test_the_solid_grid_looks_like_pyqtgraphs_translucent_one_behind_the_data(qtbot) -> None:
+    """Grid lines are drawn solid (a translucent line costs Qt's raster engine about twenty times more), in the
+    colour the translucent line showed: the same picture, but the data is drawn over the grid."""
+    import pyqtgraph as pg
+    from PySide6.QtGui import QPalette
+
+    from speculens.ui.charts import solid_grid, solid_grid_axes
+
+    def grid_image(axes: dict | None, solid: bool, dark: bool) -> np.ndarray:  # type: ignore[type-arg]
+        widget = pg.PlotWidget(axisItems=axes)
+        qtbot.addWidget(widget)
+        widget.setBackground(None)
+        if dark:  # the window's theme is the ground the grid is blended for
+            palette = widget.palette()
+            palette.setColor(QPalette.ColorRole.Window, QColor(40, 40, 40))
+            widget.setPalette(palette)
+        widget.resize(400, 300)
+        if solid:
+            solid_grid(widget.getPlotItem())
+        else:
+            widget.showGrid(x=True, y=True, alpha=0.25)
+        widget.setXRange(0, 50, padding=0)
+        widget.setYRange(0, 1, padding=0)
+        widget.show()
+        qtbot.waitExposed(widget)
+        image = widget.grab().toImage()
+        image = image.convertToFormat(image.Format.Format_RGB32)
+        rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
+        return rows[:, : 4 * image.width()].reshape(image.height(), image.width(), 4)[:, :, :3].astype(int)
+
+    for dark in (False, True):
+        translucent, solid = grid_image(None, False, dark), grid_image(solid_grid_axes(), True, dark)
+        ground = np.median(solid.reshape(-1, 3), axis=0)
+        off_ground = np.abs(translucent - ground).max(axis=2) > 8
+        assert off_ground.sum() > 1000  # there is a grid (and tick labels) to compare
+        # Where two translucent lines cross they darken each other; solid ones do not. Everywhere else, the same.
+        on_solid = np.abs(solid - ground).max(axis=2) > 0  # the faintest lines too
+        rows, cols = on_solid.mean(axis=1) > 0.5, on_solid.mean(axis=0) > 0.5
+        assert rows.sum() >= 3 and cols.sum() >= 3  # grid lines across the plot both ways
+        crossings = np.outer(rows, cols)
+        assert np.abs(translucent - solid).max(axis=2)[~crossings].max() <= 2, dark
+
+    widget = pg.PlotWidget(axisItems=solid_grid_axes())
+    qtbot.addWidget(widget)
+    solid_grid(widget.getPlotItem())
+    plot = widget.getPlotItem()
+    widget.show()
+    qtbot.waitExposed(widget)
+    for side in ("left", "bottom"):
+        axis = plot.getAxis(side)
+        assert axis.zValue() < plot.getViewBox().zValue()  # behind the data
+        canvas = widget.grab()
+        painter = QPainter(canvas)
+        specs = axis.generateDrawSpecs(painter)
+        painter.end()
+        assert specs is not None and specs[1]
+        assert all(pen.color().alpha() == 255 for pen, _a, _b in specs[1])
 
 
 def test_a_plain_step_of_a_speculative_strategy_is_not_called_the_none_strategy() -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRect, Qt, QTimer
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPaintEvent, QPixmap
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPaintEvent, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 if TYPE_CHECKING:
@@ -193,13 +193,80 @@ class RunSeries:
         )
 
 
+class SolidGridAxis(pg.AxisItem):
+    """An axis whose grid lines are solid, in the colour pyqtgraph's translucent ones show over the plot's ground.
+
+    Qt's raster engine draws a translucent line about twenty times slower than a solid one (52 against 2.4 µs
+    for a 175-pixel line, measured 2026-12-05), and translucent grid lines were most of what the live charts
+    cost the window's thread during an answer (py-spy: ``QRasterPaintEngine::drawPolygon`` under the axes'
+    painting). Solid lines drawn over the data would cut through it, so :func:`solid_grid` puts the axes behind
+    the plot's view box: the data is drawn over the grid.
+    """
+
+    _ground: int | None = None  # the RGB the grid lines were blended for
+
+    def paint(self, p: QPainter, opt: object, widget: object) -> None:
+        ground = self._ground_colour().rgb()
+        if ground != self._ground:  # a new theme: blend again
+            self._ground = ground
+            self.picture = None
+        super().paint(p, opt, widget)
+
+    def generateDrawSpecs(self, p: QPainter) -> tuple | None:
+        specs = super().generateDrawSpecs(p)
+        if specs is None or not self.grid:
+            return specs
+        axis, ticks, texts = specs
+        ground = QColor.fromRgb(self._ground if self._ground is not None else self._ground_colour().rgb())
+        return axis, [(_solid_pen(pen, ground), a, b) for pen, a, b in ticks], texts
+
+    def _ground_colour(self) -> QColor:
+        """The colour the plot is painted on: its view's background brush, or the window's colour behind it."""
+        view = self.getViewWidget()
+        if view is None:
+            return QColor("white")
+        brush = view.backgroundBrush()
+        if brush.style() != Qt.BrushStyle.NoBrush:
+            return brush.color()
+        return view.palette().color(QPalette.ColorRole.Window)
+
+
+def _solid_pen(pen: QPen, ground: QColor) -> QPen:
+    """``pen`` made opaque in the colour it shows over ``ground``."""
+    colour = pen.color()
+    a = colour.alphaF()
+    if a >= 1.0:
+        return pen
+    out = QPen(pen)
+    out.setColor(
+        QColor.fromRgbF(
+            colour.redF() * a + ground.redF() * (1 - a),
+            colour.greenF() * a + ground.greenF() * (1 - a),
+            colour.blueF() * a + ground.blueF() * (1 - a),
+        )
+    )
+    return out
+
+
+def solid_grid_axes() -> dict[str, pg.AxisItem]:
+    """Left and bottom axes for a new plot (``axisItems=``) whose grid :func:`solid_grid` shows."""
+    return {"left": SolidGridAxis("left"), "bottom": SolidGridAxis("bottom")}
+
+
+def solid_grid(plot: pg.PlotItem, x: bool = True, y: bool = True, alpha: float = 0.25) -> None:
+    """Show ``plot``'s grid (its axes made by :func:`solid_grid_axes`) in solid lines behind its data."""
+    plot.showGrid(x=x, y=y, alpha=alpha)
+    for side in ("left", "bottom"):
+        plot.getAxis(side).setZValue(plot.getViewBox().zValue() - 1)
+
+
 def _plot(layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left: str, bottom: str) -> pg.PlotItem:
-    plot = layout.addPlot(row=row, col=col, title=title)
+    plot = layout.addPlot(row=row, col=col, title=title, axisItems=solid_grid_axes())
     plot.setLabel("left", left)
     plot.setLabel("bottom", bottom)
     for side in ("left", "bottom"):
         plot.getAxis(side).enableAutoSIPrefix(False)  # "0.2 seconds", never "200 seconds (x0.001)"
-    plot.showGrid(x=True, y=True, alpha=0.25)
+    solid_grid(plot)
     plot.setMenuEnabled(False)
     plot.setClipToView(True)
     plot.setDownsampling(auto=True, mode="peak")

@@ -64,7 +64,7 @@ from speculens.lab import (
     theoretical_speedup,
 )
 from speculens.ui import file_dialogs
-from speculens.ui.charts import captioned
+from speculens.ui.charts import captioned, solid_grid, solid_grid_axes
 from speculens.ui.file_dialogs import Kind
 from speculens.ui.model_controller import ModelController
 from speculens.ui.screen import resize_within_screen
@@ -286,18 +286,20 @@ class PairLabWindow(QMainWindow):
         right.addWidget(self.tabs, 3)
         charts = QWidget(results)
         charts_layout = QHBoxLayout(charts)
-        self.speedup_plot = pg.PlotWidget(charts, title="Speedup over plain decoding, per kind of text")
+        self.speedup_plot = pg.PlotWidget(
+            charts, title="Speedup over plain decoding, per kind of text", axisItems=solid_grid_axes()
+        )
         self.speedup_plot.setBackground("w")
-        self.speedup_plot.showGrid(y=True, alpha=0.3)
+        solid_grid(self.speedup_plot.getPlotItem(), x=False, alpha=0.3)
         self.speedup_plot.setLabel("left", "×")
         # Two columns of short labels in a small font: a tour saw 30-character labels run past the plot's edge.
         self.speedup_plot.addLegend(offset=(10, 5), colCount=2, labelTextSize="8pt")
         self._legend_names: list[str] = []
         # Labels are shortened to the plot's width, whatever the fonts: CI's fonts ran 7 px past it at 24 characters.
         self.speedup_plot.plotItem.getViewBox().sigResized.connect(self._fit_legend)
-        self.sweep_plot = pg.PlotWidget(charts, title="Draft length: theory vs measured")
+        self.sweep_plot = pg.PlotWidget(charts, title="Draft length: theory vs measured", axisItems=solid_grid_axes())
         self.sweep_plot.setBackground("w")
-        self.sweep_plot.showGrid(x=True, y=True, alpha=0.3)
+        solid_grid(self.sweep_plot.getPlotItem(), alpha=0.3)
         self.sweep_plot.setLabel("bottom", "draft length (n_draft)")
         self.sweep_plot.setLabel("left", "×")
         self.sweep_plot.addLegend(offset=(-10, 10))

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.ui.charts import RunSeries
+from speculens.ui.charts import RunSeries, solid_grid, solid_grid_axes
 from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import SOURCE_NAMES
 from speculens.ui.worker import Record, RecordKind
@@ -241,12 +241,12 @@ class TeachPanel(QWidget):
         )
         self.explanation.setHtml(self._intro)
 
-        self.curve_plot = pg.PlotWidget(self, title="Expected speedup by draft length")
+        self.curve_plot = pg.PlotWidget(self, title="Expected speedup by draft length", axisItems=solid_grid_axes())
         self.curve_plot.setBackground(None)
         self.curve_plot.setLabel("bottom", "draft length k")
         self.curve_plot.getAxis("bottom").setTickSpacing(1, 1)  # k counts tokens (see update_curve)
         self.curve_plot.setLabel("left", "speedup ×")
-        self.curve_plot.showGrid(x=True, y=True, alpha=0.25)
+        solid_grid(self.curve_plot.getPlotItem())
         self.curve_plot.setMenuEnabled(False)
         # The axes follow the steps shown (update_curve): a tour's mouse wheel, scrolling past, zoomed the curve
         # out of sight, with no way back but the small auto-range button.
