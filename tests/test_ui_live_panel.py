@@ -591,10 +591,8 @@ def test_a_rejected_drafts_line_breaks_are_shown_not_made(panel: LivePanel) -> N
 
 
 def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
-    """Every paint counts, in processor time, and the next refresh waits until they fit PAINT_BUDGET: while
+    """Every paint counts, in processor time, and the next refresh waits until they fit the charts' budget: while
     the window paints, it takes a core from llama.cpp's threads."""
-    from speculens.ui import charts as charts_module
-
     series, charts = shown_charts(qtbot)
     qtbot.waitExposed(charts)
     series.add(KNOWN_STEPS)
@@ -602,7 +600,7 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     before = time.perf_counter()
     charts._on_timer_timeout()
     assert charts._drawn == series.version  # it refreshed
-    assert charts._next_refresh - before >= 0.2 / charts_module.PAINT_BUDGET - 0.01
+    assert charts._next_refresh - before >= 0.2 / charts.budget - 0.01
     series.add(KNOWN_STEPS[:1])
     charts._on_timer_timeout()  # too early: the data waits
     assert charts._drawn != series.version
@@ -620,7 +618,18 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     before = time.perf_counter()
     charts._on_timer_timeout()
     assert charts._drawn == series.version
-    assert charts._next_refresh - before >= 0.02 / charts_module.PAINT_BUDGET - 0.01
+    assert charts._next_refresh - before >= 0.02 / charts.budget - 0.01
+
+
+def test_the_charts_take_less_of_a_core_where_llama_cpp_takes_every_core(monkeypatch) -> None:
+    from speculens.engine import backend
+    from speculens.ui import charts as charts_module
+
+    monkeypatch.setattr(backend, "default_threads", lambda: 2)  # 2 cores: the engine uses both
+    assert charts_module.paint_budget() == charts_module.PAINT_BUDGET_NO_SPARE_CORE
+    monkeypatch.setattr(backend, "default_threads", lambda: 8)  # one is left to the window
+    assert charts_module.paint_budget() == charts_module.PAINT_BUDGET
+    assert charts_module.PAINT_BUDGET_NO_SPARE_CORE < charts_module.PAINT_BUDGET
 
 
 def test_the_solid_grid_looks_like_pyqtgraphs_translucent_one_behind_the_data(qtbot) -> None:

@@ -27,6 +27,11 @@ REFRESH_MS = 33
 # the window on 2 cores, both for llama.cpp, demo target: 20-22 tokens/s with a quarter of the GUI thread
 # counted in wall time, 27-28 with a twentieth of a core counted in processor time (31 without a window).
 PAINT_BUDGET = 0.05
+# Where llama.cpp's threads take every core (2 cores or fewer, see speculens.ui.worker.gui_threads), every moment
+# the charts take is the decoding's. Their solid grid (SolidGridAxis) cut a refresh from 22 to 14 ms of processor
+# time: at this share they refresh about as often as they did at PAINT_BUDGET before it, and the rest goes to
+# llama.cpp.
+PAINT_BUDGET_NO_SPARE_CORE = 0.03
 ROLLING_STEPS = 16
 # A draft position tried fewer times than this is drawn faint: a rate of 1 from one drafted token is no finding.
 FEW_SAMPLES = 5
@@ -292,6 +297,15 @@ def integer_tick_step(span: float, max_ticks: int = 8) -> int:
     return step
 
 
+def paint_budget() -> float:
+    """The share of a core the live charts may take: :data:`PAINT_BUDGET` where the engine leaves the window a core,
+    :data:`PAINT_BUDGET_NO_SPARE_CORE` where llama.cpp's threads take them all."""
+    from speculens.engine.backend import default_threads
+    from speculens.ui.worker import gui_threads
+
+    return PAINT_BUDGET if gui_threads() < default_threads() else PAINT_BUDGET_NO_SPARE_CORE
+
+
 class _TimedGraphics(pg.GraphicsLayoutWidget):
     """The plots' view, keeping the processor time it has spent painting (see :data:`PAINT_BUDGET`): CPU time,
     not wall time, which would count the moments llama.cpp's threads held the core as painting."""
@@ -390,6 +404,7 @@ class ChartsPanel(QWidget):
 
         self._next_refresh = 0.0
         self._painted = 0.0  # the plots' painting time up to the last refresh
+        self.budget = paint_budget()
         self._timer = QTimer(self)
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._on_timer_timeout)
@@ -464,7 +479,7 @@ class ChartsPanel(QWidget):
         # waits until they fit the budget.
         cost = time.thread_time() - t0 + before - self._painted
         self._painted = self.graphics.painted
-        self._next_refresh = now + max(REFRESH_MS / 1000, cost / PAINT_BUDGET)
+        self._next_refresh = now + max(REFRESH_MS / 1000, cost / self.budget)
 
     def grab_png(self, caption: str = "") -> QPixmap:
         """The plots as an image (for export), under ``caption`` (see :func:`captioned`)."""

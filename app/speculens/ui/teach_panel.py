@@ -324,7 +324,7 @@ class TeachPanel(QWidget):
                 self.set_running(False)
                 self._explain_answer()
         # Redrawn as the answer runs only where it can be seen: the window's thread takes its time from
-        # llama.cpp's (see speculens.ui.charts.PAINT_BUDGET). A dock tabbed behind Live tokens or Compare stays
+        # llama.cpp's (see speculens.ui.charts.paint_budget). A dock tabbed behind Live tokens or Compare stays
         # "visible" to Qt with nothing of it on screen, hence the region. A pause and an answer's end redraw it
         # anyway; a hidden panel catches up when shown (catch_up).
         ends = any(r.final or r.kind in (RecordKind.FINISHED, RecordKind.PAUSED) for r in records)
