@@ -622,13 +622,16 @@ def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
 
 
 def test_the_charts_take_less_of_a_core_where_llama_cpp_takes_every_core(monkeypatch) -> None:
+    """Every moment the charts paint is taken from decoding where llama.cpp's threads have every core."""
     from speculens.engine import backend
     from speculens.ui import charts as charts_module
 
     monkeypatch.setattr(backend, "default_threads", lambda: 2)  # 2 cores: the engine uses both
     assert charts_module.paint_budget() == charts_module.PAINT_BUDGET_NO_SPARE_CORE
-    monkeypatch.setattr(backend, "default_threads", lambda: 8)  # one is left to the window
+    assert charts_module.paint_budget(threads=1) == charts_module.PAINT_BUDGET  # the setting leaves one
+    monkeypatch.setattr(backend, "default_threads", lambda: 8)  # the automatic count leaves one to the window
     assert charts_module.paint_budget() == charts_module.PAINT_BUDGET
+    assert charts_module.paint_budget(threads=8) == charts_module.PAINT_BUDGET_NO_SPARE_CORE  # a user's 8 of 8
     assert charts_module.PAINT_BUDGET_NO_SPARE_CORE < charts_module.PAINT_BUDGET
 
 
@@ -640,14 +643,17 @@ def test_the_solid_grid_looks_like_pyqtgraphs_translucent_one_behind_the_data(qt
 
     from speculens.ui.charts import solid_grid, solid_grid_axes
 
-    def grid_image(axes: dict | None, solid: bool, dark: bool) -> np.ndarray:  # type: ignore[type-arg]
-        widget = pg.PlotWidget(axisItems=axes)
+    def darken(widget: pg.PlotWidget) -> None:  # the window's theme is the ground the grid is blended for
+        palette = widget.palette()
+        palette.setColor(QPalette.ColorRole.Window, QColor(40, 40, 40))
+        widget.setPalette(palette)
+
+    def plot(solid: bool, dark: bool = False) -> pg.PlotWidget:
+        widget = pg.PlotWidget(axisItems=solid_grid_axes() if solid else None)
         qtbot.addWidget(widget)
         widget.setBackground(None)
-        if dark:  # the window's theme is the ground the grid is blended for
-            palette = widget.palette()
-            palette.setColor(QPalette.ColorRole.Window, QColor(40, 40, 40))
-            widget.setPalette(palette)
+        if dark:
+            darken(widget)
         widget.resize(400, 300)
         if solid:
             solid_grid(widget.getPlotItem())
@@ -657,13 +663,27 @@ def test_the_solid_grid_looks_like_pyqtgraphs_translucent_one_behind_the_data(qt
         widget.setYRange(0, 1, padding=0)
         widget.show()
         qtbot.waitExposed(widget)
+        return widget
+
+    def pixels(widget: pg.PlotWidget) -> np.ndarray:  # type: ignore[type-arg]
         image = widget.grab().toImage()
         image = image.convertToFormat(image.Format.Format_RGB32)
         rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
-        return rows[:, : 4 * image.width()].reshape(image.height(), image.width(), 4)[:, :, :3].astype(int)
+        bgra = rows[:, : 4 * image.width()].reshape(image.height(), image.width(), 4)  # RGB32, little-endian
+        return bgra[:, :, 2::-1].astype(int)
 
-    for dark in (False, True):
-        translucent, solid = grid_image(None, False, dark), grid_image(solid_grid_axes(), True, dark)
+    light = (plot(False), plot(True))
+    images = {"light": [pixels(w) for w in light]}
+    images["dark"] = [pixels(plot(False, dark=True)), pixels(plot(True, dark=True))]
+    # The theme changes while the window is open: the lines are blended again, and the view's cached background
+    # (pyqtgraph's, which kept the old ground until a resize) is drawn again, by the next paint.
+    for widget in light:
+        darken(widget)
+        pixels(widget)
+    light[0].resetCachedContent()  # pyqtgraph's own grid is not redrawn on the new ground without this
+    qtbot.wait(50)
+    images["switched to dark"] = [pixels(w) for w in light]
+    for theme, (translucent, solid) in images.items():
         ground = np.median(solid.reshape(-1, 3), axis=0)
         off_ground = np.abs(translucent - ground).max(axis=2) > 8
         assert off_ground.sum() > 1000  # there is a grid (and tick labels) to compare
@@ -672,17 +692,18 @@ def test_the_solid_grid_looks_like_pyqtgraphs_translucent_one_behind_the_data(qt
         rows, cols = on_solid.mean(axis=1) > 0.5, on_solid.mean(axis=0) > 0.5
         assert rows.sum() >= 3 and cols.sum() >= 3  # grid lines across the plot both ways
         crossings = np.outer(rows, cols)
-        assert np.abs(translucent - solid).max(axis=2)[~crossings].max() <= 2, dark
+        assert np.abs(translucent - solid).max(axis=2)[~crossings].max() <= 2, theme
 
-    widget = pg.PlotWidget(axisItems=solid_grid_axes())
-    qtbot.addWidget(widget)
-    solid_grid(widget.getPlotItem())
-    plot = widget.getPlotItem()
-    widget.show()
-    qtbot.waitExposed(widget)
+    widget = plot(True)  # data over the grid: a bar across it hides the lines it covers
+    widget.addItem(pg.BarGraphItem(x=[25], height=[1], width=20, brush=(200, 0, 0), pen=None))
+    view = widget.getPlotItem().getViewBox()
+    corner = [widget.mapFromScene(view.mapViewToScene(QPointF(x, y))) for x, y in ((17, 0.9), (33, 0.1))]
+    inside = pixels(widget)[corner[0].y() : corner[1].y(), corner[0].x() : corner[1].x()]
+    assert inside.size and (inside == (200, 0, 0)).all()
+    item = widget.getPlotItem()
     for side in ("left", "bottom"):
-        axis = plot.getAxis(side)
-        assert axis.zValue() < plot.getViewBox().zValue()  # behind the data
+        axis = item.getAxis(side)
+        assert axis.zValue() < item.getViewBox().zValue()  # behind the data
         canvas = widget.grab()
         painter = QPainter(canvas)
         specs = axis.generateDrawSpecs(painter)

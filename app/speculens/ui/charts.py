@@ -205,7 +205,8 @@ class SolidGridAxis(pg.AxisItem):
     for a 175-pixel line, measured 2026-12-05), and translucent grid lines were most of what the live charts
     cost the window's thread during an answer (py-spy: ``QRasterPaintEngine::drawPolygon`` under the axes'
     painting). Solid lines drawn over the data would cut through it, so :func:`solid_grid` puts the axes behind
-    the plot's view box: the data is drawn over the grid.
+    the plot's view box: the data is drawn over the grid. Where two lines cross, the one drawn last shows (two
+    translucent ones darkened each other there): a pixel per crossing.
     """
 
     _ground: int | None = None  # the RGB the grid lines were blended for
@@ -213,13 +214,18 @@ class SolidGridAxis(pg.AxisItem):
     def paint(self, p: QPainter, opt: object, widget: object) -> None:
         ground = self._ground_colour().rgb()
         if ground != self._ground:  # a new theme: blend again
+            if self._ground is not None and (view := self.getViewWidget()) is not None:
+                # pyqtgraph's views cache their background: without this the new lines would lie on the old
+                # ground until the view is resized (translucent ones blended with whatever was there).
+                view.resetCachedContent()
+                view.viewport().update()
             self._ground = ground
             self.picture = None
         super().paint(p, opt, widget)
 
     def generateDrawSpecs(self, p: QPainter) -> tuple | None:
         specs = super().generateDrawSpecs(p)
-        if specs is None or not self.grid:
+        if specs is None or self.grid is False:
             return specs
         axis, ticks, texts = specs
         ground = QColor.fromRgb(self._ground if self._ground is not None else self._ground_colour().rgb())
@@ -231,9 +237,9 @@ class SolidGridAxis(pg.AxisItem):
         if view is None:
             return QColor("white")
         brush = view.backgroundBrush()
-        if brush.style() != Qt.BrushStyle.NoBrush:
+        if brush.style() == Qt.BrushStyle.SolidPattern and brush.color().alpha() == 255:
             return brush.color()
-        return view.palette().color(QPalette.ColorRole.Window)
+        return view.palette().color(QPalette.ColorRole.Window)  # no brush of one colour: the window shows
 
 
 def _solid_pen(pen: QPen, ground: QColor) -> QPen:
@@ -254,15 +260,21 @@ def _solid_pen(pen: QPen, ground: QColor) -> QPen:
 
 
 def solid_grid_axes() -> dict[str, pg.AxisItem]:
-    """Left and bottom axes for a new plot (``axisItems=``) whose grid :func:`solid_grid` shows."""
+    """Left and bottom axes for a new plot (``axisItems=``) whose grid :func:`solid_grid` shows (axes given
+    there are shown, so the hidden right and top ones stay pyqtgraph's)."""
     return {"left": SolidGridAxis("left"), "bottom": SolidGridAxis("bottom")}
 
 
 def solid_grid(plot: pg.PlotItem, x: bool = True, y: bool = True, alpha: float = 0.25) -> None:
-    """Show ``plot``'s grid (its axes made by :func:`solid_grid_axes`) in solid lines behind its data."""
+    """Show ``plot``'s grid (its axes made by :func:`solid_grid_axes`) in solid lines behind its data. A view box
+    given a background colour of its own would hide it."""
     plot.showGrid(x=x, y=y, alpha=alpha)
-    for side in ("left", "bottom"):
-        plot.getAxis(side).setZValue(plot.getViewBox().zValue() - 1)
+    for side in ("left", "bottom", "right", "top"):
+        axis = plot.getAxis(side)
+        if isinstance(axis, SolidGridAxis):
+            axis.setZValue(plot.getViewBox().zValue() - 1)
+        else:  # no translucent lines over the data should a hidden axis be shown
+            axis.setGrid(False)
 
 
 def _plot(layout: pg.GraphicsLayoutWidget, row: int, col: int, title: str, left: str, bottom: str) -> pg.PlotItem:
@@ -297,17 +309,18 @@ def integer_tick_step(span: float, max_ticks: int = 8) -> int:
     return step
 
 
-def paint_budget() -> float:
+def paint_budget(threads: int = 0) -> float:
     """The share of a core the live charts may take: :data:`PAINT_BUDGET` where the engine leaves the window a core,
-    :data:`PAINT_BUDGET_NO_SPARE_CORE` where llama.cpp's threads take them all."""
+    :data:`PAINT_BUDGET_NO_SPARE_CORE` where llama.cpp's threads take them all (``threads``: the setting, 0 for
+    the automatic count, :func:`~speculens.ui.worker.gui_threads`)."""
     from speculens.engine.backend import default_threads
     from speculens.ui.worker import gui_threads
 
-    return PAINT_BUDGET if gui_threads() < default_threads() else PAINT_BUDGET_NO_SPARE_CORE
+    return PAINT_BUDGET if (threads or gui_threads()) < default_threads() else PAINT_BUDGET_NO_SPARE_CORE
 
 
 class _TimedGraphics(pg.GraphicsLayoutWidget):
-    """The plots' view, keeping the processor time it has spent painting (see :data:`PAINT_BUDGET`): CPU time,
+    """The plots' view, keeping the processor time it has spent painting (see :func:`paint_budget`): CPU time,
     not wall time, which would count the moments llama.cpp's threads held the core as painting."""
 
     painted = 0.0

@@ -38,7 +38,7 @@ from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
 from speculens.settings import Settings, generation_config, load_settings
 from speculens.ui import file_dialogs
-from speculens.ui.charts import ChartsPanel, RunSeries
+from speculens.ui.charts import ChartsPanel, RunSeries, paint_budget
 from speculens.ui.chat_pane import EXPORT_CODE_SHADE, ChatPane, ConversationList, render_transcript
 from speculens.ui.compare_view import CompareView
 from speculens.ui.conversations import Conversation, ConversationStore
@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         self.stats_strip = StatsStrip(self)
         self.live_panel = LivePanel(self.series, self.stats_strip, self)
         self.charts = ChartsPanel(self.series, self)
+        self.charts.budget = paint_budget(self.store.settings.threads)
         self.compare_view = CompareView(self)
         self.teach_panel = TeachPanel(self.series, self)
         self.teach_panel.set_n_draft(self.store.settings.n_draft)
@@ -498,6 +499,7 @@ class MainWindow(QMainWindow):
             self.live_panel.show_saved(events)
 
     def _on_store_changed(self, settings: Settings) -> None:
+        self.charts.budget = paint_budget(settings.threads)
         self.teach_panel.set_n_draft(settings.n_draft)
         self.teach_panel.set_exact(settings.exact)
         self._update_models()
