@@ -169,9 +169,17 @@ def test_drafts_after_the_end_of_the_answer_are_not_shown(panel: LivePanel) -> N
     assert "The answer ended here" in said and "0 tokens" not in said and "—" not in said
 
 
-def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:
+def test_counts_legend_and_stats_strip(panel: LivePanel, monkeypatch) -> None:
+    from speculens.ui import live_panel
+
+    clock = [100.0]
+    monkeypatch.setattr(live_panel.time, "monotonic", lambda: clock[0])
     feed(panel, KNOWN_STEPS[:1])
-    feed(panel, KNOWN_STEPS[1:])
+    assert panel.stats_strip.value_text("tokens") == "3"
+    feed(panel, KNOWN_STEPS[1:2])  # the next batch of steps, sooner than FIGURES_S: the figures wait for it
+    assert panel.stats_strip.value_text("tokens") == "3" and "accepted&nbsp;draft</span>&nbsp;2" in panel.legend.text()
+    clock[0] += live_panel.FIGURES_S
+    feed(panel, KNOWN_STEPS[2:])
     assert panel.view.counts == {
         TokenKind.ACCEPTED: 4,
         TokenKind.REJECTED: 2,
@@ -187,6 +195,18 @@ def test_counts_legend_and_stats_strip(panel: LivePanel) -> None:
     assert strip.value_text("acceptance") == "67%"
     assert strip.value_text("tokens") == "7"
     assert strip.value_text("mean_len") == "2.33"
+
+
+def test_an_answers_end_shows_its_figures_however_soon_it_comes(panel: LivePanel, monkeypatch) -> None:
+    from speculens.ui import live_panel
+
+    monkeypatch.setattr(live_panel.time, "monotonic", lambda: 100.0)  # every batch within FIGURES_S
+    feed(panel, KNOWN_STEPS[:1])
+    feed(panel, KNOWN_STEPS[1:])
+    assert panel.stats_strip.value_text("tokens") == "3"
+    feed(panel, [FinishEvent(FinishReason.EOG, "", (), stats(3, 7, 6, 4))])
+    assert panel.stats_strip.value_text("tokens") == "7" and panel.stats_strip.value_text("counts") == "4 / 6"
+    assert "accepted&nbsp;draft</span>&nbsp;4" in panel.legend.text()
 
 
 def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:

@@ -8,6 +8,7 @@ one batch; it appends the batch's tokens in one edit block and feeds the
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,12 @@ from speculens.ui.worker import Lane, Record, RecordKind
 
 if TYPE_CHECKING:
     from speculens.engine.events import Event, RunningStats
+
+# The legend's counts and the figures strip change at most this often while an answer runs (and at its end, a pause
+# or a failure). Their labels' new text lays out the toolbar and the dock again: redrawn with every batch of steps
+# (ten times a second) they cost the window's thread as much as the charts, 50-60 ms of a 1.8 s answer measured in
+# the app on 2 cores, time llama.cpp's threads waited for.
+FIGURES_S = 0.5
 
 
 class StatsStrip(QWidget):
@@ -126,6 +133,7 @@ class LivePanel(QWidget):
         self.events: list[Event] = []  # the current answer's events, for the exports
         self._request: int | None = None  # the request shown
         self._started = False  # whether it began (its start event came)
+        self._figures_due = 0.0  # when the legend and the figures may change again (see FIGURES_S)
         self._saved_ids = itertools.count(-1, -1)  # request ids of answers shown from their kept events
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
 
@@ -152,6 +160,7 @@ class LivePanel(QWidget):
         self.events.clear()
         self.stats_strip.clear()
         self.legend.set_counts(self.view.counts)
+        self._figures_due = 0.0
         self.status.setText(description)
 
     def on_records(self, records: Sequence[Record]) -> None:
@@ -187,21 +196,27 @@ class LivePanel(QWidget):
                 self.finish(event)
             elif record.kind is RecordKind.FAILED:
                 self.status.setText(record.message)
+                self._figures_due = 0.0
+            elif record.kind is RecordKind.PAUSED:
+                self._figures_due = 0.0  # a paused step is read figure by figure
         self._show_steps(steps)
 
     def _show_steps(self, steps: list[StepEvent]) -> None:
-        if not steps:
-            return
-        self.view.append_steps(steps)
-        self.series.add(steps)
-        self.steps.extend(steps)
-        self.events.extend(steps)
-        self.legend.set_counts(self.view.counts)
-        self.stats_strip.show_stats(steps[-1].stats)
+        if steps:
+            self.view.append_steps(steps)
+            self.series.add(steps)
+            self.steps.extend(steps)
+            self.events.extend(steps)
+        now = time.monotonic()
+        if self.steps and now >= self._figures_due:
+            self._figures_due = now + FIGURES_S
+            self.legend.set_counts(self.view.counts)
+            self.stats_strip.show_stats(self.steps[-1].stats)
 
     def finish(self, event: FinishEvent) -> None:
         """Show the final totals."""
         self.series.set_stats(event.stats)
+        self.legend.set_counts(self.view.counts)
         self.stats_strip.show_stats(event.stats)
         s = event.stats
         sources = {st.source for st in self.steps if st.source}
