@@ -403,6 +403,21 @@ def test_a_draft_model_that_cannot_pay_is_said_to_be_idle(qtbot, tiny) -> None:
     assert "cannot pay" not in window.pair_label.text()
 
 
+def test_a_draft_model_without_the_adaptive_controller_is_not_said_to_be_idle(qtbot, tiny) -> None:
+    """From the tour of 2026-12-05: with Adaptive off the draft model drafted every step of an answer, a third
+    slower than plain decoding, under a toolbar that said "draft idle: cannot pay here"."""
+    said: list[str] = []
+    factory = FakeFactory(Script(draft_idle="the draft model cannot pay on this machine: ×0.89 of plain decoding"))
+    window = make_window(qtbot, tiny, factory, load=False, strategy="draft", adaptive=False)
+    window.statusBar().messageChanged.connect(said.append)
+    window.load_models()
+    qtbot.waitUntil(lambda: window.models.loaded is not None, timeout=10_000)
+    assert "idle" not in window.pair_label.text() and "idle" not in window.pair_label.toolTip()
+    assert any("×0.89 of plain decoding, yet it drafts every step with adaptive off." in m for m in said)
+    window.store.update(adaptive=True)  # now the controller keeps it idle, and the toolbar says so
+    assert "draft idle: cannot pay here" in window.pair_label.text()
+
+
 def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny) -> None:
     """From a new-user tour: with prompt lookup loaded, choosing a draft-model strategy and sending answered
     without the draft (only the toolbar's 'reload needed' said why). A reload the answer needs comes first; a

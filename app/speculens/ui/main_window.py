@@ -433,7 +433,9 @@ class MainWindow(QMainWindow):
             state = "target loaded, draft not"  # "loaded" beside "⚠ Draft not loaded" read as a contradiction
         if models.loaded and models.loaded.info.exact:
             state += ", bit-exact"
-        idle = models.loaded.info.draft_idle if models.loaded and s.uses_draft else None
+        # Without the adaptive controller the draft model drafts every step, paying or not (a tour read "draft
+        # idle" over an answer it had drafted all of, a third slower than plain decoding).
+        idle = models.loaded.info.draft_idle if models.loaded and s.uses_draft and s.adaptive else None
         if models.loaded and not models.loading and self.store.reload_needed():
             state += " — draft idle: Reload frees it" if self.store.reload_frees_draft_only() else " — reload needed"
         elif idle and not models.loading:  # loaded, "✓ Compatible", and never drafting: a tour could not tell why

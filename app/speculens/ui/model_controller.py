@@ -259,7 +259,9 @@ class ModelController(QObject):
                 exact += f", flash attention {info.flash_attn}"
             off = f" Speculation is off: {info.speculation_off}" if info.speculation_off else ""
             if info.draft_idle and not info.speculation_off:
-                off += f" {upper_first(info.draft_idle)}, so it stays idle."
+                adaptive = self.store.settings.adaptive
+                fate = "so it stays idle" if adaptive else "yet it drafts every step with adaptive off"
+                off += f" {upper_first(info.draft_idle)}, {fate}."
             # Named as the toolbar names them (a tour read five names for one model; llama.cpp's description
             # follows in brackets).
             names = Path(info.target).stem + (f" with the draft {Path(info.draft).stem}" if info.draft else "")
