@@ -668,3 +668,21 @@ def test_the_transcript_follows_a_streaming_answer_unless_scrolled_up(qtbot, tin
     window.chat.stop()
     wait_idle(qtbot, window)
 
+
+
+def test_a_message_typed_and_not_sent_stays_with_its_conversation(qtbot, tiny) -> None:
+    """From the tour of 2026-12-05: text typed in one conversation and not sent was in the box of the next one
+    opened, one Enter from being sent there."""
+    window = fake_window(qtbot, tiny, FakeFactory())
+    send(qtbot, window, "first conversation")
+    first = window.chat.conversation
+    window.chat.input.setPlainText("a second thought for the first")
+    window.new_chat()
+    assert window.chat.input.toPlainText() == ""
+    send(qtbot, window, "second conversation")
+    second = window.chat.conversation
+    window.chat.input.setPlainText("half a question for the second")
+    window.chat.open_conversation(first)
+    assert window.chat.input.toPlainText() == "a second thought for the first"
+    window.chat.open_conversation(second)
+    assert window.chat.input.toPlainText() == "half a question for the second"

@@ -81,6 +81,19 @@ def test_conversation_is_saved_and_can_be_reopened(qtbot, tiny) -> None:
     assert window.chat.conversation.messages == saved[0].messages
 
 
+def test_another_conversation_opened_clears_the_charts_at_once(qtbot, tiny) -> None:
+    """From the tour of 2026-12-05: an emptied conversation opened after another one showed that one's charts, the
+    charts' budget holding their redraw back as it does during an answer."""
+    window = make_window(qtbot, tiny)
+    send(qtbot, window, "the model")
+    window.charts.refresh()
+    assert len(window.charts.length_curve.getData()[0]) > 0
+    window.charts._next_refresh = float("inf")  # a budget spent: no timed refresh would come
+    window.new_chat()
+    xs = window.charts.length_curve.getData()[0]
+    assert xs is None or len(xs) == 0
+
+
 def test_a_message_typed_and_not_sent_is_there_after_a_restart(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, load=False)
     window.chat.input.setPlainText("Rename the function\nand add type hints.")

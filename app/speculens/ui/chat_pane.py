@@ -287,6 +287,9 @@ class ChatPane(QWidget):
         self._reading_timer.timeout.connect(self._show_reading)
         self.observers = list(observers)
         self.conversation = Conversation()
+        # What was typed and not sent in the conversations left since (by id): a message stays with its
+        # conversation (a tour opened another one with the first one's message in the box, one Enter from it).
+        self._unsent: dict[str, str] = {}
         self.pair = ""
         self.turn: _Turn | None = None
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
@@ -465,6 +468,10 @@ class ChatPane(QWidget):
             )
             conversation.partial = None
             self.store.save(conversation)
+        if conversation is not self.conversation:
+            if text := self.input.toPlainText():
+                self._unsent[self.conversation.id] = text
+            self.input.setPlainText(self._unsent.pop(conversation.id, ""))
         self.conversation = conversation
         self._stream_cursor = None
         self._hide_error()
@@ -686,6 +693,8 @@ class ChatPane(QWidget):
             if turn.replaced is None and not self.input.toPlainText().strip():
                 self.input.setPlainText(turn.user_text)
             self._render()
+        elif turn.replaced is None and not self._unsent.get(conversation.id, "").strip():
+            self._unsent[conversation.id] = turn.user_text  # in its box when that conversation is opened again
 
     def _fail_turn(self, turn: _Turn, record: Record) -> None:
         conversation = turn.conversation

@@ -492,6 +492,9 @@ class MainWindow(QMainWindow):
         self.teach_panel.clear()
         self.conversation_list.show_current(conversation)
         self._show_kept_answer(conversation)
+        # Now, not when the budget next allows a refresh: a click is no answer's stream, and a tour opened an
+        # emptied conversation under the last one's charts.
+        self.charts.refresh()
 
     def _show_kept_answer(self, conversation: Conversation) -> None:
         """The tokens, charts and figures of the conversation's last answer, as it was generated (a tour found a
