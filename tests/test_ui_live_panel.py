@@ -816,6 +816,13 @@ def test_after_an_answer_teach_explains_its_last_step_that_drafted(qtbot) -> Non
     # An answer that never drafted: its last step, whose curve says why.
     feed(teach, [*plain, finish], queued=True)  # type: ignore[arg-type]
     assert "Step 4" in teach.explanation.toPlainText() and "at step 4" in teach.curve_label.text()
+    # ... even when its last step only ended it (the tour of 2026-12-05 followed "see Teach" under such an answer
+    # to "The answer ended here"): the step before, which says why it decoded plainly.
+    ending = replace(plain[1], step=5, emitted=(), expected_speedup=())
+    feed(teach, [*plain, ending, finish], queued=True)  # type: ignore[arg-type]
+    text = teach.explanation.toPlainText()
+    assert "without a draft verified" in text and "Step 4" in text and "would not pay" in text
+    assert "The answer ended here" not in text
 
 
 def test_the_mouse_wheel_over_the_teach_curve_does_not_zoom_it(qtbot) -> None:

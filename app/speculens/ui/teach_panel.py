@@ -205,6 +205,7 @@ class TeachPanel(QWidget):
         self._k_seen = 0
         self.last_step: StepEvent | None = None
         self._last_drafted: StepEvent | None = None  # this answer's last step that verified a draft
+        self._last_token: StepEvent | None = None  # this answer's last step that generated a token
         self._final: StepEvent | None = None  # this answer's last step
         self._strategy: str | None = None  # the running generation's sources, from its start event
         self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
@@ -284,7 +285,7 @@ class TeachPanel(QWidget):
 
     def clear(self) -> None:
         """Forget the last answer's step (another conversation is shown)."""
-        self.last_step = self._last_drafted = self._final = None
+        self.last_step = self._last_drafted = self._last_token = self._final = None
         self._k_seen = 0
         self.explanation.setHtml(self._intro)
         self.update_curve()
@@ -305,7 +306,7 @@ class TeachPanel(QWidget):
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
-                self.last_step = self._last_drafted = self._final = None
+                self.last_step = self._last_drafted = self._last_token = self._final = None
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy = event.strategy
@@ -318,6 +319,8 @@ class TeachPanel(QWidget):
                 self.last_step = self._final = event
                 if event.drafted:
                     self._last_drafted = event
+                if event.emitted:
+                    self._last_token = event
             elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
                 self.show_step(event)
             elif record.final or record.kind is RecordKind.FINISHED:
@@ -358,6 +361,14 @@ class TeachPanel(QWidget):
                 f"({after} plain step{'s' if after != 1 else ''} followed it, to step {step.step}).</i></p>"
             )
             self.last_step = step = drafted
+        elif drafted is None and not step.emitted and self._last_token is not None:
+            # Nothing drafted, and the last step only ended the answer: the step before it says why the answer
+            # decoded plainly (a tour followed "see Teach" under such an answer to "The answer ended here").
+            lead = (
+                f"<p><i>The answer has ended without a draft verified. Explained here: step "
+                f"{self._last_token.step}, its last step that generated a token.</i></p>"
+            )
+            self.last_step = step = self._last_token
         # The explanation and the curve's caption speak of the same step.
         self.explanation.setHtml(lead + explain_step(step, self._strategy))
 
