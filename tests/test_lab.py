@@ -395,3 +395,29 @@ def test_the_eta_is_paced_by_the_runs_not_by_loading(
     first = next(p for p in seen if p.done == 2)
     assert first.elapsed_s > 2.0
     assert first.eta_s < 0.5 * (first.total - first.done)  # not elapsed / done per run: over 1 s a run
+
+
+def test_applying_a_recommendation_sets_what_the_lab_ran() -> None:
+    """From the tour of 2026-12-05: applying "Automatic (lookup + n-gram cache)" kept the draft model in the pair and
+    the n_draft of 4 the user had set, where the lab had run without a draft model and at its default length."""
+    from speculens.engine.config import DEFAULT_N_DRAFT, Strategy
+    from speculens.lab import LabResult, Row, settings_to_apply
+
+    draft = Path("/models/draft.gguf")
+    cands = [
+        Candidate("auto", "Automatic (lookup + n-gram cache)", Strategy.AUTO),
+        Candidate("auto+d", "Automatic with draft", Strategy.AUTO, draft=draft, n_gpu_layers_draft=-1),
+        Candidate("draft/k=6", "Draft model, n_draft=6", Strategy.DRAFT, draft=draft, n_draft=6),
+        Candidate("lookup", "Prompt lookup", Strategy.LOOKUP),
+    ]
+    result = LabResult("t.gguf", candidates={c.key: c for c in cands})
+
+    def applied(key: str) -> dict[str, object]:
+        return settings_to_apply(Row(key, key, 10.0, 1.2, 0.9, 2.0, 4.0, True, 1, "2026-12-05"), result)
+
+    assert applied("auto") == {"strategy": "auto", "n_draft": DEFAULT_N_DRAFT, "adaptive": True, "draft_path": ""}
+    assert applied("auto+d")["draft_path"] == str(draft) and applied("auto+d")["n_gpu_layers_draft"] == -1
+    assert applied("draft/k=6") | {"draft_path": None} == {
+        "strategy": "draft", "n_draft": 6, "adaptive": False, "draft_path": None, "n_gpu_layers_draft": 0,
+    }  # fmt: skip
+    assert "draft_path" not in applied("lookup")  # a draft-free strategy leaves the pair's draft alone

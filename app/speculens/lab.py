@@ -1131,12 +1131,21 @@ def _summarise(
 
 
 def settings_to_apply(row: Row, result: LabResult) -> dict[str, Any]:
-    """The settings fields a recommendation changes (the strategy, and the draft model and its GPU layers)."""
+    """The settings fields a recommendation changes: the strategy, the draft length as the lab ran it (a tour's
+    n_draft of 4 stayed after applying a result measured at 32), and the draft model and its GPU layers, or no
+    draft model for automatic drafting without one (a tour applied "Automatic (lookup + n-gram cache)" and got
+    the automatic strategy with its draft model still loaded)."""
     cand = result.candidates.get(row.key)
     if cand is None:
         return {}
-    out: dict[str, Any] = {"strategy": cand.strategy.value, "adaptive": True}
+    out: dict[str, Any] = {
+        "strategy": cand.strategy.value,
+        "n_draft": cand.n_draft or DEFAULT_N_DRAFT,
+        "adaptive": cand.n_draft is None,
+    }
     if cand.draft is not None:
         out["draft_path"] = str(cand.draft)
         out["n_gpu_layers_draft"] = cand.n_gpu_layers_draft
+    elif cand.strategy is Strategy.AUTO:
+        out["draft_path"] = ""
     return out
