@@ -606,6 +606,10 @@ class ChatPane(QWidget):
         cursor.setPosition(self._stream_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
+        # A plain block again: the removed render's code block leaves its format (grey, unbroken lines) on the
+        # block it began in, and the answer's first paragraph was drawn inside it while streaming (a tour's).
+        cursor.setBlockFormat(QTextBlockFormat())
+        cursor.setCharFormat(QTextCharFormat())
         if text:
             cursor.insertHtml(markdown_html(text))
         self._stream_cursor = cursor
