@@ -108,6 +108,15 @@ def test_cancel_mid_run_keeps_what_was_measured(tiny: TinyModels, library: Libra
     assert all(r.speedup is None and r.identical is None for r in stopped_in)
 
 
+def test_cancel_before_the_first_run_ends_measures_no_kind(tiny: TinyModels, library: Library) -> None:
+    """A kind with no run ended has no rows (an empty one made the window save the result, dated anew)."""
+    candidates = [c for c in list_candidates(tiny.target, library, n_ctx=512) if c.key == "lookup"]
+    cancel = threading.Event()
+    lab = PairLab(tiny.target, candidates, lab_prompts(["chat"]), QUICK, cancel)
+    result = lab.run(lambda p: cancel.set())
+    assert result.cancelled and result.profile is not None and result.rows == {}
+
+
 def test_cancel_while_loading_stops_at_once_and_frees_the_drafts(
     tiny: TinyModels, library: Library, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -134,9 +134,10 @@ def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, 
     lab.budget.setValue(30)
     with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
         lab.run_button.click()
-        qtbot.waitSignal(lab.worker.lab_progressed, timeout=60_000).wait()
+        qtbot.waitSignal(lab.worker.lab_progressed, timeout=60_000, check_params_cb=lambda p: p.done >= 2).wait()
         qtbot.keyClick(lab, Qt.Key.Key_Escape)
     assert "Stopped" in lab.status.text() and lab.noisy.text().endswith("Cancelled before the end.")
+    assert {r.date for rows in lab.result.rows.values() for r in rows.values()} == {lab.result.date}
     assert lab.isVisible()  # Esc stopped the run; it closes the window only when nothing runs
     # A new window for the same target shows what was saved, with its date.
     again = PairLabWindow(lab.worker, lab.store, lab.models)
@@ -147,6 +148,41 @@ def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
     again.export_json()
     assert json.loads(out.read_text(encoding="utf-8"))["schema"] == "speculens-lab/1"
+
+
+def test_a_run_stopped_before_its_first_answer_ended_leaves_what_was_shown(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: a Cancel before any run ended saved an empty result, so the header said 'measured'
+    at the cancel's time, over rows all measured minutes earlier, with the cancel's note."""
+    from speculens.lab import CostProfile, LabResult
+
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
+        lab.run_button.click()
+    saved = load_saved(tiny.target)
+    assert saved is not None and saved.rows
+    header = lab.header.text()
+    lab._request = 1  # as if a run were under way, and stopped before its first answer ended
+    stopped = LabResult(saved.target, cancelled=True, profile=CostProfile(0.05, {1: 1.0}), date="2099-01-01T00:00")
+    lab._on_worker_lab_finished(stopped)
+    assert lab.status.text() == "Stopped before a run ended: nothing was measured."
+    assert lab.header.text() == header and not lab.noisy.text().endswith("Cancelled before the end.")
+    assert load_saved(tiny.target) == saved
+
+
+def test_the_round_note_takes_the_last_runs_pace(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: the note said 'at plain decoding's 18 tokens/s', then 36, from the short cost
+    profile, where the table read 27 and a round took 3.5 min, not the 2 min it said."""
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
+        lab.run_button.click()
+    result = lab.result
+    assert result.run_s is not None and result.run_s > 0 and result.setup_s is not None and result.setup_s > 0
+    note = lab.round_note.text()
+    assert f"at the last run's pace ({result.run_s:.0f} s a run, loading included)" in note
+    assert "tokens/s" not in note
+    # Saved with the results: a window opened later knows the pace too.
+    again = PairLabWindow(lab.worker, lab.store, lab.models)
+    qtbot.addWidget(again)
+    qtbot.waitUntil(lambda: "measured" in again.header.text(), timeout=10_000)
+    assert again.result.run_s == pytest.approx(result.run_s) and "last run's pace" in again.round_note.text()
 
 
 def test_progress_says_why_a_run_overruns_its_budget(lab) -> None:  # type: ignore[no-untyped-def]

@@ -382,6 +382,9 @@ class LabResult:
         llama_build: llama.cpp's build summary.
         machine: the machine's description.
         date: when it ran.
+        setup_s: the run's time before its first timed run (loading, the cost profile, a warm-up), or ``None``.
+        run_s: its mean time per timed run, or ``None``: with ``setup_s``, how long a round takes here (the cost
+            profile's one-token step read 18 and then 36 tokens/s where the runs decoded at 27).
     """
 
     target: str
@@ -394,6 +397,8 @@ class LabResult:
     llama_build: str = ""
     machine: str = ""
     date: str = ""
+    setup_s: float | None = None
+    run_s: float | None = None
 
     def ranking(self, kind: str) -> list[Row]:
         """The kind's rows, fastest first; candidates that drafted nothing come last, whatever their speed: they
@@ -518,6 +523,8 @@ class LabResult:
             "llama_build": self.llama_build,
             "noisy": self.noisy,
             "cancelled": self.cancelled,
+            "setup_s": self.setup_s,
+            "run_s": self.run_s,
             "profile": None if self.profile is None else asdict(self.profile),
             "candidates": {k: _candidate_dict(c) for k, c in self.candidates.items()},
             "estimates": {k: asdict(e) for k, e in self.estimates.items()},
@@ -564,6 +571,8 @@ class LabResult:
                 llama_build=str(doc.get("llama_build", "")),
                 machine=str(doc.get("machine", "")),
                 date=str(doc.get("date", "")),
+                setup_s=_seconds(doc.get("setup_s")),  # saved before they existed: none
+                run_s=_seconds(doc.get("run_s")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a damaged lab document: {exc}") from exc
@@ -617,7 +626,13 @@ class LabResult:
             rows=rows,
             estimates={**older.estimates, **self.estimates},
             candidates={**older.candidates, **self.candidates},
+            setup_s=older.setup_s if self.setup_s is None else self.setup_s,
+            run_s=older.run_s if self.run_s is None else self.run_s,
         )
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _candidate_dict(c: Candidate) -> dict[str, Any]:
@@ -875,6 +890,8 @@ class PairLab:
                     pace = (time.monotonic() - t_runs) / (rnd + 1)
                     fits = int((s.budget_s - (t_runs - t0)) // pace) if pace > 0 else s.max_rounds
                     planned = min(s.max_rounds, max(s.min_rounds, fits))
+                result.setup_s = t_runs - t0
+                result.run_s = (time.monotonic() - t_runs) / done if done else None
             finally:
                 self.close()
         result.cancelled = self.cancel.is_set()
@@ -1126,7 +1143,8 @@ def _summarise(
                 date=date,
                 noisy=noisy,
             )
-        out[kind] = rows
+        if rows:  # a kind stopped before its first run ended has no rows (a tour's cancel saved it, dated anew)
+            out[kind] = rows
     return out
 
 

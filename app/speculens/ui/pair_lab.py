@@ -420,14 +420,15 @@ class PairLabWindow(QMainWindow):
         text = f"One round, which always runs in full whatever the budget: {n} runs of up to {tokens} tokens"
         if self.sweep_box.isChecked():
             text += ", and more at fixed draft lengths"
-        profile = self.result.profile if self.result is not None else None
-        if profile is not None and profile.target_step_s > 0:
-            minutes = n * tokens * profile.target_step_s / 60.0
-            text += (
-                f": about {minutes:.0f} min here at plain decoding's {1 / profile.target_step_s:.0f} tokens/s"
-                if minutes >= 1
-                else ": under a minute here"
-            )
+        result = self.result
+        profile = result.profile if result is not None else None
+        if result is not None and result.run_s is not None:  # the last run's own pace, loading included
+            seconds = (result.setup_s or 0.0) + n * result.run_s
+            text += f": {_about(seconds)} here at the last run's pace ({result.run_s:.0f} s a run, loading included)"
+        elif profile is not None and profile.target_step_s > 0:  # before any run: the cost profile's speed
+            seconds = n * tokens * profile.target_step_s
+            speed = 1 / profile.target_step_s
+            text += f": {_about(seconds)} here at plain decoding's {speed:.0f} tokens/s, plus loading"
         self.round_note.setText(text + ".")
 
     def checked(self) -> list[Candidate]:
@@ -544,6 +545,9 @@ class PairLabWindow(QMainWindow):
         target = self.target_path
         if result.cancelled and result.profile is None:  # stopped while it loaded: what was shown stays
             self.status.setText("Stopped while loading the models: nothing was measured.")
+            return
+        if result.cancelled and not result.rows and not self._estimating:  # nothing new: what was shown stays
+            self.status.setText("Stopped before a run ended: nothing was measured.")
             return
         if self._estimating:
             saved = load_saved(target) if target is not None else None
@@ -793,6 +797,10 @@ class PairLabWindow(QMainWindow):
         self.cancel()
         self.tasks.wait(5.0)
         super().closeEvent(event)
+
+
+def _about(seconds: float) -> str:
+    return "under a minute" if seconds < 60 else f"about {seconds / 60:.0f} min"
 
 
 def _measured(result: LabResult) -> str:
