@@ -73,6 +73,9 @@ def test_the_lab_ranks_identical_weights_above_a_perturbed_and_an_unrelated_draf
         ]
         identical, perturbed, unrelated = fixed
         assert identical.acceptance == 1.0 and identical.identical
+        # The count the acceptance is of: every pass drafts, so most of the answers' tokens were drafted ones.
+        drafted = identical.drafted
+        assert drafted is not None and QUICK.max_tokens // 2 < drafted <= identical.runs * QUICK.max_tokens
         # Acceptance orders all three exactly; timings of models this small are a few milliseconds, so only the
         # wide gap (every draft accepted against almost none) is asserted on speed.
         assert identical.mean_accepted_length > perturbed.mean_accepted_length > unrelated.mean_accepted_length
@@ -228,9 +231,11 @@ def test_the_cli_ranks_and_writes_json_and_csv(tiny: TinyModels, tmp_path: Path)
     )
     assert proc.returncode == 0, proc.stderr
     assert "Chat" in proc.stdout and "Prompt lookup" in proc.stdout and "For chat" in proc.stdout
+    assert " drafted " in proc.stdout  # the count the acceptance is of
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["schema"] == "speculens-lab/1" and set(doc["kinds"]["chat"]) == {"none", "lookup"}
     assert table.read_text(encoding="utf-8").splitlines()[0].startswith("kind,candidate,tokens_per_second")
+    assert doc["kinds"]["chat"]["none"]["drafted"] == 0
     bad = subprocess.run(
         [sys.executable, "-m", "speculens.cli", "lab", "-m", str(tiny.target), "--only", "nope"],
         capture_output=True,

@@ -185,6 +185,24 @@ def test_the_round_note_takes_the_last_runs_pace(qtbot, lab) -> None:  # type: i
     assert again.result.run_s == pytest.approx(result.run_s) and "last run's pace" in again.round_note.text()
 
 
+def test_an_acceptance_from_few_draft_tokens_says_how_few(lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: a draft model's row read 100% acceptance at 1.00 tokens per pass (its few probe
+    tokens, all accepted, in answers otherwise decoded plainly)."""
+    from speculens.lab import LabResult, Row
+
+    def row(key: str, acceptance: float | None, drafted: int | None) -> Row:
+        return Row(key, key, 27.0, 1.0, acceptance, 1.0, 0.0, True, 3, "2026-12-05T08:26", drafted=drafted)
+
+    rows = {"none": row("none", None, 0), "few": row("few", 1.0, 6), "many": row("many", 0.75, 400)}
+    rows["old"] = row("old", 0.5, None)  # saved before the count was
+    lab.show_result(LabResult("t.gguf", rows={"chat": rows}, date="2026-12-05T08:26"))
+    table = lab.tabs.widget(0)
+    cells = {table.item(r, 0).text(): table.item(r, 3) for r in range(table.rowCount())}
+    assert cells["few"].text() == "100% of 6" and cells["few"].toolTip().startswith("6 of 6 draft tokens accepted")
+    assert cells["many"].text() == "75%" and cells["many"].toolTip().startswith("300 of 400")
+    assert cells["none"].text() == "–" and cells["old"].text() == "50%"
+
+
 def test_progress_says_why_a_run_overruns_its_budget(lab) -> None:  # type: ignore[no-untyped-def]
     """A round of every candidate on every kind of text always runs: when that is longer than the budget, the
     ETA must not just contradict it (a user tour read 'about 11 min left' under a 5 min budget)."""

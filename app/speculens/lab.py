@@ -352,6 +352,8 @@ class Row:
         date: when it was measured (ISO 8601).
         noisy: why its speedup cannot be true (see :func:`_impossible`), or ``None``; such a row is never
             recommended.
+        drafted: draft tokens verified, which the acceptance is of (a tour read 100% acceptance at 1.00 tokens per
+            pass: a draft model's few probe tokens, all accepted); ``None`` in rows saved before it existed.
     """
 
     key: str
@@ -365,6 +367,7 @@ class Row:
     runs: int
     date: str
     noisy: str | None = None
+    drafted: int | None = None
 
 
 @dataclass
@@ -588,6 +591,7 @@ class LabResult:
                 "tokens_per_second",
                 "speedup",
                 "acceptance",
+                "drafted",
                 "mean_accepted_length",
                 "settled_n_draft",
                 "identical",
@@ -605,6 +609,7 @@ class LabResult:
                         f"{r.tokens_per_second:.3f}",
                         "" if r.speedup is None else f"{r.speedup:.4f}",
                         "" if r.acceptance is None else f"{r.acceptance:.4f}",
+                        "" if r.drafted is None else r.drafted,
                         f"{r.mean_accepted_length:.3f}",
                         f"{r.settled_n_draft:g}",
                         "" if r.identical is None else r.identical,
@@ -1142,6 +1147,7 @@ def _summarise(
                 runs=len(all_runs),
                 date=date,
                 noisy=noisy,
+                drafted=drafted,
             )
         if rows:  # a kind stopped before its first run ended has no rows (a tour's cancel saved it, dated anew)
             out[kind] = rows

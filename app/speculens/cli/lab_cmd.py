@@ -126,13 +126,15 @@ def report(result: LabResult) -> str:
         lines.append("CANCELLED: these are the runs measured before the stop.")
     for kind in result.rows:
         lines.append(f"\n{KINDS.get(kind, kind)}")
-        lines.append(f"  {'candidate':46} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'tok/pass':>8} {'k':>4} same")
+        lines.append(
+            f"  {'candidate':46} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'drafted':>7} {'tok/pass':>8} {'k':>4} same"
+        )
         for r in result.ranking(kind):
             acc = "-" if r.acceptance is None else f"{r.acceptance:.0%}"
             speedup = "-" if r.speedup is None else f"×{r.speedup:.2f}" + ("?" if r.noisy else "")
             same = "-" if r.identical is None else ("yes" if r.identical else "no")
             lines.append(
-                f"  {r.label[:46]:46} {r.tokens_per_second:7.2f} {speedup:>8} {acc:>7} "
+                f"  {r.label[:46]:46} {r.tokens_per_second:7.2f} {speedup:>8} {acc:>7} {r.drafted or '-':>7} "
                 f"{r.mean_accepted_length:8.2f} {r.settled_n_draft:4g} {same}"
             )
     if result.estimates:

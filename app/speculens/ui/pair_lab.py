@@ -78,6 +78,7 @@ DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
 NOISY_STYLE = "QLabel { background: #fff3cd; color: #664d03; padding: 8px; border-radius: 4px }"
 SWEEP = (1, 2, 4, 8)
 LEGEND_CHARS = 24  # the longest candidate label in the speedup chart's legend
+FEW_DRAFTED = 100  # below this many draft tokens, the acceptance cell says how many it is of
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2")
 _COLUMNS = ("Candidate", "tok/s", "Speedup", "Acceptance", "Tokens/pass", "Draft length", "Same output", "Measured")
 
@@ -643,7 +644,7 @@ class PairLabWindow(QMainWindow):
                 (r.label, est.text if est is not None else "", False),
                 (f"{r.tokens_per_second:.1f}", "", True),
                 _speedup_cell(r),
-                ("–" if r.acceptance is None else f"{r.acceptance:.0%}", "", True),
+                _acceptance_cell(r),
                 (f"{r.mean_accepted_length:.2f}", "tokens per target pass", True),
                 (f"{r.settled_n_draft:g}", "the draft length the adaptive controller settled on when it drafted", True),
                 _same_cell(r),
@@ -797,6 +798,19 @@ class PairLabWindow(QMainWindow):
         self.cancel()
         self.tasks.wait(5.0)
         super().closeEvent(event)
+
+
+def _acceptance_cell(row: Row) -> tuple[str, str, bool]:
+    """The acceptance, with how many draft tokens it is of where they are few (a tour read 100% beside 1.00 tokens
+    per pass: a draft model's few probe tokens, all accepted, in steps that otherwise decoded plainly)."""
+    if row.acceptance is None:
+        return "–", "nothing was drafted", True
+    if row.drafted is None:  # saved before the count was
+        return f"{row.acceptance:.0%}", "", True
+    accepted = round(row.acceptance * row.drafted)
+    tip = f"{accepted} of {row.drafted} draft tokens accepted, over {row.runs} timed runs"
+    text = f"{row.acceptance:.0%}" + (f" of {row.drafted}" if row.drafted < FEW_DRAFTED else "")
+    return text, tip, True
 
 
 def _about(seconds: float) -> str:
