@@ -582,6 +582,20 @@ def test_cleared_charts_drop_the_last_answers_scales(qtbot) -> None:
     qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 15, timeout=5_000)
 
 
+def test_a_new_answers_first_redraw_drops_the_last_answers_scales(qtbot) -> None:
+    """From a new-user tour, in step mode: the first step of a new answer was drawn on the last answer's axes
+    (140 steps, 6 s), since no redraw had seen the series empty in between."""
+    series, charts = shown_charts(qtbot)
+    series.add([replace(KNOWN_STEPS[0], step=i + 1) for i in range(40)])
+    charts.refresh()
+    qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 30, timeout=5_000)
+    series.clear()
+    series.add([replace(KNOWN_STEPS[0], step=1)])  # no redraw in between
+    charts.refresh()
+    qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] < 5, timeout=5_000)
+    assert charts.length_plot.getViewBox().viewRange()[0][1] < 5
+
+
 def test_position_ticks_do_not_pile_up_when_an_answer_drafts_nothing(qtbot) -> None:
     """From a new-user tour: after an answer with drafts at 34 positions, one that drafted nothing kept that range
     on the 'Acceptance by draft position' axis with ticks one apart: '1234567891011…' in one smear."""

@@ -67,12 +67,13 @@ class RunSeries:
         self.stats: RunningStats | None = None
         self.batch_ms: dict[int, list[float]] = {}  # verification time by batch size (drafts + 1)
         self.version = 0  # bumped on every change (never reset), so a plot knows whether to redraw
+        self.cleared = 0  # bumped by every clear (a new answer), so a plot knows its ranges are the last answer's
 
     def clear(self) -> None:
         """Forget everything (the version moves on, so a plot of the old answer redraws empty)."""
-        version = self.version
+        version, cleared = self.version, self.cleared
         self.__init__()  # type: ignore[misc]
-        self.version = version + 1
+        self.version, self.cleared = version + 1, cleared + 1
 
     def add(self, events: Iterable[StepEvent]) -> None:
         """Append steps."""
@@ -344,6 +345,7 @@ class ChartsPanel(QWidget):
         super().__init__(parent)
         self.series = series
         self._drawn = -1
+        self._cleared = 0  # the series' clear the ranges are fitted to
         # Antialiased lines cost several times more to paint in software, and the engine wants every core.
         pg.setConfigOptions(antialias=False)
         self.graphics = _TimedGraphics(self)
@@ -444,7 +446,10 @@ class ChartsPanel(QWidget):
         self.position_bars.setOpts(
             x=pos, height=rate, brushes=[pg.mkBrush(*BAR_GREEN, 170 if n >= FEW_SAMPLES else 60) for n in drafted]
         )
-        if not len(x):  # no answer (a new chat): the last answer's scales go with its data (a tour saw them stay)
+        # No answer (a new chat), or a new one at its first redraw (a tour saw step 1 drawn on the last answer's
+        # 140 steps and 6 s, in step mode): the last answer's scales go with its data.
+        if not len(x) or self.series.cleared != self._cleared:
+            self._cleared = self.series.cleared
             for plot in (self.speed_plot, self.accept_plot, self.length_plot, self.position_plot):
                 plot.setXRange(0, 1, padding=0)
                 plot.enableAutoRange(x=True)
