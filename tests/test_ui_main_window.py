@@ -112,22 +112,27 @@ def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot,
     send(qtbot, window, "the model")
     qtbot.waitUntil(lambda: window.conversations.answer(window.chat.conversation) != [], timeout=5_000)
     tokens, steps = window.live_panel.view.toPlainText(), list(window.live_panel.steps)
-    strip = window.stats_strip.value_text("tokens")
+    strip, figures = window.stats_strip.value_text("tokens"), window.chat.figures.text()
+    assert "tokens/s" in figures
     conversation = window.chat.conversation
     window.new_chat()
     assert window.live_panel.view.toPlainText() == "" and window.live_panel.status.text() == "No answer yet."
+    assert window.chat.figures.text() == ""
     window.chat.open_conversation(conversation)
     assert window.live_panel.view.toPlainText() == tokens and window.live_panel.steps == steps
+    assert window.chat.figures.text() == figures  # the line under the answer too (a tour's restart lost it)
     assert len(window.series.step) == len(steps) and window.stats_strip.value_text("tokens") == strip
     assert window.live_panel.status.text().startswith("The last answer, as it was generated. Finished")
     window.close()
     again = make_window(qtbot, tiny, load=False)  # after a restart, the conversation it reopens
     assert again.chat.conversation.id == conversation.id and again.live_panel.view.toPlainText() == tokens
+    assert again.chat.figures.text() == figures
     # An answer edited away has none to show: the events kept are of an answer no longer there.
     again.chat.edit_last()
     again.new_chat()
     again.chat.open_conversation(again.conversations.get(conversation.id))
     assert again.live_panel.view.toPlainText() == "" and again.live_panel.status.text() == "No answer yet."
+    assert again.chat.figures.text() == ""
 
 
 def test_regenerate_and_edit_last(qtbot, tiny) -> None:

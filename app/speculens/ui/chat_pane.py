@@ -141,6 +141,36 @@ def markdown_html(text: str, shade: QColor | None = None) -> str:
     return body
 
 
+def answer_figures(events: Sequence[Event], show_seed: bool) -> str:
+    """The line under an answer, from its events: tokens, speed, acceptance or why nothing was drafted, the seed
+    (``show_seed``: it sampled), threads the engine took back, and how it ended; empty without its finish."""
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
+    finish = events[-1] if events and isinstance(events[-1], FinishEvent) else None
+    if finish is None:
+        return ""
+    tally, best = ThreadTally(), None
+    for event in events:
+        if isinstance(event, StepEvent):
+            tally.add(event)
+            best = best_weighed(event, best)
+    s = finish.stats
+    strategy = start.strategy if start is not None else ""
+    drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else nothing_drafted(strategy, best)
+    seed = f" · seed {start.seed}" if show_seed and start is not None and start.seed is not None else ""
+    tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
+    stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
+    threads = ""
+    fewer = tally.fewer()
+    if fewer is not None:  # the engine took threads back while another program kept a core busy
+        fewest, steps = fewer
+        threads = (
+            f" · {fewest} thread{'s' if fewest != 1 else ''} for {steps} of {tally.steps} steps "
+            "(another program was busy)"
+        )
+    rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
+    return f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}"
+
+
 def plain_html(text: str) -> str:
     """Plain text as HTML with its line breaks and spacing kept."""
     return f"<p style='white-space: pre-wrap'>{html.escape(text)}</p>"
@@ -202,9 +232,6 @@ class _Turn:
         self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
         self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
-        self.threads = ThreadTally()
-        self.strategy = ""
-        self.best: tuple[float, str] | None = None  # the best draft the adaptive controller weighed (best_weighed)
         self.paused = False  # step mode holds it after a step
         self.events: list[Event] = []  # kept with the conversation, so the answer is shown again when it is opened
 
@@ -215,15 +242,12 @@ class _Turn:
                 self.events.append(record.event)
             if record.kind is RecordKind.STARTED and isinstance(record.event, StartEvent):
                 self.seed = record.event.seed
-                self.strategy = record.event.strategy
                 self.pane._turn_started(self)
             elif record.kind is RecordKind.STEP and isinstance(record.event, StepEvent):
                 if self.paused:  # Next step: it goes on
                     self.paused = False
                     self.pane._turn_started(self)
                 chunk += record.event.text
-                self.threads.add(record.event)
-                self.best = best_weighed(record.event, self.best)
             elif record.kind is RecordKind.PAUSED and isinstance(record.event, StepEvent):
                 self.paused = True
                 self.pane._turn_paused(self, record.event)
@@ -293,6 +317,7 @@ class ChatPane(QWidget):
         self.pair = ""
         self.turn: _Turn | None = None
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
+        self.kept_answer: list[Event] = []  # the events kept of the opened conversation's last answer
         self._stream_cursor: QTextCursor | None = None
         self._stream_start = 0  # where the streaming answer begins in the transcript
         self._stream_next_render = 0.0  # time.monotonic() of its next Markdown render
@@ -475,7 +500,10 @@ class ChatPane(QWidget):
         self.conversation = conversation
         self._stream_cursor = None
         self._hide_error()
-        self.figures.clear()
+        # The last answer's events, kept with the conversation (its line here: a tour restarted the app and found
+        # it gone; its tokens and charts in the live panel).
+        self.kept_answer = [] if running is conversation else self.store.answer(conversation)
+        self.figures.setText(answer_figures(self.kept_answer, self.settings.settings.temperature > 0))
         self._render(streaming=running is conversation)
         if running is conversation and self.turn is not None and self._stream_cursor is not None:
             self._render_stream(self.turn.text)  # what streamed meanwhile
@@ -644,23 +672,8 @@ class ChatPane(QWidget):
         self.last_seed = turn.seed
         if conversation is self.conversation:
             self._render()
-            s = finish.stats
-            seed = f" · seed {turn.seed}" if turn.seed is not None and self.settings.settings.temperature > 0 else ""
-            drafts = (
-                f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else nothing_drafted(turn.strategy, turn.best)
-            )
-            tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
-            stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
-            threads = ""
-            fewer = turn.threads.fewer()
-            if fewer is not None:  # the engine took threads back while another program kept a core busy
-                fewest, steps = fewer
-                threads = (
-                    f" · {fewest} thread{'s' if fewest != 1 else ''} for {steps} of {turn.threads.steps} steps "
-                    "(another program was busy)"
-                )
-            rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
-            self.figures.setText(f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}")
+            self.kept_answer = [] if turn.discarded else turn.events
+            self.figures.setText(answer_figures(turn.events, self.settings.settings.temperature > 0))
         self.turn_finished.emit(finish)
         if finish.reason is FinishReason.CANCELLED:
             self.status_changed.emit("Stopped.")

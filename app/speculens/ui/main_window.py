@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
             self.chat.input.setPlainText(unsent)
         self.conversation_list = ConversationList(self.conversations, self)
         self.conversation_list.show_current(self.chat.conversation)
-        self._show_kept_answer(self.chat.conversation)
+        self._show_kept_answer()
         self.setCentralWidget(self.chat)
 
         self._build_toolbar()
@@ -491,17 +491,16 @@ class MainWindow(QMainWindow):
         self.live_panel.clear()
         self.teach_panel.clear()
         self.conversation_list.show_current(conversation)
-        self._show_kept_answer(conversation)
+        self._show_kept_answer()
         # Now, not when the budget next allows a refresh: a click is no answer's stream, and a tour opened an
         # emptied conversation under the last one's charts.
         self.charts.refresh()
 
-    def _show_kept_answer(self, conversation: Conversation) -> None:
-        """The tokens, charts and figures of the conversation's last answer, as it was generated (a tour found a
-        conversation opened again with "No answer yet." beside its answers)."""
-        events = self.conversations.answer(conversation)
-        if events:
-            self.live_panel.show_saved(events)
+    def _show_kept_answer(self) -> None:
+        """The tokens, charts and figures of the opened conversation's last answer, as it was generated (a tour
+        found a conversation opened again with "No answer yet." beside its answers)."""
+        if self.chat.kept_answer:
+            self.live_panel.show_saved(self.chat.kept_answer)
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.charts.budget = paint_budget(settings.threads)
