@@ -59,6 +59,24 @@ def test_library_table_lists_the_models(manager: ModelManagerWindow, tiny) -> No
     assert header == ["Name", "Location", "Family", "Size", "Quantization", "Context", "Source", "Status"]
 
 
+def test_the_location_column_is_never_cut_to_nothing(qtbot, manager: ModelManagerWindow) -> None:
+    """From a new-user tour: in a 1080 px window, the other columns left the stretched Location column '/t…uf'."""
+    from speculens.ui.model_manager import LOCATION_WIDTH
+
+    table = manager.library_table
+    manager.show()
+    qtbot.waitExposed(manager)
+    needed = min(LOCATION_WIDTH, table.sizeHintForColumn(1))
+    others = sum(table.columnWidth(c) for c in range(8) if c != 1)
+    # A little wider than the other columns alone, as the tour's window was.
+    manager.resize(manager.width() + others + 40 - table.viewport().width(), manager.height())
+    qtbot.waitUntil(lambda: abs(table.viewport().width() - others - 40) < 20, timeout=5_000)
+    assert table.columnWidth(1) >= needed  # it keeps its width; the table scrolls sideways
+    manager.resize(manager.width() + 900, manager.height())  # wide: it takes what the others leave, no gap after it
+    qtbot.waitUntil(lambda: table.viewport().width() > others + 600, timeout=5_000)
+    assert sum(table.columnWidth(c) for c in range(8)) == table.viewport().width()
+
+
 def test_pair_picker_shows_an_unmissable_mismatch_warning(qtbot, manager: ModelManagerWindow, tiny) -> None:
     pick(manager, tiny.target, tiny.mismatch)
     qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
@@ -309,6 +327,54 @@ def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
     wanted = str(demo.demo_path(fake))
     qtbot.waitUntil(lambda: window.draft_combo.currentData() == wanted, timeout=10_000)
     assert window.tabs.currentIndex() == 1
+    window.shutdown()
+
+
+def test_a_demo_model_not_yet_built_is_in_the_pair_picker_and_built_when_picked(
+    qtbot, tiny, controller: ModelController, monkeypatch
+) -> None:
+    """From a new-user tour: the mismatch demo (Gemma), not built yet, was missing from the pair picker's draft
+    list, so its warning could be seen only by way of the library's Use as draft."""
+    import hashlib
+
+    from speculens.models import demo
+
+    data = tiny.mismatch.read_bytes()
+    fake = demo.DemoModel(
+        key="other",
+        title="Other tokenizer",
+        role="mismatch",
+        filename="other.gguf",
+        packages=("json",),
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        hub_repo="example/other",
+    )
+    built: list[str] = []
+
+    def assemble(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
+        path = demo.demo_path(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny.mismatch, path)
+        built.append(model.key)
+        return path
+
+    monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
+    monkeypatch.setattr(demo, "ensure_demo_model", assemble)
+    controller.library.add(tiny.target)
+    window = ModelManagerWindow(controller)
+    qtbot.addWidget(window)
+    wanted = str(demo.demo_path(fake))
+    qtbot.waitUntil(lambda: window.draft_combo.findData(wanted) > 0, timeout=10_000)
+    window.target_combo.setCurrentIndex(window.target_combo.findData(str(tiny.target)))
+    index = window.draft_combo.findData(wanted)
+    assert window.draft_combo.itemText(index).endswith("built when picked") and not built
+    window.draft_combo.setCurrentIndex(index)
+    assert "Building" in window.report_view.toPlainText() and not window.use_pair_button.isEnabled()
+    qtbot.waitUntil(lambda: window.report is not None, timeout=10_000)
+    assert built == ["other"] and window.draft_combo.currentData() == wanted
+    assert not window.draft_combo.itemText(window.draft_combo.currentIndex()).endswith("built when picked")
+    assert window.banner.text().startswith("⚠")  # its tokenizer differs: the warning the demo is there for
     window.shutdown()
 
 

@@ -11,13 +11,14 @@ settings store whenever it checks a pair, so its reports are never stale.
 
 from __future__ import annotations
 
+import html
 import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -108,6 +109,9 @@ def name_disagrees(entry: Any) -> bool:
     return _squash(entry.name) not in _squash(entry.path.stem)
 
 
+LOCATION_WIDTH = 260  # the library's Location column at least, where its paths are that long (then it scrolls)
+
+
 def entry_label(entry: Any, entries: list[Any]) -> str:
     """How a model is named in a list, as the library's first column names it (a tour found the pair picker
     naming files where the library named models): its name, its file where that says something else, its size
@@ -169,6 +173,8 @@ class ModelManagerWindow(QMainWindow):
         self.tasks = TaskRunner(self)
         self.entries: list[Any] = []
         self._pending_pick: tuple[Any, QComboBox] | None = None  # a demo model assembled to be picked
+        self._unbuilt: dict[str, Any] = {}  # demo models listed in the pair picker, not built yet, by path
+        self._building: set[str] = set()  # those being built now
         self.downloads: list[Download] = []
         self.report: Any = None
         self._hub_files: list[Any] = []
@@ -212,8 +218,8 @@ class ModelManagerWindow(QMainWindow):
         self.library_table.setAccessibleName("Library")
         self.library_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.library_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.library_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.library_table.verticalHeader().hide()
+        self.library_table.viewport().installEventFilter(self)
         buttons = QHBoxLayout()
         for text, slot in (
             ("Import file…", self._on_import_clicked),
@@ -264,7 +270,7 @@ class ModelManagerWindow(QMainWindow):
         self._mark_pair_rows()
         table.resizeColumnsToContents()
         table.resizeRowsToContents()
-        table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self._fit_location()
         damaged = [e for e in entries if e.status is EntryStatus.DAMAGED]
         note = f" {len(damaged)} damaged: {damaged[0].problem}" if damaged else ""
         self._say(f"{len(entries)} models in the library.{note}")
@@ -272,6 +278,19 @@ class ModelManagerWindow(QMainWindow):
         pending, self._pending_pick = self._pending_pick, None
         if pending is not None:
             self._pick_in_pair_tab(*pending)
+
+    def _fit_location(self) -> None:
+        """The Location column takes the width the other columns leave, and at least LOCATION_WIDTH where its
+        paths need it: the table scrolls sideways rather than cut it to nothing (a tour read '/t…uf')."""
+        table = self.library_table
+        others = sum(table.columnWidth(c) for c in range(table.columnCount()) if c != 1)
+        least = min(LOCATION_WIDTH, table.sizeHintForColumn(1))
+        table.setColumnWidth(1, max(least, table.viewport().width() - others))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.library_table.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_location()  # the window resized, or the Library tab shown at another size
+        return super().eventFilter(watched, event)
 
     def _mark_pair_rows(self) -> None:
         """The chosen target and draft in bold, their role after the name: which models are in use is seen in the
@@ -338,13 +357,21 @@ class ModelManagerWindow(QMainWindow):
         if entry.status is EntryStatus.NOT_ASSEMBLED and entry.source.demo_key:
             # Its file does not exist yet: build it from the installed chunks first, then pick it.
             def done(built: Any) -> None:
+                self._building.discard(str(entry.path))
                 self._say(f"{built.name} is ready.")
                 self._pending_pick = (built, combo)  # picked once the refreshed library is shown
                 self.refresh_library()
 
+            def failed(message: str) -> None:
+                self._building.discard(str(entry.path))
+                self._show_error(message)
+
+            if str(entry.path) in self._building:
+                return
+            self._building.add(str(entry.path))
             self._say(f"Assembling {entry.name} from its installed packages…")
             key = entry.source.demo_key
-            self.tasks.run(lambda: self.library.assemble_demo(key), done, self._show_error)
+            self.tasks.run(lambda: self.library.assemble_demo(key), done, failed)
             return
         index = combo.findData(str(entry.path))
         if index >= 0:
@@ -398,6 +425,9 @@ class ModelManagerWindow(QMainWindow):
 
     def _fill_pair_combos(self) -> None:
         settings = self.models.store.settings
+        self._unbuilt = {
+            str(e.path): e for e in self.entries if e.status is EntryStatus.NOT_ASSEMBLED and e.source.demo_key
+        }
         for combo, current, blank in (
             (self.target_combo, settings.target_path, "— choose a target —"),
             (self.draft_combo, settings.draft_path, "— no draft —"),
@@ -410,6 +440,12 @@ class ModelManagerWindow(QMainWindow):
                 if e.available:
                     combo.addItem(entry_label(e, self.entries), str(e.path))
                     combo.setItemData(combo.count() - 1, str(e.path), Qt.ItemDataRole.ToolTipRole)
+                elif e.status is EntryStatus.NOT_ASSEMBLED and e.source.demo_key:
+                    # Listed too, as the library lists it (a tour found the mismatch demo missing here): picked,
+                    # it is built from its installed packages, then checked.
+                    combo.addItem(f"{entry_label(e, self.entries)} — built when picked", str(e.path))
+                    combo.setItemData(combo.count() - 1, "Built from its installed packages when picked",
+                                      Qt.ItemDataRole.ToolTipRole)  # fmt: skip
             index = combo.findData(chosen) if chosen else 0
             combo.setCurrentIndex(max(index, 0))
             combo.blockSignals(False)
@@ -427,7 +463,7 @@ class ModelManagerWindow(QMainWindow):
         target = self.target_combo.currentData()
         self._grey_target_as_draft(target)
         self.suggestions.clear()
-        if not target:
+        if not target or target in self._unbuilt:  # none, or one to build first (then this comes back)
             self._check_pair()
             return
         self.suggestions.addItem("Looking for drafts…")
@@ -448,6 +484,20 @@ class ModelManagerWindow(QMainWindow):
 
         self.tasks.run(lambda: suggest_drafts(Path(target), self.library, n_ctx=n_ctx), done, self._show_error)
         self._check_pair()
+
+    def _build_picked(self) -> bool:
+        """A demo model not built yet, picked in the target or draft list: build it (it is picked once built) and
+        say so where the pair's report goes. ``False``: both are built."""
+        for combo in (self.target_combo, self.draft_combo):
+            entry = self._unbuilt.get(combo.currentData() or "")
+            if entry is not None:
+                self._pick_in_pair_tab(entry, combo)
+                self.report_view.setHtml(
+                    f"<p>Building {html.escape(entry.name)} from its installed packages; the pair is checked once it "
+                    "is built.</p>"
+                )
+                return True
+        return False
 
     def _grey_target_as_draft(self, target: str | None) -> None:
         """The target is no draft of itself (it would check its own drafts at twice the cost): greyed in the draft
@@ -489,8 +539,11 @@ class ModelManagerWindow(QMainWindow):
         target, draft = self.target_combo.currentData(), self.draft_combo.currentData()
         self.report = None
         self.use_pair_button.setEnabled(False)
-        self.use_target_only_button.setEnabled(bool(target))
         self.banner.hide()  # the last pair's verdict, until this one's arrives
+        if self._build_picked():
+            self.use_target_only_button.setEnabled(False)
+            return
+        self.use_target_only_button.setEnabled(bool(target))
         if not target or not draft:
             self.report_view.setHtml(
                 "<p>Choose a target and a draft to see whether they can work together.</p>"
