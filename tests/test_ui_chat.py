@@ -635,6 +635,7 @@ def test_a_transcript_read_to_its_end_stays_there_when_the_figures_grow_a_line(q
     its last line (the answer) went below the edge."""
     declined = Script(n_draft_max=0, expected_speedup=(1.0, 0.4), answer=("Red", ",", " Blue", ",", " Green") * 6)
     window = fake_window(qtbot, tiny, FakeFactory(declined))
+    window.resize(1000, 700)  # a chat narrow enough for the figures to wrap
     for text in ("one", "two", "three"):
         send(qtbot, window, text)
     bar = window.chat.transcript.verticalScrollBar()

@@ -674,3 +674,28 @@ def test_teach_behind_another_tab_draws_its_curve_when_its_tab_is_raised(qtbot, 
     window.docks["Teach"].raise_()
     qtbot.waitUntil(lambda: not teach._curve_stale, timeout=2_000)
     assert list(teach.curve.getData()[1]) == [1.0, 0.93, 0.81]
+
+
+def test_the_window_fits_a_narrow_screen_and_keeps_the_badge_and_send_in_view(qtbot, tiny) -> None:
+    """From a new-user tour: the window would not shrink below 1141 pixels (the chat's buttons in one row, and
+    Compare's long checkbox beside Stop), more than a 1366-pixel laptop at 125% has, and at 1140 the pair's line
+    pushed the compatibility badge into the toolbar's overflow menu."""
+    window = make_window(qtbot, tiny)
+    qtbot.waitUntil(window.badge_action.isVisible, timeout=10_000)
+    window.resize(960, 700)
+    qtbot.waitUntil(lambda: window.width() <= 960, timeout=5_000)
+    qtbot.waitUntil(window.badge.isVisible, timeout=5_000)  # in the toolbar, not behind its "»"
+    assert window.pair_label.isVisible()  # cut at its end where it must be, not moved into the overflow menu
+    chat = window.chat
+    qtbot.waitUntil(lambda: chat.send_button.isVisible(), timeout=5_000)
+    for button in (chat.send_button, chat.regenerate_button, chat.clear_button):  # every button whole, in the pane
+        corner = button.mapTo(chat, button.rect().bottomRight())
+        assert chat.rect().contains(corner) and button.width() >= button.sizeHint().width()
+    # The charts keep their plots whole and scroll sideways (a narrow window cut the last plot off).
+    charts = window.charts
+    assert charts.width() >= charts.graphics.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+    # The two groups share a line where the pane is wide enough, Send at its right edge.
+    window.resize(1400, 900)
+    qtbot.waitUntil(lambda: chat.send_button.mapTo(chat, chat.send_button.rect().topLeft()).y()
+                    == chat.regenerate_button.mapTo(chat, chat.regenerate_button.rect().topLeft()).y(), timeout=5_000)
+    assert chat.width() - chat.send_button.mapTo(chat, chat.send_button.rect().topRight()).x() < 12

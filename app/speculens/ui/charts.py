@@ -8,6 +8,7 @@ token.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -417,6 +418,9 @@ class ChartsPanel(QWidget):
         # How many tokens each bar rests on, under the pointer (a tour could not tell 1 of 1 from 90 of 90).
         self.graphics.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
 
+        # As wide as the plots' titles and axes need (a view does not pass its scene's minimum on): a narrower
+        # window scrolls the charts sideways (see main_window) where it cut the last plot off.
+        self.setMinimumWidth(math.ceil(self.graphics.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()) + 2)
         self._next_refresh = 0.0
         self._painted = 0.0  # the plots' painting time up to the last refresh
         self.budget = paint_budget()

@@ -52,6 +52,7 @@ from speculens.engine.threads import ThreadTally
 from speculens.settings import generation_config
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
+from speculens.ui.labels import WrapRow
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.token_view import best_weighed, nothing_drafted
 from speculens.ui.worker import Record, RecordKind
@@ -379,13 +380,18 @@ class ChatPane(QWidget):
         self.figures.setEnabled(False)
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # copy the seed
 
-        buttons = QHBoxLayout()
-        for button in (self.regenerate_button, self.edit_button, self.copy_button, self.clear_button):
-            buttons.addWidget(button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.compare_button)
-        buttons.addWidget(self.stop_button)
-        buttons.addWidget(self.send_button)
+        # Two groups, Send's at the right; on a line of its own where the pane is too narrow for both (WrapRow).
+        buttons = WrapRow()
+        for group in (
+            (self.regenerate_button, self.edit_button, self.copy_button, self.clear_button),
+            (self.compare_button, self.stop_button, self.send_button),
+        ):
+            box = QWidget(self)
+            row = QHBoxLayout(box)
+            row.setContentsMargins(0, 0, 0, 0)
+            for button in group:
+                row.addWidget(button)
+            buttons.addWidget(box)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)

@@ -116,7 +116,8 @@ class CompareView(QWidget):
         # pasted function pushed it past a 1280-pixel screen, for good).
         self.prompt.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.prompt.setText("Press <b>Compare</b> in the chat: the last message is answered both ways.")
-        self.with_history = QCheckBox("Include the earlier conversation", self)
+        # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
+        self.with_history = QCheckBox("Whole conversation", self)
         self.with_history.setAccessibleName("Compare with the earlier conversation")
         self.with_history.setToolTip(
             "On: the whole conversation up to the last message, as the chat answers it. Off: the last message alone "

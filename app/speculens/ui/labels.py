@@ -1,9 +1,11 @@
-"""A word-wrapped label that keeps the height its text needs."""
+"""What wraps rather than widens the window: a word-wrapped label that keeps the height its text needs, and a row
+of button groups that wraps to a second line."""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtCore import QPoint, QRect, QSize, Qt
+from PySide6.QtGui import QResizeEvent, QShowEvent
+from PySide6.QtWidgets import QLabel, QLayout, QLayoutItem, QSizePolicy, QWidget
 
 
 class WrappedLabel(QLabel):
@@ -23,9 +25,94 @@ class WrappedLabel(QLabel):
         super().resizeEvent(event)
         self._fit()
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._fit()  # sized while hidden (a tab behind another), it had not fitted: Teach's caption lay over its curve
+
     def _fit(self) -> None:
         if not self.isVisible():  # a hidden tab's label has no width of its own yet: it would ask for too much
             return
         height = self.heightForWidth(self.width()) if self.text() else 0
         if height >= 0 and height != self.minimumHeight():
             self.setMinimumHeight(height)
+
+
+class ShrinkingLabel(QLabel):
+    """A one-line label that gives way, cut at its right end, where a toolbar is too narrow for all of it (the pair's
+    line took the compatibility badge and itself into a toolbar's overflow menu), and takes the room there is."""
+
+    def __init__(self, parent: QWidget | None = None, least: int = 240) -> None:
+        super().__init__(parent)
+        self._least = least
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(min(hint.width(), self._least), hint.height())
+
+    def minimumSizeHint(self) -> QSize:
+        return self.sizeHint()
+
+
+class WrapRow(QLayout):
+    """Groups side by side, the last one at the right edge (as a stretch before it would put it), and on lines of
+    their own where the width is too narrow for them all: the chat's buttons in one row made 620 pixels the
+    narrowest the window could be, and with its docks it could not shrink below 1141 (a tour's 1140-pixel window,
+    and a laptop at 125% scaling has 1093)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._items: list[QLayoutItem] = []
+        self.setContentsMargins(0, 0, 0, 0)
+
+    def addItem(self, item: QLayoutItem) -> None:
+        self._items.append(item)
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def itemAt(self, index: int) -> QLayoutItem | None:
+        return self._items[index] if 0 <= index < len(self._items) else None
+
+    def takeAt(self, index: int) -> QLayoutItem | None:
+        return self._items.pop(index) if 0 <= index < len(self._items) else None
+
+    def expandingDirections(self) -> Qt.Orientation:
+        return Qt.Orientation(0)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self._place(QRect(0, 0, width, 0), move=False)
+
+    def setGeometry(self, rect: QRect) -> None:
+        super().setGeometry(rect)
+        self._place(rect, move=True)
+
+    def sizeHint(self) -> QSize:
+        hints = [item.sizeHint() for item in self._items]
+        width = sum(h.width() for h in hints) + self._gap() * max(len(hints) - 1, 0)
+        return QSize(width, max((h.height() for h in hints), default=0))
+
+    def minimumSize(self) -> QSize:
+        size = QSize()
+        for item in self._items:
+            size = size.expandedTo(item.minimumSize())
+        return size
+
+    def _gap(self) -> int:
+        return max(self.spacing(), 6)
+
+    def _place(self, rect: QRect, move: bool) -> int:
+        """Lay the items out in ``rect`` (``move``) or only measure; the height they take."""
+        x, y, line = rect.x(), rect.y(), 0
+        for i, item in enumerate(self._items):
+            hint = item.sizeHint()
+            if x > rect.x() and x + hint.width() > rect.right() + 1:  # no room left on this line
+                x, y, line = rect.x(), y + line + self._gap(), 0
+            left = max(x, rect.right() + 1 - hint.width()) if i == len(self._items) - 1 else x
+            if move:
+                item.setGeometry(QRect(QPoint(left, y), hint))
+            x, line = left + hint.width() + self._gap(), max(line, hint.height())
+        return y + line - rect.y()

@@ -21,7 +21,6 @@ from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
-    QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -45,6 +44,7 @@ from speculens.ui.conversations import Conversation, ConversationStore
 from speculens.ui.exports import write_events_csv, write_events_json
 from speculens.ui.file_dialogs import Kind
 from speculens.ui.generations import GenerationRouter, LaneSink
+from speculens.ui.labels import ShrinkingLabel
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
 from speculens.ui.screen import resize_within_screen, scrolled
@@ -155,7 +155,7 @@ class MainWindow(QMainWindow):
         bar = QToolBar("Models", self)
         bar.setObjectName("ModelsToolBar")
         self.addToolBar(bar)
-        self.pair_label = QLabel(self)
+        self.pair_label = ShrinkingLabel(self)
         self.pair_label.setAccessibleName("Active model pair")
         self.pair_label.setTextFormat(Qt.TextFormat.RichText)
         self.pair_label.setContentsMargins(6, 0, 10, 0)
@@ -180,14 +180,15 @@ class MainWindow(QMainWindow):
         self.badge.setAccessibleName("Pair compatibility")
         self.badge.clicked.connect(self._on_badge_clicked)
         # The buttons first: the pair's line changes length with the strategy and the state, and buttons after
-        # it would move under the pointer.
+        # it would move under the pointer; the badge before it too, as the line went into the overflow menu
+        # with the badge after it in a narrower window (a tour's).
         bar.addAction(self.load_action)
         bar.addAction(self.unload_action)
         bar.addAction(self.manager_action)
         bar.addSeparator()
-        bar.addWidget(self.pair_label)
         # Widgets in a toolbar are shown and hidden through their actions (Qt overrides show()/hide()).
         self.badge_action = bar.addWidget(self.badge)
+        bar.addWidget(self.pair_label)
         self.progress_action = bar.addWidget(self.progress)
         bar.addAction(self.cancel_load_action)
 
@@ -216,9 +217,10 @@ class MainWindow(QMainWindow):
         for dock in (compare, teach, settings):
             self.tabifyDockWidget(live, dock)
         live.raise_()
-        self._dock("Charts", "Charts", self.charts, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self._dock("Charts", "Charts", scrolled(self.charts, sideways=True), Qt.DockWidgetArea.BottomDockWidgetArea)
         self._dock("Conversations", "Conversations", self.conversation_list, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.resizeDocks([self.docks["Live"]], [620], Qt.Orientation.Horizontal)
+        # The chat keeps most of the width: its buttons wrap (WrapRow) and no longer hold the docks back.
+        self.resizeDocks([self.docks["Live"]], [380], Qt.Orientation.Horizontal)
         # The charts under the chat, not over it: 260 pixels left the transcript 115 of a 720-pixel screen (a walk's).
         self.resizeDocks([self.docks["Charts"]], [200], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["Conversations"]], [240], Qt.Orientation.Horizontal)

@@ -31,13 +31,15 @@ def resize_within_screen(widget: QWidget, width: int, height: int) -> None:
         widget.move(x, y)
 
 
-def scrolled(widget: QWidget, parent: QWidget | None = None) -> QScrollArea:
+def scrolled(widget: QWidget, parent: QWidget | None = None, sideways: bool = False) -> QScrollArea:
     """``widget`` in a scroll area that follows its width (text wraps; no sideways scrolling) and scrolls up and down
     when the room is shorter than the widget's minimum: in a short dock (a 1280×720 screen) Qt laid its parts over
-    one another instead."""
+    one another instead. ``sideways``: the other way round, it follows the height and scrolls sideways where the room
+    is narrower than the widget's minimum (the charts, whose row of plots a narrow window cut off)."""
     scroll = QScrollArea(parent)
     scroll.setWidget(widget)
     scroll.setWidgetResizable(True)
-    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    off = Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+    (scroll.setVerticalScrollBarPolicy if sideways else scroll.setHorizontalScrollBarPolicy)(off)
     scroll.setFrameShape(QScrollArea.Shape.NoFrame)
     return scroll
