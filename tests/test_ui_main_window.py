@@ -699,3 +699,24 @@ def test_the_window_fits_a_narrow_screen_and_keeps_the_badge_and_send_in_view(qt
     qtbot.waitUntil(lambda: chat.send_button.mapTo(chat, chat.send_button.rect().topLeft()).y()
                     == chat.regenerate_button.mapTo(chat, chat.regenerate_button.rect().topLeft()).y(), timeout=5_000)
     assert chat.width() - chat.send_button.mapTo(chat, chat.send_button.rect().topRight()).x() < 12
+
+
+def test_help_explains_speculative_decoding_with_the_apps_own_shortcuts(qtbot, tiny) -> None:
+    """From a new-user tour: the Help menu had the shortcuts and the About box, and no word on the technique."""
+    import re
+
+    from PySide6.QtWidgets import QDialog, QTextBrowser
+
+    window = make_window(qtbot, tiny, load=False)
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    action = next(a for a in help_menu.actions() if "speculative decoding works" in a.text())
+    action.trigger()
+    dialog = next(w for w in window.findChildren(QDialog) if w.windowTitle() == "How speculative decoding works")
+    qtbot.waitExposed(dialog)
+    text = dialog.findChild(QTextBrowser).toPlainText()
+    for words in ("draft", "verif", "rejection", "adaptive controller", "Teach", "Compare", "Pair lab"):
+        assert words in text
+    # The shortcuts it names are the window's own (read from its menus): none can go stale unnoticed.
+    named = set(re.findall(r"\b(F\d+|Ctrl\+[A-Za-z+,]+)", text))
+    assert named and named <= set(re.findall(r"\b(F\d+|Ctrl\+[A-Za-z+,]+)", window.shortcuts_html()))
+    dialog.close()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QDialog,
     QDockWidget,
     QMainWindow,
     QMenu,
@@ -47,6 +48,7 @@ from speculens.ui.generations import GenerationRouter, LaneSink
 from speculens.ui.labels import ShrinkingLabel
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
+from speculens.ui.primer import show_primer
 from speculens.ui.screen import resize_within_screen, scrolled
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
@@ -274,6 +276,7 @@ class MainWindow(QMainWindow):
         self._add(view_menu, "&Reset layout", self._on_reset_layout_triggered)
 
         help_menu = menu.addMenu("&Help")
+        self._add(help_menu, "&How speculative decoding works", self.show_primer)
         self._add(help_menu, "&Keyboard shortcuts", self.show_shortcuts, QKeySequence.StandardKey.HelpContents)
         self._add(help_menu, "&About Speculens", self.show_about)
 
@@ -746,6 +749,10 @@ class MainWindow(QMainWindow):
             takers = (w for w in focus.findChildren(QWidget) if w.focusPolicy() & Qt.FocusPolicy.TabFocus)
             focus = next((w for w in takers if w.isVisibleTo(dock) and w.isEnabled()), focus)
         focus.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def show_primer(self) -> QDialog:
+        """Help ▸ How speculative decoding works."""
+        return show_primer(self)
 
     def show_shortcuts(self) -> None:
         """The keyboard shortcuts, in a dialog."""
