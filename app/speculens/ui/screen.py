@@ -41,5 +41,7 @@ def scrolled(widget: QWidget, parent: QWidget | None = None, sideways: bool = Fa
     scroll.setWidgetResizable(True)
     off = Qt.ScrollBarPolicy.ScrollBarAlwaysOff
     (scroll.setVerticalScrollBarPolicy if sideways else scroll.setHorizontalScrollBarPolicy)(off)
+    if not sideways:  # never narrower than the widget can be: a dock at 380 pixels cut Teach's Next step off
+        scroll.setMinimumWidth(widget.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
     scroll.setFrameShape(QScrollArea.Shape.NoFrame)
     return scroll

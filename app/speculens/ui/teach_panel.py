@@ -208,7 +208,7 @@ class TeachPanel(QWidget):
         self._last_token: StepEvent | None = None  # this answer's last step that generated a token
         self._final: StepEvent | None = None  # this answer's last step
         self._strategy: str | None = None  # the running generation's sources, from its start event
-        self.step_mode = QCheckBox("Step mode: pause after every speculation step", self)
+        self.step_mode = QCheckBox("Step mode: pause after each step", self)
         self.step_mode.setAccessibleName("Step mode")
         self.step_mode.toggled.connect(self.step_mode_toggled)
         self.next_button = QPushButton("Next step ▸", self)
@@ -226,11 +226,11 @@ class TeachPanel(QWidget):
         )
         self.exact.clicked.connect(self.exact_toggled)
         # Two rows: in one, the three set the narrowest width of the docks they share, and so the window's
-        # (wider than a 1280-pixel screen).
+        # (wider than a 1280-pixel screen); Next step beside the shorter, or it was cut at a 380-pixel dock's edge.
         top = QGridLayout()
-        top.addWidget(self.step_mode, 0, 0)
-        top.addWidget(self.next_button, 0, 2)
+        top.addWidget(self.step_mode, 0, 0, 1, 3)
         top.addWidget(self.exact, 1, 0)
+        top.addWidget(self.next_button, 1, 2)
         top.setColumnStretch(1, 1)
 
         self.explanation = QTextBrowser(self)
