@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QProgressBar, QWidget
 
 from fake_engine import FakeFactory
@@ -330,11 +330,12 @@ def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
     window.shutdown()
 
 
-def test_a_demo_model_not_yet_built_is_in_the_pair_picker_and_built_when_picked(
+def test_a_demo_model_not_yet_built_is_in_the_pair_picker_and_built_on_a_click(
     qtbot, tiny, controller: ModelController, monkeypatch
 ) -> None:
     """From a new-user tour: the mismatch demo (Gemma), not built yet, was missing from the pair picker's draft
-    list, so its warning could be seen only by way of the library's Use as draft."""
+    list, so its warning could be seen only by way of the library's Use as draft. Chosen, it is built on a click
+    (a code review: choosing alone built each model the arrow keys passed)."""
     import hashlib
 
     from speculens.models import demo
@@ -368,13 +369,65 @@ def test_a_demo_model_not_yet_built_is_in_the_pair_picker_and_built_when_picked(
     qtbot.waitUntil(lambda: window.draft_combo.findData(wanted) > 0, timeout=10_000)
     window.target_combo.setCurrentIndex(window.target_combo.findData(str(tiny.target)))
     index = window.draft_combo.findData(wanted)
-    assert window.draft_combo.itemText(index).endswith("built when picked") and not built
-    window.draft_combo.setCurrentIndex(index)
-    assert "Building" in window.report_view.toPlainText() and not window.use_pair_button.isEnabled()
+    assert window.draft_combo.itemText(index).endswith("not built yet") and not built
+    window.draft_combo.setCurrentIndex(index)  # chosen (the arrow keys or the wheel could pass it): not built yet
+    assert "Build it now" in window.report_view.toPlainText() and not window.use_pair_button.isEnabled()
+    assert window.use_target_only_button.isEnabled() and not built
+    window.report_view.anchorClicked.emit(QUrl("build"))
+    assert "Building" in window.report_view.toPlainText()
     qtbot.waitUntil(lambda: window.report is not None, timeout=10_000)
     assert built == ["other"] and window.draft_combo.currentData() == wanted
-    assert not window.draft_combo.itemText(window.draft_combo.currentIndex()).endswith("built when picked")
+    assert not window.draft_combo.itemText(window.draft_combo.currentIndex()).endswith("not built yet")
     assert window.banner.text().startswith("⚠")  # its tokenizer differs: the warning the demo is there for
+    window.shutdown()
+
+
+def test_a_demo_model_built_from_the_picker_does_not_undo_a_later_choice(
+    qtbot, tiny, controller: ModelController, monkeypatch
+) -> None:
+    """From a code review: a build that ended put its model back in the list the user had since changed."""
+    import hashlib
+    import threading
+
+    from speculens.models import demo
+
+    data = tiny.mismatch.read_bytes()
+    fake = demo.DemoModel(
+        key="other",
+        title="Other tokenizer",
+        role="mismatch",
+        filename="other.gguf",
+        packages=("json",),
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        hub_repo="example/other",
+    )
+    release = threading.Event()
+
+    def assemble(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
+        release.wait(10)
+        path = demo.demo_path(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny.mismatch, path)
+        return path
+
+    monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
+    monkeypatch.setattr(demo, "ensure_demo_model", assemble)
+    controller.library.add(tiny.target)
+    controller.library.add(tiny.identical)
+    window = ModelManagerWindow(controller)
+    qtbot.addWidget(window)
+    wanted = str(demo.demo_path(fake))
+    qtbot.waitUntil(lambda: window.draft_combo.findData(wanted) > 0, timeout=10_000)
+    window.target_combo.setCurrentIndex(window.target_combo.findData(str(tiny.target)))
+    window.draft_combo.setCurrentIndex(window.draft_combo.findData(wanted))
+    window.report_view.anchorClicked.emit(QUrl("build"))
+    window.draft_combo.setCurrentIndex(window.draft_combo.findData(str(tiny.identical)))  # changed their mind
+    release.set()
+    qtbot.waitUntil(lambda: window.draft_combo.findText("not built yet", Qt.MatchFlag.MatchEndsWith) < 0
+                    and window.draft_combo.findData(wanted) > 0, timeout=10_000)  # fmt: skip
+    qtbot.wait(100)
+    assert window.draft_combo.currentData() == str(tiny.identical)
     window.shutdown()
 
 

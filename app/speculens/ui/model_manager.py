@@ -351,20 +351,25 @@ class ModelManagerWindow(QMainWindow):
     def _on_use_draft_clicked(self) -> None:
         self._pick_in_pair_tab(self._selected_entry(), self.draft_combo)
 
-    def _pick_in_pair_tab(self, entry: Any, combo: QComboBox) -> None:
+    def _pick_in_pair_tab(self, entry: Any, combo: QComboBox, pick: bool = True) -> None:
+        """Pick a library entry in one of the pair picker's lists; a demo model not built yet is built first
+        (``pick``: then picked; else the list, which already shows it, keeps whatever is chosen by then)."""
         if entry is None:
             return
         if entry.status is EntryStatus.NOT_ASSEMBLED and entry.source.demo_key:
             # Its file does not exist yet: build it from the installed chunks first, then pick it.
             def done(built: Any) -> None:
                 self._building.discard(str(entry.path))
+                self._unbuilt.pop(str(entry.path), None)
                 self._say(f"{built.name} is ready.")
-                self._pending_pick = (built, combo)  # picked once the refreshed library is shown
+                if pick:
+                    self._pending_pick = (built, combo)  # picked once the refreshed library is shown
                 self.refresh_library()
 
             def failed(message: str) -> None:
                 self._building.discard(str(entry.path))
                 self._show_error(message)
+                self._check_pair()  # says it is not built, with its link to try again
 
             if str(entry.path) in self._building:
                 return
@@ -397,6 +402,8 @@ class ModelManagerWindow(QMainWindow):
         self.banner.hide()
         self.report_view = QTextBrowser(page)
         self.report_view.setAccessibleName("Compatibility report")
+        self.report_view.setOpenLinks(False)  # its one link builds a demo model (_on_report_link_clicked)
+        self.report_view.anchorClicked.connect(self._on_report_link_clicked)
         self.use_pair_button = QPushButton("Use this pair", page)
         self.use_pair_button.setAccessibleName("Use this pair")
         self.use_pair_button.clicked.connect(self._on_use_pair_clicked)
@@ -441,10 +448,10 @@ class ModelManagerWindow(QMainWindow):
                     combo.addItem(entry_label(e, self.entries), str(e.path))
                     combo.setItemData(combo.count() - 1, str(e.path), Qt.ItemDataRole.ToolTipRole)
                 elif e.status is EntryStatus.NOT_ASSEMBLED and e.source.demo_key:
-                    # Listed too, as the library lists it (a tour found the mismatch demo missing here): picked,
-                    # it is built from its installed packages, then checked.
-                    combo.addItem(f"{entry_label(e, self.entries)} — built when picked", str(e.path))
-                    combo.setItemData(combo.count() - 1, "Built from its installed packages when picked",
+                    # Listed too, as the library lists it (a tour found the mismatch demo missing here): chosen,
+                    # the report offers to build it from its installed packages, then checks the pair.
+                    combo.addItem(f"{entry_label(e, self.entries)} — not built yet", str(e.path))
+                    combo.setItemData(combo.count() - 1, "Not built yet: choose it, then Build it now",
                                       Qt.ItemDataRole.ToolTipRole)  # fmt: skip
             index = combo.findData(chosen) if chosen else 0
             combo.setCurrentIndex(max(index, 0))
@@ -485,19 +492,31 @@ class ModelManagerWindow(QMainWindow):
         self.tasks.run(lambda: suggest_drafts(Path(target), self.library, n_ctx=n_ctx), done, self._show_error)
         self._check_pair()
 
-    def _build_picked(self) -> bool:
-        """A demo model not built yet, picked in the target or draft list: build it (it is picked once built) and
-        say so where the pair's report goes. ``False``: both are built."""
+    def _unbuilt_picked(self) -> bool:
+        """A demo model not built yet, chosen in the target or draft list: say so where the pair's report goes,
+        with a link that builds it (not the choice itself: stepping through the list with the arrow keys or the
+        wheel would build each one passed), or that it is being built. ``False``: both are built."""
+        for combo in (self.target_combo, self.draft_combo):
+            entry = self._unbuilt.get(combo.currentData() or "")
+            if entry is None:
+                continue
+            name = html.escape(entry.name)
+            self.report_view.setHtml(
+                f"<p>Building {name} from its installed packages; the pair is checked once it is built.</p>"
+                if str(entry.path) in self._building
+                else f"<p>{name} is not built yet: it is assembled from its installed packages "
+                f"({_format_bytes(entry.size)}), once. <a href='build'>Build it now</a></p>"
+            )
+            return True
+        return False
+
+    def _on_report_link_clicked(self, _url: object) -> None:
         for combo in (self.target_combo, self.draft_combo):
             entry = self._unbuilt.get(combo.currentData() or "")
             if entry is not None:
-                self._pick_in_pair_tab(entry, combo)
-                self.report_view.setHtml(
-                    f"<p>Building {html.escape(entry.name)} from its installed packages; the pair is checked once it "
-                    "is built.</p>"
-                )
-                return True
-        return False
+                self._pick_in_pair_tab(entry, combo, pick=False)
+                self._check_pair()
+                return
 
     def _grey_target_as_draft(self, target: str | None) -> None:
         """The target is no draft of itself (it would check its own drafts at twice the cost): greyed in the draft
@@ -510,7 +529,8 @@ class ModelManagerWindow(QMainWindow):
             itself = bool(target) and self.draft_combo.itemData(row) == target
             item.setEnabled(not itself)
             path = str(self.draft_combo.itemData(row))
-            item.setToolTip("The target itself: a draft is a smaller model" if itself else path)
+            if path not in self._unbuilt:  # its own tip says it is not built yet
+                item.setToolTip("The target itself: a draft is a smaller model" if itself else path)
         if target and self.draft_combo.currentData() == target:
             self.draft_combo.setCurrentIndex(0)
 
@@ -540,10 +560,9 @@ class ModelManagerWindow(QMainWindow):
         self.report = None
         self.use_pair_button.setEnabled(False)
         self.banner.hide()  # the last pair's verdict, until this one's arrives
-        if self._build_picked():
-            self.use_target_only_button.setEnabled(False)
+        self.use_target_only_button.setEnabled(bool(target) and target not in self._unbuilt)
+        if self._unbuilt_picked():
             return
-        self.use_target_only_button.setEnabled(bool(target))
         if not target or not draft:
             self.report_view.setHtml(
                 "<p>Choose a target and a draft to see whether they can work together.</p>"
