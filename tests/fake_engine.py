@@ -110,7 +110,7 @@ class FakeEngine:
         seed = config.sampling.seed if config.sampling.seed is not None else 1000 + len(self.requests)
         if self.script.prompt_s:
             time.sleep(self.script.prompt_s)
-        yield StartEvent(n_prompt, n_prompt, 0.001, str(config.strategy), seed=seed)
+        yield StartEvent(n_prompt, n_prompt, 0.001, str(config.strategy), seed=seed, sampled=not config.sampling.greedy)
         stats = RunningStats()
         text = ""
         tokens: list[int] = []

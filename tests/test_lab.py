@@ -306,7 +306,8 @@ def test_a_speedup_no_target_pass_can_give_marks_its_row_and_is_never_recommende
     assert row.noisy is not None and "×2.74 over plain decoding with 1.07 tokens per target pass" in row.noisy
     # Plain decoding alone is left, and it is the figure that was slowed: nothing is recommended.
     assert slowed.best("chat") is None and slowed.overall_best() is None
-    assert list(csv.reader(io.StringIO(slowed.to_csv())))[-1][-1] == row.noisy
+    table = list(csv.DictReader(io.StringIO(slowed.to_csv())))
+    assert table[-1]["noisy"] == row.noisy and table[-1]["drafted"] == str(row.drafted)
     assert [r.key for r in slowed.ranking("chat")] == ["none", "lookup"]
     words = " ".join(slowed.recommendation())
     assert "left out as faster than their tokens per target pass can make them: Prompt lookup (×2.74 at" in words

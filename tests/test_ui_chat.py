@@ -81,7 +81,8 @@ def test_the_users_line_breaks_are_kept(qtbot, tiny) -> None:
 
 def test_a_streaming_answer_is_rendered_as_markdown_on_its_own_line(qtbot, tiny) -> None:
     answer = ["Some **bold** words.\n\n", "```python\n", "x = 1\n"] + ["y "] * 400
-    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=answer, step_s=0.01)))
+    # Long enough (4 s) that the answer is still streaming at the checks below, on a busy machine too.
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=answer, step_s=0.01)), max_tokens=2_000)
     window.chat.input.setPlainText("code please")
     window.chat.send()
     qtbot.waitUntil(lambda: "x = 1" in transcript_text(window), timeout=10_000)

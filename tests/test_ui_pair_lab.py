@@ -4,6 +4,7 @@ the ranked tables and charts, Apply, saved results shown again, exports."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_estimate_fills_the_estimates_and_unticks_hopeless_candidates(qtbot, lab
     # From the tour of 2026-11-28: a 1-minute budget learnt only 50 s into the run that one round took 12 minutes.
     note = lab.round_note.text()
     assert "always runs in full" in note and " runs of up to " in note
-    assert " min here" in note or "under a minute here" in note  # the estimate's profile: this machine's speed
+    assert re.search(r": about \d+ (s|min) here at plain decoding's", note)  # the estimate's: this machine's speed
     runs = int(note.split(": ", 1)[1].split(" runs")[0])
     next(box for box in lab.kind_boxes.values() if box.isChecked()).setChecked(False)
     fewer = lab.round_note.text()
@@ -176,7 +177,7 @@ def test_the_round_note_takes_the_last_runs_pace(qtbot, lab) -> None:  # type: i
     result = lab.result
     assert result.run_s is not None and result.run_s > 0 and result.setup_s is not None and result.setup_s > 0
     note = lab.round_note.text()
-    assert f"at the last run's pace ({result.run_s:.0f} s a run, loading included)" in note
+    assert f"at the last run's pace ({result.run_s:.1f} s a run, plus " in note
     assert "tokens/s" not in note
     # Saved with the results: a window opened later knows the pace too.
     again = PairLabWindow(lab.worker, lab.store, lab.models)

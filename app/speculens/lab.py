@@ -591,13 +591,13 @@ class LabResult:
                 "tokens_per_second",
                 "speedup",
                 "acceptance",
-                "drafted",
                 "mean_accepted_length",
                 "settled_n_draft",
                 "identical",
                 "runs",
                 "date",
                 "noisy",
+                "drafted",  # last: added later, the columns before it keep their places
             ]
         )
         for kind in self.rows:
@@ -609,13 +609,13 @@ class LabResult:
                         f"{r.tokens_per_second:.3f}",
                         "" if r.speedup is None else f"{r.speedup:.4f}",
                         "" if r.acceptance is None else f"{r.acceptance:.4f}",
-                        "" if r.drafted is None else r.drafted,
                         f"{r.mean_accepted_length:.3f}",
                         f"{r.settled_n_draft:g}",
                         "" if r.identical is None else r.identical,
                         r.runs,
                         r.date,
                         r.noisy or "",
+                        "" if r.drafted is None else r.drafted,
                     ]
                 )
         return out.getvalue()
@@ -896,7 +896,8 @@ class PairLab:
                     fits = int((s.budget_s - (t_runs - t0)) // pace) if pace > 0 else s.max_rounds
                     planned = min(s.max_rounds, max(s.min_rounds, fits))
                 result.setup_s = t_runs - t0
-                result.run_s = (time.monotonic() - t_runs) / done if done else None
+                # Not after a cancel: its last run, stopped part way, would count as a whole one.
+                result.run_s = (time.monotonic() - t_runs) / done if done and not self.cancel.is_set() else None
             finally:
                 self.close()
         result.cancelled = self.cancel.is_set()

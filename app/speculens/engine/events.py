@@ -157,6 +157,8 @@ class StartEvent:
             generation by the depth it decodes at (see
             :meth:`speculens.engine.session.SpeculativeEngine.fit_flash_attn`), and the two settings' kernels
             round differently, so a greedy answer can part from another run's at a near-tie.
+        sampled: the answer samples (temperature above 0), so its seed reproduces it; greedy, the seed plays no
+            part (an answer opened again showed or hid its seed by the temperature of the moment).
     """
 
     n_prompt: int
@@ -165,6 +167,7 @@ class StartEvent:
     strategy: str
     seed: int | None = None
     flash_attn: bool | None = None
+    sampled: bool = False
 
     @property
     def flash_text(self) -> str:

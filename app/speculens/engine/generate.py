@@ -239,7 +239,9 @@ class _Loop:
                 model.prefill()
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
         elapsed = time.perf_counter() - t0
-        yield StartEvent(len(prompt), n_evaluated, elapsed, name, sampling.seed, target.flash_attn_in_use)
+        yield StartEvent(
+            len(prompt), n_evaluated, elapsed, name, sampling.seed, target.flash_attn_in_use, not sampling.greedy
+        )
 
         history = list(prompt)
         answer: list[int] = []

@@ -142,9 +142,9 @@ def markdown_html(text: str, shade: QColor | None = None) -> str:
     return body
 
 
-def answer_figures(events: Sequence[Event], show_seed: bool) -> str:
+def answer_figures(events: Sequence[Event]) -> str:
     """The line under an answer, from its events: tokens, speed, acceptance or why nothing was drafted, the seed
-    (``show_seed``: it sampled), threads the engine took back, and how it ended; empty without its finish."""
+    where it sampled, threads the engine took back, and how it ended; empty without its finish."""
     start = next((e for e in events if isinstance(e, StartEvent)), None)
     finish = events[-1] if events and isinstance(events[-1], FinishEvent) else None
     if finish is None:
@@ -157,7 +157,7 @@ def answer_figures(events: Sequence[Event], show_seed: bool) -> str:
     s = finish.stats
     strategy = start.strategy if start is not None else ""
     drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else nothing_drafted(strategy, best)
-    seed = f" · seed {start.seed}" if show_seed and start is not None and start.seed is not None else ""
+    seed = f" · seed {start.seed}" if start is not None and start.sampled and start.seed is not None else ""
     tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
     stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
     threads = ""
@@ -509,7 +509,7 @@ class ChatPane(QWidget):
         # The last answer's events, kept with the conversation (its line here: a tour restarted the app and found
         # it gone; its tokens and charts in the live panel).
         self.kept_answer = [] if running is conversation else self.store.answer(conversation)
-        self.figures.setText(answer_figures(self.kept_answer, self.settings.settings.temperature > 0))
+        self.figures.setText(answer_figures(self.kept_answer))
         self._render(streaming=running is conversation)
         if running is conversation and self.turn is not None and self._stream_cursor is not None:
             self._render_stream(self.turn.text)  # what streamed meanwhile
@@ -678,8 +678,7 @@ class ChatPane(QWidget):
         self.last_seed = turn.seed
         if conversation is self.conversation:
             self._render()
-            self.kept_answer = [] if turn.discarded else turn.events
-            self.figures.setText(answer_figures(turn.events, self.settings.settings.temperature > 0))
+            self.figures.setText(answer_figures(turn.events))
         self.turn_finished.emit(finish)
         if finish.reason is FinishReason.CANCELLED:
             self.status_changed.emit("Stopped.")

@@ -9,6 +9,7 @@ app loses at most a second of text.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -191,6 +192,7 @@ class ConversationStore:
     def answer(self, conversation: Conversation) -> list[Event]:
         """The events kept for the conversation's last answer, if they are still its (an answer regenerated or
         edited away since has none); an unreadable file is left alone."""
+        self.flush()  # an answer just finished is still being written (a code review: opened at once, it had none)
         try:
             data = json.loads(self._answer_file(conversation).read_text(encoding="utf-8"))
             events = [event_from_dict(d) for d in data]
@@ -212,8 +214,9 @@ class ConversationStore:
             log.exception("could not keep the answer's events in %s", path)
 
     def flush(self) -> None:
-        """Wait for the pending writes (the window is closing)."""
-        self._executor.submit(lambda: None).result()
+        """Wait for the pending writes (the window is closing, or an answer is read back)."""
+        with contextlib.suppress(RuntimeError):  # closed: nothing is pending
+            self._executor.submit(lambda: None).result()
 
     def close(self) -> None:
         """Finish the pending writes and stop the writer."""

@@ -98,6 +98,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Speculens")
         self.setObjectName("MainWindow")
         self._closing = False
+        self._primer: QDialog | None = None  # Help ▸ How speculative decoding works, while open
 
         self.store = SettingsStore(
             settings if settings is not None else load_settings(), autosave=autosave, parent=self
@@ -449,7 +450,8 @@ class MainWindow(QMainWindow):
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
             label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
         self.pair_label.setText(label)
-        tip = f"Target: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
+        # The whole line first: a narrow window cuts it at its end, where the state is.
+        tip = f"{target} ▸ {source} ({state})\nTarget: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
         if strategy is Strategy.AUTO:
             tip += (
                 "\nAutomatic: each step takes a free draft (prompt lookup, the n-gram cache"
@@ -751,8 +753,13 @@ class MainWindow(QMainWindow):
         focus.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def show_primer(self) -> QDialog:
-        """Help ▸ How speculative decoding works."""
-        return show_primer(self)
+        """Help ▸ How speculative decoding works (one page: opened again, it comes to the front)."""
+        if self._primer is None:
+            self._primer = show_primer(self)
+            self._primer.destroyed.connect(lambda: setattr(self, "_primer", None))
+        self._primer.raise_()
+        self._primer.activateWindow()
+        return self._primer
 
     def show_shortcuts(self) -> None:
         """The keyboard shortcuts, in a dialog."""

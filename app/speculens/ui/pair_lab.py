@@ -425,11 +425,14 @@ class PairLabWindow(QMainWindow):
         profile = result.profile if result is not None else None
         if result is not None and result.run_s is not None:  # the last run's own pace, loading included
             seconds = (result.setup_s or 0.0) + n * result.run_s
-            text += f": {_about(seconds)} here at the last run's pace ({result.run_s:.0f} s a run, loading included)"
+            text += (
+                f": about {_duration(seconds)} here at the last run's pace ({result.run_s:.1f} s a run, plus "
+                f"{_duration(result.setup_s or 0.0)} loading)"
+            )
         elif profile is not None and profile.target_step_s > 0:  # before any run: the cost profile's speed
             seconds = n * tokens * profile.target_step_s
             speed = 1 / profile.target_step_s
-            text += f": {_about(seconds)} here at plain decoding's {speed:.0f} tokens/s, plus loading"
+            text += f": about {_duration(seconds)} here at plain decoding's {speed:.0f} tokens/s, plus loading"
         self.round_note.setText(text + ".")
 
     def checked(self) -> list[Candidate]:
@@ -811,10 +814,6 @@ def _acceptance_cell(row: Row) -> tuple[str, str, bool]:
     tip = f"{accepted} of {row.drafted} draft tokens accepted, over {row.runs} timed runs"
     text = f"{row.acceptance:.0%}" + (f" of {row.drafted}" if row.drafted < FEW_DRAFTED else "")
     return text, tip, True
-
-
-def _about(seconds: float) -> str:
-    return "under a minute" if seconds < 60 else f"about {seconds / 60:.0f} min"
 
 
 def _measured(result: LabResult) -> str:

@@ -10,10 +10,11 @@ from speculens.ui.screen import resize_within_screen
 
 PRIMER_HTML = """
 <h2>How speculative decoding works</h2>
-<p>A language model writes one token per <i>pass</i>: it reads everything so far and picks the next token. On most
-machines a pass costs about the same for one token as for a few, because its time goes into reading the model's
-weights, not into arithmetic. Speculative decoding uses that: something cheap <b>drafts</b> a few tokens ahead, and
-the model you chose (the <b>target</b>) <b>verifies</b> them all in one pass.</p>
+<p>A language model writes one token per <i>pass</i>: it reads everything so far and picks the next token. A pass
+over several tokens at once costs less than a pass for each: on a GPU barely more than one, since its time goes into
+reading the model's weights; on a CPU more, but still less (on a 2-core test machine, 16 tokens cost about 8
+passes). Speculative decoding uses that: something cheap <b>drafts</b> a few tokens ahead, and the model you chose
+(the <b>target</b>) <b>verifies</b> them all in one pass.</p>
 <ol>
 <li><b>Draft.</b> A source proposes <i>k</i> tokens: a small <b>draft model</b> of the same family, or a draft that
 costs nothing to make: <b>prompt lookup</b> (the text so far, where its last words occurred before), the
@@ -21,13 +22,15 @@ costs nothing to make: <b>prompt lookup</b> (the text so far, where its last wor
 from a corpus.</li>
 <li><b>Verify.</b> The target reads the <i>k</i> drafted tokens in one pass and gives its own choice at each of
 them.</li>
-<li><b>Keep.</b> Drafted tokens are kept while they agree with the target (greedy), or pass a rejection test against
-its probabilities (sampling); at the first that does not, the target's own token replaces it and the rest are
-dropped. When all <i>k</i> pass, the target adds one more of its own. Every pass therefore adds at least one
-token, and up to <i>k</i> + 1.</li>
+<li><b>Keep.</b> Drafted tokens are kept while they agree with the target's choice (greedy), or, sampling, while
+they pass a test that keeps the target's distribution: rejection sampling against the draft model's
+probabilities, or, for drafts that have none (lookup, n-gram), the target samples its own token and the draft is
+kept where it matches. At the first that fails, the target's own token replaces it and the rest are dropped.
+When all <i>k</i> pass, the target adds one more of its own. Every pass therefore adds at least one token, and up
+to <i>k</i> + 1.</li>
 </ol>
-<p><b>The output does not change.</b> Greedy, every token is the target's own choice. Sampling, the rejection test
-(Leviathan et al. and Chen et al., 2023) makes the answer's distribution exactly the target's. Only how fast it
+<p><b>The output does not change.</b> Greedy, every token is the target's own choice. Sampling, those tests (rejection
+sampling: Leviathan et al. and Chen et al., 2023) make the answer's distribution exactly the target's. Only how fast it
 comes changes. (Verifying a batch can round a near-tie the other way on CPU kernels: Settings ▸ <i>Bit-exact
 verification</i> makes greedy output identical to plain decoding token for token, at a cost; see the README.)</p>
 <p><b>When it pays.</b> If each drafted token is accepted with probability α, a pass that drafts <i>k</i> yields
@@ -35,7 +38,8 @@ verification</i> makes greedy output identical to plain decoding token for token
 plain steps: drafting <i>k</i> tokens plus verifying <i>k</i> + 1 at once. On a GPU a verification of 8 costs little
 more than one step; on a CPU it costs several, so drafts must be right more often. Speculens measures these costs
 on your machine when it loads the models, learns α as it goes, and its <b>adaptive controller</b> picks the draft
-length of every step, or decodes plainly when no draft is expected to pay.</p>
+length of every step, or decodes plainly when no draft is expected to pay (drafting a little now and then all
+the same, a <i>probe</i>, to measure again).</p>
 <p><b>Where to see it here.</b></p>
 <ul>
 <li><b>Live tokens</b> colours each token: green, a draft the target accepted; red and struck through, one it

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QScrollArea, QWidget
 
@@ -31,17 +31,40 @@ def resize_within_screen(widget: QWidget, width: int, height: int) -> None:
         widget.move(x, y)
 
 
+class _Scroll(QScrollArea):
+    """A scroll area that scrolls one way only and is never narrower (or, ``sideways``, shorter) than its widget
+    can be the other way, as that widget's minimum stands now: a dock at 380 pixels cut Teach's Next step off, and
+    a minimum taken once, when it was built, would miss what the widget shows later."""
+
+    def __init__(self, widget: QWidget, parent: QWidget | None, sideways: bool) -> None:
+        super().__init__(parent)
+        self._sideways = sideways
+        self.setWidget(widget)
+        self.setWidgetResizable(True)
+        off = Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        (self.setVerticalScrollBarPolicy if sideways else self.setHorizontalScrollBarPolicy)(off)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        widget.installEventFilter(self)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        widget = self.widget()
+        if widget is None:
+            return hint
+        least = widget.minimumSizeHint().expandedTo(widget.minimumSize())
+        if self._sideways:
+            return QSize(hint.width(), least.height() + self.horizontalScrollBar().sizeHint().height())
+        return QSize(least.width() + self.verticalScrollBar().sizeHint().width(), hint.height())
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()  # its minimum may have changed: the dock's layout asks again
+        return super().eventFilter(watched, event)
+
+
 def scrolled(widget: QWidget, parent: QWidget | None = None, sideways: bool = False) -> QScrollArea:
     """``widget`` in a scroll area that follows its width (text wraps; no sideways scrolling) and scrolls up and down
     when the room is shorter than the widget's minimum: in a short dock (a 1280×720 screen) Qt laid its parts over
     one another instead. ``sideways``: the other way round, it follows the height and scrolls sideways where the room
     is narrower than the widget's minimum (the charts, whose row of plots a narrow window cut off)."""
-    scroll = QScrollArea(parent)
-    scroll.setWidget(widget)
-    scroll.setWidgetResizable(True)
-    off = Qt.ScrollBarPolicy.ScrollBarAlwaysOff
-    (scroll.setVerticalScrollBarPolicy if sideways else scroll.setHorizontalScrollBarPolicy)(off)
-    if not sideways:  # never narrower than the widget can be: a dock at 380 pixels cut Teach's Next step off
-        scroll.setMinimumWidth(widget.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
-    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-    return scroll
+    return _Scroll(widget, parent, sideways)
