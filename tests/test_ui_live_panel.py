@@ -27,7 +27,7 @@ from speculens.engine.events import (
 )
 from speculens.ui.charts import ChartsPanel, RunSeries
 from speculens.ui.live_panel import LivePanel, StatsStrip
-from speculens.ui.token_view import KIND_STYLE, TokenKind, TokenView
+from speculens.ui.token_view import KIND_STYLE, TokenKind, TokenView, drafts_phrase
 from speculens.ui.worker import Lane, Record, RecordKind
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
@@ -261,6 +261,22 @@ def test_the_status_says_why_a_loaded_draft_model_never_drafted(panel: LivePanel
     by_draft = replace(second, source="draft")
     feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7), first, by_draft, plain, end])
     assert "would not pay" not in panel.status.text()  # it drafted
+
+
+def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_too() -> None:
+    """From a new-user tour of the demo pair: the line under an answer that drafted nothing blamed prompt lookup's
+    drafts, and never said that the draft model it had loaded could not pay on this machine."""
+    weighed = [
+        replace(KNOWN_STEPS[2], considered="lookup", expected_speedup=(1.0, 0.9)),
+        replace(KNOWN_STEPS[2], considered="draft", expected_speedup=(1.0, 0.21)),
+    ]
+    phrase = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0)
+    assert "prompt lookup's drafts were not right often enough" in phrase
+    assert phrase.endswith("; the draft model would not pay on this machine (×0.21 of plain decoding at best)")
+    alone = drafts_phrase("draft", weighed[1:], 0, 0)  # its own reason, said once
+    assert alone.count("draft model would not pay") == 1
+    # And an acceptance says what it is of (a tour read 100% of 4 drafted tokens as a strong result).
+    assert drafts_phrase("lookup", [], 4, 4).startswith("acceptance 100% (4 of 4 drafted)")
 
 
 def test_finish_and_series_feed_the_charts(qtbot, panel: LivePanel) -> None:

@@ -75,6 +75,12 @@ def test_the_location_column_is_never_cut_to_nothing(qtbot, manager: ModelManage
     manager.resize(manager.width() + 900, manager.height())  # wide: it takes what the others leave, no gap after it
     qtbot.waitUntil(lambda: table.viewport().width() > others + 600, timeout=5_000)
     assert sum(table.columnWidth(c) for c in range(8)) == table.viewport().width()
+    # Cut, a path keeps its end (a tour read two models' paths as the same: their names differ mid-file-name).
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    option = QStyleOptionViewItem()
+    table.itemDelegateForColumn(1).initStyleOption(option, table.model().index(0, 1))
+    assert option.textElideMode == Qt.TextElideMode.ElideLeft and table.textElideMode() == Qt.TextElideMode.ElideMiddle
 
 
 def test_pair_picker_shows_an_unmissable_mismatch_warning(qtbot, manager: ModelManagerWindow, tiny) -> None:

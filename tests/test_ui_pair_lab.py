@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,13 @@ def test_the_round_note_takes_the_last_runs_pace(qtbot, lab) -> None:  # type: i
     note = lab.round_note.text()
     assert f"at the last run's pace ({result.run_s:.1f} s a run, plus " in note
     assert "tokens/s" not in note
+    # Longer than the budget: said before Run (a tour set 1 min and waited 3.5 with no word of it beforehand).
+    lab.result = replace(result, run_s=30.0, setup_s=10.0)
+    lab.budget.setValue(2)
+    assert "more than the 2 min budget: the budget adds rounds, it never cuts one short" in lab.round_note.text()
+    lab.budget.setValue(120)
+    assert "budget" not in lab.round_note.text().split("whatever the budget", 1)[1]
+    lab.result = result
     # Saved with the results: a window opened later knows the pace too.
     again = PairLabWindow(lab.worker, lab.store, lab.models)
     qtbot.addWidget(again)

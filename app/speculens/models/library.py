@@ -69,7 +69,7 @@ class EntryStatus(StrEnum):
             EntryStatus.MISSING: "File missing",
             EntryStatus.CHANGED: "File changed",
             EntryStatus.DAMAGED: "Damaged",
-            EntryStatus.NOT_ASSEMBLED: "Not built yet (built when picked)",
+            EntryStatus.NOT_ASSEMBLED: "Not built yet (Use as target or draft builds it)",
         }[self]
 
 

@@ -54,7 +54,7 @@ from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
 from speculens.ui.labels import WrapRow
 from speculens.ui.settings_store import SettingsStore
-from speculens.ui.token_view import best_weighed, nothing_drafted
+from speculens.ui.token_view import drafts_phrase
 from speculens.ui.worker import Record, RecordKind
 from speculens.words import upper_first
 
@@ -149,14 +149,12 @@ def answer_figures(events: Sequence[Event]) -> str:
     finish = events[-1] if events and isinstance(events[-1], FinishEvent) else None
     if finish is None:
         return ""
-    tally, best = ThreadTally(), None
-    for event in events:
-        if isinstance(event, StepEvent):
-            tally.add(event)
-            best = best_weighed(event, best)
+    tally = ThreadTally()
+    step_events = [event for event in events if isinstance(event, StepEvent)]
+    for step in step_events:
+        tally.add(step)
     s = finish.stats
-    strategy = start.strategy if start is not None else ""
-    drafts = f"acceptance {100 * s.acceptance:.0f}%" if s.n_drafted else nothing_drafted(strategy, best)
+    drafts = drafts_phrase(start.strategy if start is not None else "", step_events, s.n_drafted, s.n_accepted)
     seed = f" · seed {start.seed}" if start is not None and start.sampled and start.seed is not None else ""
     tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
     stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"

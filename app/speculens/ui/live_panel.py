@@ -21,10 +21,8 @@ from speculens.ui.token_view import (
     SOURCE_NAMES,
     TokenLegend,
     TokenView,
-    best_weighed,
-    draft_model_idle,
     drafting_from,
-    nothing_drafted,
+    drafts_phrase,
 )
 from speculens.ui.worker import Lane, Record, RecordKind
 
@@ -222,15 +220,9 @@ class LivePanel(QWidget):
         sources = {st.source for st in self.steps if st.source}
         drafted_by = f", drafted by {' and '.join(SOURCE_NAMES.get(x, x) for x in sorted(sources))}" if sources else ""
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
-        if s.n_drafted:
-            acceptance = f"acceptance {100 * s.acceptance:.0f}%"
-            drafted_by += draft_model_idle(start.strategy if start is not None else "", self.steps)
-        else:
-            best = None
-            for step in self.steps:
-                best = best_weighed(step, best)
-            acceptance = nothing_drafted(start.strategy if start is not None else "", best)
+        strategy = start.strategy if start is not None else ""
+        acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by)
         flash = f", flash attention {start.flash_text}" if start is not None else ""
         rate = f"{s.tokens_per_second:.1f} tokens/s, " if s.n_generated > 1 else ""
         why = "" if event.reason is FinishReason.EOG else f" ({event.reason.words})"  # the figures say it ended
-        self.status.setText(f"Finished{why}: {s.passes_text}, {rate}{acceptance}{drafted_by}{flash}.")
+        self.status.setText(f"Finished{why}: {s.passes_text}, {rate}{acceptance}{flash}.")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -34,6 +34,8 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSplitter,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -107,6 +109,14 @@ def _squash(text: str) -> str:
 def name_disagrees(entry: Any) -> bool:
     """Whether the metadata's name says something the file name does not (a re-quantised or renamed copy)."""
     return _squash(entry.name) not in _squash(entry.path.stem)
+
+
+class _ElideStart(QStyledItemDelegate):
+    """Cut a cell's text at its start (a path: its file name stays)."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideLeft
 
 
 LOCATION_WIDTH = 260  # the library's Location column at least, where its paths are that long (then it scrolls)
@@ -212,8 +222,10 @@ class ModelManagerWindow(QMainWindow):
         self.library_table.setHorizontalHeaderLabels(
             ["Name", "Location", "Family", "Size", "Quantization", "Context", "Source", "Status"]
         )
-        # Long paths lose their middle, so the folder's start and the file name both stay visible.
+        # Long texts lose their middle; a path loses its start, where paths in one library agree (a tour read two
+        # Qwen rows as the same '/tmp/…/data/s…struct-q4_k_m.gguf': their file names differ in the middle).
         self.library_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.library_table.setItemDelegateForColumn(1, _ElideStart(self.library_table))
         self.library_table.setWordWrap(False)
         self.library_table.setAccessibleName("Library")
         self.library_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)

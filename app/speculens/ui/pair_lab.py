@@ -232,6 +232,7 @@ class PairLabWindow(QMainWindow):
         for box in (*self.kind_boxes.values(), self.sweep_box):
             box.toggled.connect(self._update_round_note)
         self.own_text.textChanged.connect(self._update_round_note)
+        self.budget.valueChanged.connect(self._update_round_note)
         left.addLayout(options)
 
         buttons = QHBoxLayout()
@@ -423,6 +424,7 @@ class PairLabWindow(QMainWindow):
             text += ", and more at fixed draft lengths"
         result = self.result
         profile = result.profile if result is not None else None
+        seconds: float | None = None
         if result is not None and result.run_s is not None:  # the last run's own pace, loading included
             seconds = (result.setup_s or 0.0) + n * result.run_s
             text += (
@@ -433,6 +435,11 @@ class PairLabWindow(QMainWindow):
             seconds = n * tokens * profile.target_step_s
             speed = 1 / profile.target_step_s
             text += f": about {_duration(seconds)} here at plain decoding's {speed:.0f} tokens/s, plus loading"
+        else:
+            text += " (Estimate says how long that takes here)"
+        budget = self.budget.value()
+        if seconds is not None and seconds > 60 * budget:  # a tour set 1 min and waited 3.5 with no word before
+            text += f", more than the {budget} min budget: the budget adds rounds, it never cuts one short"
         self.round_note.setText(text + ".")
 
     def checked(self) -> list[Candidate]:

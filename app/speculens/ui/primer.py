@@ -32,7 +32,8 @@ to <i>k</i> + 1.</li>
 <p><b>The output does not change.</b> Greedy, every token is the target's own choice. Sampling, those tests (rejection
 sampling: Leviathan et al. and Chen et al., 2023) make the answer's distribution exactly the target's. Only how fast it
 comes changes. (Verifying a batch can round a near-tie the other way on CPU kernels: Settings ▸ <i>Bit-exact
-verification</i> makes greedy output identical to plain decoding token for token, at a cost; see the README.)</p>
+verification</i> makes greedy output identical to plain decoding token for token; it is slower, and reloads the
+target.)</p>
 <p><b>When it pays.</b> If each drafted token is accepted with probability α, a pass that drafts <i>k</i> yields
 (1 − α<sup><i>k</i>+1</sup>) / (1 − α) tokens on average. It pays when that is more than what the pass costs in
 plain steps: drafting <i>k</i> tokens plus verifying <i>k</i> + 1 at once. On a GPU a verification of 8 costs little
@@ -43,8 +44,10 @@ the same, a <i>probe</i>, to measure again).</p>
 <p><b>Where to see it here.</b></p>
 <ul>
 <li><b>Live tokens</b> colours each token: green, a draft the target accepted; red and struck through, one it
-rejected; orange, the target's correction; blue, its bonus token after a fully accepted draft; plain, a token from
-a step that drafted nothing. The <b>charts</b> below show tokens/s, acceptance and the draft length chosen.</li>
+rejected; orange, the target's correction; blue, its bonus token after a fully accepted draft; unmarked ("target
+(no draft)" in the legend), a token from a step that drafted nothing. The <b>charts</b> below show tokens/s,
+acceptance per step, the draft length chosen with the tokens each pass gave, and acceptance by position in the
+draft.</li>
 <li><b>Teach</b>, with <i>Step mode</i> ticked, pauses the answer after every step (F10 runs the next) and explains
 it, with the curve of expected speedup by draft length that the controller chose from.</li>
 <li><b>Compare</b> (Ctrl+Shift+C) answers your last message with plain decoding and with speculation side by side,

@@ -108,6 +108,21 @@ def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
     return "" if best is None or best[0] >= 1.0 else f"; {_draft_would_not_pay(best[0])}"
 
 
+def drafts_phrase(strategy: str, steps: Sequence[StepEvent], n_drafted: int, n_accepted: int, by: str = "") -> str:
+    """An answer's drafting in a phrase for its figures: its acceptance and what it is of, or why nothing was
+    drafted; and why a loaded draft model drafted nothing, where it did not (a tour's demo answers blamed prompt
+    lookup under the chat, and never said that the draft model it had loaded could not pay on this machine).
+    ``by``: words that follow the acceptance (which sources drafted)."""
+    if n_drafted:
+        acceptance = f"acceptance {100 * n_accepted / n_drafted:.0f}% ({n_accepted} of {n_drafted} drafted)"
+        return acceptance + by + draft_model_idle(strategy, steps)
+    best = None
+    for step in steps:
+        best = best_weighed(step, best)
+    said = nothing_drafted(strategy, best)
+    return said if best is not None and best[1] == "draft" else said + draft_model_idle(strategy, steps)
+
+
 def _draft_would_not_pay(rate: float, why: str = "") -> str:
     """The one wording of a draft model that loses to plain decoding, with ``why`` inside its brackets."""
     return f"the draft model would not pay on this machine (×{rate:.2f} of plain decoding at best{why})"
