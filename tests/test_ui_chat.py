@@ -245,8 +245,19 @@ def test_a_killed_app_keeps_the_streamed_part(qtbot, tiny, monkeypatch: pytest.M
         return bool(saved and saved[0].partial and saved[0].partial.startswith("word word"))
 
     qtbot.waitUntil(partial_on_disk, timeout=10_000)
+    store = window.conversations
+    path = window.chat.conversation.file(store.folder)
+    killed = path.read_bytes()  # as a killed app leaves it: the streamed part, not yet an answer
     window.stop()
     wait_idle(qtbot, window)
+    store.flush()
+    path.write_bytes(killed)
+    # The next start opens it with the part kept as an interrupted answer (it could not start at all: opening it
+    # saved it, and the save refreshed a conversation list not made yet).
+    again = fake_window(qtbot, tiny)
+    last = again.chat.conversation.messages[-1]
+    assert last["role"] == "assistant" and last["content"].startswith("word word")
+    assert last["note"] == "interrupted: the app closed"
 
 
 def test_the_app_opens_where_it_was_left(qtbot, tiny) -> None:

@@ -121,6 +121,9 @@ class MainWindow(QMainWindow):
         self.teach_panel.set_exact(self.store.settings.exact)
         self.settings_panel = SettingsPanel(self.store, self)
         self.chat = ChatPane(self.router, self.store, self.conversations, [self.live_panel, self.teach_panel], self)
+        # Before a conversation opens: opening one that a killed app left with a partial answer saves it, and the
+        # save refreshes this list (which, made after, was not there yet: the app could not start again).
+        self.conversation_list = ConversationList(self.conversations, self)
         recent = self.conversations.conversations()
         state = file_dialogs.window_state()
         if recent:  # the app opens where it was left (an answer cut short by a crash included): the conversation
@@ -130,7 +133,6 @@ class MainWindow(QMainWindow):
         unsent = state.value("unsent")
         if isinstance(unsent, str) and unsent:  # a message typed and not sent is not lost by quitting (a tour's)
             self.chat.input.setPlainText(unsent)
-        self.conversation_list = ConversationList(self.conversations, self)
         self.conversation_list.show_current(self.chat.conversation)
         self._show_kept_answer()
         self.setCentralWidget(self.chat)
