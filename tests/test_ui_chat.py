@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
-from speculens.ui.chat_pane import DROPPED_NOTE, close_fences, render_transcript, sent
+from speculens.ui.chat_pane import DROPPED_NOTE, close_fences, close_inline_code, render_transcript, sent
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.token_view import nothing_drafted
 
@@ -61,6 +61,15 @@ def test_reopening_a_conversation_with_a_cut_off_code_block_renders_cleanly(qtbo
     text = transcript_text(window)
     assert "```" not in text and "Later answer." in text
     assert text.index("and then?") > text.index("return x")
+
+
+def test_close_inline_code_closes_only_an_open_span_outside_code() -> None:
+    assert close_inline_code("use `rows") == "use `rows`"  # streaming: the span's end has not come yet
+    assert close_inline_code("use `rows` here") == "use `rows` here"
+    assert close_inline_code("a `b` c\n\nthen `d") == "a `b` c\n\nthen `d`"
+    assert close_inline_code("an odd ` earlier\n\nnew paragraph") == "an odd ` earlier\n\nnew paragraph"
+    assert close_inline_code("```py\nx = '`'") == "```py\nx = '`'"  # inside a code block: left alone
+    assert close_inline_code("```py\nx\n```\nuse `x") == "```py\nx\n```\nuse `x`"
 
 
 def test_close_fences_closes_only_an_open_fence() -> None:

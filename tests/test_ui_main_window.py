@@ -115,9 +115,10 @@ def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot,
     strip, figures = window.stats_strip.value_text("tokens"), window.chat.figures.text()
     assert "tokens/s" in figures
     conversation = window.chat.conversation
+    assert window.statusBar().currentMessage().startswith(("Answer finished", "The answer was cut off"))
     window.new_chat()
     assert window.live_panel.view.toPlainText() == "" and window.live_panel.status.text() == "No answer yet."
-    assert window.chat.figures.text() == ""
+    assert window.chat.figures.text() == "" and window.statusBar().currentMessage() == ""
     window.chat.open_conversation(conversation)
     assert window.live_panel.view.toPlainText() == tokens and window.live_panel.steps == steps
     assert window.chat.figures.text() == figures  # the line under the answer too (a tour's restart lost it)

@@ -93,6 +93,14 @@ def close_fences(text: str) -> str:
     return text + ("\n" + FENCE if in_code_block(text) else "")
 
 
+def close_inline_code(text: str) -> str:
+    """A streaming ``text`` with an inline code span it leaves open closed, outside code blocks: a tour saw the raw
+    backtick until the span's end arrived (a span does not cross a blank line, so only the last paragraph counts)."""
+    if in_code_block(text):
+        return text
+    return text + ("`" if text.split("\n\n")[-1].count("`") % 2 else "")
+
+
 def hard_line_breaks(text: str) -> str:
     """``text`` with every line break outside code blocks kept, as chat users expect (a poem, an address):
     Markdown would otherwise join consecutive lines into one paragraph."""
@@ -643,7 +651,7 @@ class ChatPane(QWidget):
         cursor.setBlockFormat(QTextBlockFormat())
         cursor.setCharFormat(QTextCharFormat())
         if text:
-            cursor.insertHtml(markdown_html(text))
+            cursor.insertHtml(markdown_html(close_inline_code(text)))
         self._stream_cursor = cursor
         spent = time.monotonic() - start
         self._stream_next_render = time.monotonic() + max(STREAM_RENDER_S, spent / STREAM_RENDER_SHARE)

@@ -497,6 +497,8 @@ class MainWindow(QMainWindow):
         self.chat.pair = f"{target} ▸ {source}"  # what answered, for the record (not whether it was loaded)
 
     def _on_conversation_opened(self, conversation: Conversation) -> None:
+        if self.statusBar().currentMessage().startswith(("Answer finished", "Stopped", "The answer was cut off")):
+            self.statusBar().clearMessage()  # the last answer's word goes with it (a tour read it under New chat)
         self.live_panel.clear()
         self.teach_panel.clear()
         self.conversation_list.show_current(conversation)
