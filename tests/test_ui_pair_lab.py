@@ -203,13 +203,16 @@ def test_an_acceptance_from_few_draft_tokens_says_how_few(lab) -> None:  # type:
         return Row(key, key, 27.0, 1.0, acceptance, 1.0, 0.0, True, 3, "2026-12-05T08:26", drafted=drafted)
 
     rows = {"none": row("none", None, 0), "few": row("few", 1.0, 6), "many": row("many", 0.75, 400)}
+    rows["idle"] = row("idle", None, 0)  # drafted nothing: said here, not beside its speedup (which widened it)
     rows["old"] = row("old", 0.5, None)  # saved before the count was
     lab.show_result(LabResult("t.gguf", rows={"chat": rows}, date="2026-12-05T08:26"))
     table = lab.tabs.widget(0)
     cells = {table.item(r, 0).text(): table.item(r, 3) for r in range(table.rowCount())}
     assert cells["few"].text() == "100% of 6" and cells["few"].toolTip().startswith("6 of 6 draft tokens accepted")
     assert cells["many"].text() == "75%" and cells["many"].toolTip().startswith("300 of 400")
-    assert cells["none"].text() == "–" and cells["old"].text() == "50%"
+    assert cells["none"].text() == "–" and cells["old"].text() == "50%" and cells["idle"].text() == "drafted nothing"
+    speedups = {table.item(r, 0).text(): table.item(r, 2).text() for r in range(table.rowCount())}
+    assert speedups["idle"] == "×1.00"
 
 
 def test_progress_says_why_a_run_overruns_its_budget(lab) -> None:  # type: ignore[no-untyped-def]

@@ -95,13 +95,12 @@ def _speedup_cell(r: Row) -> tuple[str, str, bool]:
         return "–", "plain decoding was not measured on these prompts (the run was stopped first)", True
     if r.noisy is not None:
         return f"×{r.speedup:.2f} ⚠", f"Left out of the recommendation: it read {r.noisy}.", True
-    if r.key != PLAIN.key and r.acceptance is None:
-        return (
-            f"×{r.speedup:.2f}, drafted nothing",
-            "It never drafted, so it decoded plainly: its difference from ×1.00 is the machine's noise.",
-            True,
-        )
+    if r.key != PLAIN.key and r.acceptance is None:  # said in the acceptance column (_acceptance_cell)
+        return f"×{r.speedup:.2f}", _NEVER_DRAFTED, True
     return f"×{r.speedup:.2f}", "over plain decoding in the same run", True
+
+
+_NEVER_DRAFTED = "It never drafted, so it decoded plainly: its difference from ×1.00 is the machine's noise."
 
 
 def _same_cell(r: Row) -> tuple[str, str, bool]:
@@ -813,8 +812,10 @@ class PairLabWindow(QMainWindow):
 def _acceptance_cell(row: Row) -> tuple[str, str, bool]:
     """The acceptance, with how many draft tokens it is of where they are few (a tour read 100% beside 1.00 tokens
     per pass: a draft model's few probe tokens, all accepted, in steps that otherwise decoded plainly)."""
-    if row.acceptance is None:
-        return "–", "nothing was drafted", True
+    if row.acceptance is None:  # there, not beside the speedup: that made the column wide, and cut the names
+        if row.key == PLAIN.key:
+            return "–", "plain decoding drafts nothing", True
+        return "drafted nothing", _NEVER_DRAFTED, True
     if row.drafted is None:  # saved before the count was
         return f"{row.acceptance:.0%}", "", True
     accepted = round(row.acceptance * row.drafted)
