@@ -3,9 +3,12 @@ settings and library it shares with the main window."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -294,13 +297,18 @@ def test_the_main_windows_manager_shares_its_library_hub_and_settings(qtbot, tin
     manager.shutdown()
 
 
-def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
-    qtbot, tiny, controller: ModelController, monkeypatch
-) -> None:
-    """From a new-user tour: Use as draft on the not-assembled Gemma demo switched to the pair picker and
-    silently kept the old draft (its file did not exist yet, so the combo had no entry for it)."""
-    import hashlib
+@dataclass
+class UnbuiltDemo:
+    """A demo model not built yet (the mismatch demo's stand-in): its path once built, the keys built so far, and
+    an event a build waits for (set: it goes on at once)."""
 
+    path: str
+    built: list[str]
+    release: threading.Event
+
+
+@pytest.fixture()
+def unbuilt_demo(tiny, monkeypatch) -> UnbuiltDemo:  # type: ignore[no-untyped-def]
     from speculens.models import demo
 
     data = tiny.mismatch.read_bytes()
@@ -314,15 +322,27 @@ def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
         sha256=hashlib.sha256(data).hexdigest(),
         hub_repo="example/other",
     )
+    made = UnbuiltDemo(str(demo.demo_path(fake)), [], threading.Event())
+    made.release.set()
 
     def assemble(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
+        made.release.wait(10)
         path = demo.demo_path(model)
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(tiny.mismatch, path)
+        made.built.append(model.key)
         return path
 
     monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
     monkeypatch.setattr(demo, "ensure_demo_model", assemble)
+    return made
+
+
+def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
+    qtbot, tiny, controller: ModelController, unbuilt_demo: UnbuiltDemo
+) -> None:
+    """From a new-user tour: Use as draft on the not-assembled Gemma demo switched to the pair picker and
+    silently kept the old draft (its file did not exist yet, so the combo had no entry for it)."""
     controller.library.add(tiny.target)
     window = ModelManagerWindow(controller)
     qtbot.addWidget(window)
@@ -330,48 +350,22 @@ def test_use_as_draft_on_a_demo_model_not_yet_assembled_assembles_and_picks_it(
     row = next(i for i, e in enumerate(window.entries) if e.id == "other")
     window.library_table.selectRow(row)
     window._on_use_draft_clicked()
-    wanted = str(demo.demo_path(fake))
+    wanted = unbuilt_demo.path
     qtbot.waitUntil(lambda: window.draft_combo.currentData() == wanted, timeout=10_000)
     assert window.tabs.currentIndex() == 1
     window.shutdown()
 
 
 def test_a_demo_model_not_yet_built_is_in_the_pair_picker_and_built_on_a_click(
-    qtbot, tiny, controller: ModelController, monkeypatch
+    qtbot, tiny, controller: ModelController, unbuilt_demo: UnbuiltDemo
 ) -> None:
     """From a new-user tour: the mismatch demo (Gemma), not built yet, was missing from the pair picker's draft
     list, so its warning could be seen only by way of the library's Use as draft. Chosen, it is built on a click
     (a code review: choosing alone built each model the arrow keys passed)."""
-    import hashlib
-
-    from speculens.models import demo
-
-    data = tiny.mismatch.read_bytes()
-    fake = demo.DemoModel(
-        key="other",
-        title="Other tokenizer",
-        role="mismatch",
-        filename="other.gguf",
-        packages=("json",),
-        size=len(data),
-        sha256=hashlib.sha256(data).hexdigest(),
-        hub_repo="example/other",
-    )
-    built: list[str] = []
-
-    def assemble(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
-        path = demo.demo_path(model)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tiny.mismatch, path)
-        built.append(model.key)
-        return path
-
-    monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
-    monkeypatch.setattr(demo, "ensure_demo_model", assemble)
     controller.library.add(tiny.target)
     window = ModelManagerWindow(controller)
     qtbot.addWidget(window)
-    wanted = str(demo.demo_path(fake))
+    wanted, built = unbuilt_demo.path, unbuilt_demo.built
     qtbot.waitUntil(lambda: window.draft_combo.findData(wanted) > 0, timeout=10_000)
     window.target_combo.setCurrentIndex(window.target_combo.findData(str(tiny.target)))
     index = window.draft_combo.findData(wanted)
@@ -389,47 +383,21 @@ def test_a_demo_model_not_yet_built_is_in_the_pair_picker_and_built_on_a_click(
 
 
 def test_a_demo_model_built_from_the_picker_does_not_undo_a_later_choice(
-    qtbot, tiny, controller: ModelController, monkeypatch
+    qtbot, tiny, controller: ModelController, unbuilt_demo: UnbuiltDemo
 ) -> None:
     """From a code review: a build that ended put its model back in the list the user had since changed."""
-    import hashlib
-    import threading
-
-    from speculens.models import demo
-
-    data = tiny.mismatch.read_bytes()
-    fake = demo.DemoModel(
-        key="other",
-        title="Other tokenizer",
-        role="mismatch",
-        filename="other.gguf",
-        packages=("json",),
-        size=len(data),
-        sha256=hashlib.sha256(data).hexdigest(),
-        hub_repo="example/other",
-    )
-    release = threading.Event()
-
-    def assemble(model, folder=None, progress=None):  # type: ignore[no-untyped-def]
-        release.wait(10)
-        path = demo.demo_path(model)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tiny.mismatch, path)
-        return path
-
-    monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
-    monkeypatch.setattr(demo, "ensure_demo_model", assemble)
+    unbuilt_demo.release.clear()  # the build waits until the user has changed their mind
     controller.library.add(tiny.target)
     controller.library.add(tiny.identical)
     window = ModelManagerWindow(controller)
     qtbot.addWidget(window)
-    wanted = str(demo.demo_path(fake))
+    wanted = unbuilt_demo.path
     qtbot.waitUntil(lambda: window.draft_combo.findData(wanted) > 0, timeout=10_000)
     window.target_combo.setCurrentIndex(window.target_combo.findData(str(tiny.target)))
     window.draft_combo.setCurrentIndex(window.draft_combo.findData(wanted))
     window.report_view.anchorClicked.emit(QUrl("build"))
     window.draft_combo.setCurrentIndex(window.draft_combo.findData(str(tiny.identical)))  # changed their mind
-    release.set()
+    unbuilt_demo.release.set()
     qtbot.waitUntil(lambda: window.draft_combo.findText("not built yet", Qt.MatchFlag.MatchEndsWith) < 0
                     and window.draft_combo.findData(wanted) > 0, timeout=10_000)  # fmt: skip
     qtbot.wait(100)

@@ -497,7 +497,7 @@ class MainWindow(QMainWindow):
         self.chat.pair = f"{target} ▸ {source}"  # what answered, for the record (not whether it was loaded)
 
     def _on_conversation_opened(self, conversation: Conversation) -> None:
-        if self.statusBar().currentMessage().startswith(("Answer finished", "Stopped", "The answer was cut off")):
+        if self.chat.finished_status and self.statusBar().currentMessage() == self.chat.finished_status:
             self.statusBar().clearMessage()  # the last answer's word goes with it (a tour read it under New chat)
         self.live_panel.clear()
         self.teach_panel.clear()
