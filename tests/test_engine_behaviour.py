@@ -496,3 +496,65 @@ def test_plain_decoding_reads_one_token_per_pass_including_the_end_token(tiny_mo
     assert stats.mean_accepted_length == 1.0
     run = RunResult.from_stats(finish.tokens, stats)
     assert summarise_runs([run]).mean_accepted_length == 1.0
+
+
+def test_the_kv_cache_grows_as_needed_and_its_logits_do_not_change(tiny: TinyModels) -> None:
+    with (
+        LlamaBackend(tiny.target, BackendParams(n_ctx=1024)) as growing,
+        LlamaBackend(tiny.target, BackendParams(n_ctx=1024)) as whole,
+    ):
+        tokens = (growing.tokenize(PROMPT) * 200)[:600]
+        whole.reserve(5000)  # at most the context size
+        assert growing.n_cells == backend.KV_STEP and whole.n_cells == whole.n_ctx == 1024
+        rows = []
+        for model in (growing, whole):  # the same decode calls: the cache grows before the second and the third
+            model.decode(tokens[:200])
+            model.decode(tokens[200:300])
+            rows.append(model.decode(tokens[300:], range(300)).copy())
+        assert growing.n_cells == 768 and growing.tokens == whole.tokens == tokens  # by half, then to 600 rounded up
+        np.testing.assert_array_equal(rows[0], rows[1])
+        growing.truncate(100)  # what it holds is still a cache: cut back and evaluated again alike
+        whole.truncate(100)
+        np.testing.assert_array_equal(growing.decode([50], [0]), whole.decode([50], [0]))
+
+
+def test_a_kv_cache_that_cannot_grow_says_so_and_keeps_what_it_holds(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=1024)) as model:
+        tokens = (model.tokenize(PROMPT) * 100)[:300]
+        make = model._new_context
+        monkeypatch.setattr(model, "_new_context", lambda n, flash: None if n > 256 else make(n, flash))
+        model.decode(tokens[:200])
+        with pytest.raises(BackendError, match="not enough memory to grow the context"):
+            model.decode(tokens[200:])
+        assert model.loaded and model.n_cells == 256 and model.tokens == tokens[:200]
+        kept = model.decode(tokens[200:250], [49])[0].copy()
+        with LlamaBackend(tiny.target, BackendParams(n_ctx=256)) as fresh:
+            fresh.decode(tokens[:200])
+            np.testing.assert_array_equal(kept, fresh.decode(tokens[200:250], [49])[0])
+
+
+def test_a_generation_grows_the_caches_before_its_first_step(tiny: TinyModels) -> None:
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=2048)) as engine:
+        assert engine.target.n_cells == engine.draft.n_cells == backend.KV_STEP  # type: ignore[union-attr]
+        events = engine.generate(PROMPT, greedy(n_draft=8, max_tokens=300))
+        start = next(events)
+        assert isinstance(start, StartEvent)
+        cells = (engine.target.n_cells, engine.draft.n_cells)  # type: ignore[union-attr]
+        assert min(cells) >= start.n_prompt + 300 + 8 + 1
+        finish = finish_of(events)
+        assert len(finish.tokens) == 300 and (engine.target.n_cells, engine.draft.n_cells) == cells  # type: ignore[union-attr]
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=2048)) as plain:
+        plain.target.reserve(2048)
+        assert finish_of(plain.generate(PROMPT, greedy(Strategy.NONE, max_tokens=300))).tokens == finish.tokens
+
+
+def test_without_flash_attention_a_prompt_is_computed_in_smaller_ubatches(tiny: TinyModels) -> None:
+    import llama_cpp
+
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=1024, flash_attn=False)) as off:
+        assert llama_cpp.llama_n_ubatch(off._ctx) == backend.UBATCH_NO_FLASH < off.params.n_batch
+        off.set_flash_attn(True)
+        off.reserve(1024)  # llama.cpp computes at most a context's cells at once
+        assert llama_cpp.llama_n_ubatch(off._ctx) == off.params.n_batch

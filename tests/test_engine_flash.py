@@ -70,6 +70,7 @@ def test_a_state_it_cannot_read_is_refused(blob: bytes) -> None:
 def test_a_real_cache_tiles_and_loads_at_the_longer_length(tiny: TinyModels) -> None:
     with LlamaBackend(tiny.target, BackendParams(n_ctx=512)) as backend:
         tokens = backend.tokenize(PROMPT)
+        backend.reserve(512)  # room for the tiled state
         backend.decode(tokens)
         ctx = backend._ctx
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)

@@ -102,7 +102,12 @@ SPECS: dict[str, FieldSpec] = {
     ),
     "max_tokens": FieldSpec("Max tokens", "The longest answer, in tokens", 1, 1_000_000),
     "n_ctx": FieldSpec(
-        "Context size", "Context size in tokens (both models)", MIN_N_CTX, MAX_N_CTX, 1024, reload=True
+        "Context size",
+        "The most tokens a conversation may hold (both models); their memory grows with the conversation",
+        MIN_N_CTX,
+        MAX_N_CTX,
+        1024,
+        reload=True,
     ),
     "threads": FieldSpec("Threads", "CPU threads (0 = automatic)", 0, 1024, reload=True),
     "n_gpu_layers": FieldSpec("GPU layers, target", "Target layers on the GPU (-1 = all)", -1, 1000, reload=True),

@@ -162,6 +162,11 @@ def extra_buffers_default() -> bool:
 # The KV cache types an exact target tries, in order (see BackendParams.exact): GGML_TYPE_Q8_0, and
 # GGML_TYPE_BF16 for models whose attention heads are not a multiple of q8_0's 32-value blocks.
 EXACT_KV_TYPES = (8, 30)
+# The KV cache's first size, in cells, and the unit llama.cpp rounds a context size up to (see LlamaBackend.reserve).
+KV_STEP = 256
+# The most tokens llama.cpp computes at once in a context without flash attention (see _new_context): a prompt of
+# the demo target at 2,764 tokens of context held 1,355 MB at 512 and 1,277 MB at 128, evaluated as fast.
+UBATCH_NO_FLASH = 128
 # The largest decode call the invariance probe tries.
 PROBE_MAX_SIZE = 8
 # Where probe_flash_attention times decoding: a short and a long context (capped by the context size), one
@@ -472,6 +477,8 @@ class LlamaBackend:
             )
         self._ctx: Any = None
         self._batch: Any = None
+        self.n_ctx = self.params.n_ctx  # the context size: the most tokens the cache may hold
+        self.n_cells = 0  # the cells its KV cache has now (see reserve)
         self._vocab_ptr = llama_cpp.llama_model_get_vocab(self._model)
         # A recurrent (or hybrid) model keeps a state, not a cache of every position: see BackendParams.rollback.
         self.recurrent = bool(
@@ -507,7 +514,9 @@ class LlamaBackend:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.params.n_batch
-        cparams.n_ubatch = self.params.n_batch
+        # Without flash attention a prompt's decode call holds its attention scores, one row per token and head
+        # over the whole cache, twice: smaller ubatches hold a quarter of that.
+        cparams.n_ubatch = self.params.n_batch if flash_attn is not False else min(self.params.n_batch, UBATCH_NO_FLASH)
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
@@ -530,26 +539,85 @@ class LlamaBackend:
         return None
 
     def _open_context(self, flash_attn: bool | None, keep_model: bool = False) -> None:
+        """A fresh, empty context with ``flash_attn``, as many cells as the current one (the first: :data:`KV_STEP`,
+        or the whole context for a recurrent model, whose state does not grow with it)."""
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
             self._views.clear()
-        self._ctx = self._new_context(self.params.n_ctx, flash_attn)
+        self.n_ctx = self.params.n_ctx
+        if not self.n_cells:
+            self.n_cells = self.n_ctx if self.recurrent else min(self.n_ctx, KV_STEP)
+        self._ctx = self._new_context(self.n_cells, flash_attn)
         if not self._ctx:
             if not keep_model:
                 self.close()
             raise BackendError(
-                f"llama.cpp could not create a context of {self.params.n_ctx} tokens for {self.path.name}: "
+                f"llama.cpp could not create a context of {self.n_cells} tokens for {self.path.name}: "
                 "try a smaller context size or fewer GPU layers"
             )
         self.params = replace(self.params, flash_attn=flash_attn)
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self._context_made()
+        self.tokens = []
+        self._last_prefill = None
+
+    def _context_made(self) -> None:
+        self.n_cells = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp rounds it up (to 256 cells here)
         # How many of the last decode call's tokens a recurrent state can take back (0: none, as for Mamba and
         # RWKV in this llama.cpp); irrelevant for an attention cache, which can be cut anywhere.
         self.rollback = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self.tokens = []
-        self._last_prefill = None
+
+    def reserve(self, n_tokens: int) -> None:
+        """Make the KV cache hold at least ``n_tokens`` tokens (at most :attr:`n_ctx`), keeping what it holds.
+
+        The cache is allocated for what the conversation needs rather than for the whole context size at load:
+        llama.cpp fills every cell of a cache when it makes one, so a 4,096-token context of the demo pair held
+        160 MB from the start, where a short answer needs a tenth of it. It grows by half at least, in a new context
+        (llama.cpp cannot resize one) into which the sequence's state is copied: its cells are the same values in
+        the same order, and attention covers the same cells as before (llama.cpp attends over the cells in use,
+        rounded up to 256), so the logits do not change. :meth:`decode` grows it when a call needs more room; a
+        generation reserves what it may need before it starts (:meth:`SpeculativeEngine.generate`), so no step
+        pays for it.
+
+        Raises:
+            BackendError: llama.cpp could not make the larger context (not enough memory); the cache is as before.
+        """
+        want = min(n_tokens, self.n_ctx)
+        if self._ctx is None or want <= self.n_cells:
+            return
+        cells = min(self.n_ctx, max(want, self.n_cells * 3 // 2))
+        t0 = time.perf_counter()
+        state = None
+        if self.tokens:
+            size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+            state = (ctypes.c_uint8 * size)()
+            if llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0) != size:
+                state = None
+        llama_cpp.llama_free(self._ctx)  # before the larger one is made: the two are never held at once
+        self._ctx = None
+        self._views.clear()
+        old = self.n_cells
+        self._ctx = self._new_context(cells, self.params.flash_attn)
+        failed = not self._ctx
+        if failed:
+            self._ctx = self._new_context(old, self.params.flash_attn)
+            if not self._ctx:
+                self.close()
+                raise BackendError(f"llama.cpp could not make a context for {self.path.name} again")
+        self._context_made()
+        if state is not None and llama_cpp.llama_state_seq_set_data(self._ctx, state, len(state), 0) != len(state):
+            llama_cpp.llama_memory_clear(self._memory, True)
+            state = None
+        if state is None and self.tokens:  # not copied: evaluated again
+            kept, self.tokens, self._last_prefill = self.tokens, [], None
+            self.decode(kept)
+        log.debug("%s: KV cache %d -> %d cells (%.3f s)", self.path.name, old, self.n_cells, time.perf_counter() - t0)
+        if failed:
+            raise BackendError(
+                f"not enough memory to grow the context of {self.path.name} to {cells} tokens: "
+                "try a smaller context size or fewer GPU layers"
+            )
 
     def set_flash_attn(self, flash_attn: bool | None) -> None:
         """Recreate the context with flash attention on, off, or as llama.cpp decides (the KV cache is emptied:
@@ -735,6 +803,8 @@ class LlamaBackend:
             raise BackendError(
                 f"context full: {self.n_past} + {len(tokens)} tokens exceed the context size {self.n_ctx}"
             )
+        if self.n_past + len(tokens) > self.n_cells:
+            self.reserve(self.n_past + len(tokens))
         want = set(logits_for)
         if any(not 0 <= i < len(tokens) for i in want):
             raise ValueError("logits_for indexes outside the batch")
