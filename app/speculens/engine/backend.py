@@ -612,7 +612,7 @@ class LlamaBackend:
         if state is None and self.tokens:  # not copied: evaluated again
             kept, self.tokens, self._last_prefill = self.tokens, [], None
             self.decode(kept)
-        log.debug("%s: KV cache %d -> %d cells (%.3f s)", self.path.name, old, self.n_cells, time.perf_counter() - t0)
+        log.info("%s: KV cache %d -> %d cells (%.3f s)", self.path.name, old, self.n_cells, time.perf_counter() - t0)
         if failed:
             raise BackendError(
                 f"not enough memory to grow the context of {self.path.name} to {cells} tokens: "
