@@ -278,6 +278,20 @@ class FlashProbe:
         return cls(depths, on, off)
 
 
+def seq_state(ctx: Any) -> Any | None:
+    """Sequence 0's state in ``ctx`` (``llama_state_seq_get_data``: its KV cells), or ``None`` if llama.cpp fails."""
+    size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+    buffer = (ctypes.c_uint8 * size)()
+    return buffer if llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0) == size else None
+
+
+def load_seq_state(ctx: Any, state: bytes | ctypes.Array[ctypes.c_uint8]) -> bool:
+    """Put a state :func:`seq_state` read (or :func:`tiled_kv_state` made) into sequence 0 of ``ctx``; whether
+    llama.cpp took it."""
+    data = state if isinstance(state, ctypes.Array) else (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+    return bool(llama_cpp.llama_state_seq_set_data(ctx, data, len(state), 0) == len(state))
+
+
 def tiled_kv_state(state: bytes, n_cells: int) -> bytes | None:
     """A KV-cache state of one sequence (``llama_state_seq_get_data``) grown to ``n_cells`` cells at positions
     ``0 ..``, by repeating the cells it has — what a long context costs to attend over, without evaluating one.
@@ -477,7 +491,6 @@ class LlamaBackend:
             )
         self._ctx: Any = None
         self._batch: Any = None
-        self.n_ctx = self.params.n_ctx  # the context size: the most tokens the cache may hold
         self.n_cells = 0  # the cells its KV cache has now (see reserve)
         self._vocab_ptr = llama_cpp.llama_model_get_vocab(self._model)
         # A recurrent (or hybrid) model keeps a state, not a cache of every position: see BackendParams.rollback.
@@ -549,7 +562,6 @@ class LlamaBackend:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
             self._views.clear()
-        self.n_ctx = self.params.n_ctx
         if not self.n_cells:
             whole = self.recurrent or self.sliding_window
             self.n_cells = self.n_ctx if whole else min(self.n_ctx, KV_STEP)
@@ -593,12 +605,7 @@ class LlamaBackend:
             return
         cells = min(self.n_ctx, max(want, self.n_cells * 3 // 2))
         t0 = time.perf_counter()
-        state = None
-        if self.tokens:
-            size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
-            state = (ctypes.c_uint8 * size)()
-            if llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0) != size:
-                state = None
+        state = seq_state(self._ctx) if self.tokens else None
         llama_cpp.llama_free(self._ctx)  # before the larger one is made: the two are never held at once
         self._ctx = None
         self._views.clear()
@@ -611,7 +618,7 @@ class LlamaBackend:
                 self.close()
                 raise BackendError(f"llama.cpp could not make a context for {self.path.name} again")
         self._context_made()
-        if state is not None and llama_cpp.llama_state_seq_set_data(self._ctx, state, len(state), 0) != len(state):
+        if state is not None and not load_seq_state(self._ctx, state):
             llama_cpp.llama_memory_clear(self._memory, True)
             state = None
         if state is None and self.tokens:  # not copied: evaluated again, uncounted (no caller asked for it)
@@ -682,6 +689,11 @@ class LlamaBackend:
     def n_vocab(self) -> int:
         """Vocabulary size (width of a logits row)."""
         return self.vocab.n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        """The context size: the most tokens the cache may hold (it has :attr:`n_cells` now, see :meth:`reserve`)."""
+        return self.params.n_ctx
 
     @property
     def n_past(self) -> int:
@@ -929,19 +941,15 @@ class LlamaBackend:
                 if not ctx:
                     return None
                 self._timed_decode(ctx, seed, 0)
-                size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-                buffer = (ctypes.c_uint8 * size)()
-                if llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0) != size:
+                buffer = seq_state(ctx)
+                if buffer is None:
                     return None
                 states[flash] = bytes(buffer)
             timed: dict[bool, list[float]] = {True: [], False: []}
             for depth in depths:
                 for flash, ctx in contexts.items():
                     state = tiled_kv_state(states[flash], depth)
-                    if state is None:
-                        return None
-                    data = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-                    if llama_cpp.llama_state_seq_set_data(ctx, data, len(state), 0) != len(state):
+                    if state is None or not load_seq_state(ctx, state):
                         return None
                 single: dict[bool, list[float]] = {True: [], False: []}
                 batch: dict[bool, list[float]] = {True: [], False: []}
