@@ -560,3 +560,40 @@ def test_without_flash_attention_a_prompt_is_computed_in_smaller_ubatches(tiny: 
         off.set_flash_attn(True)
         off.reserve(1024)  # llama.cpp computes at most a context's cells at once
         assert llama_cpp.llama_n_ubatch(off._ctx) == off.params.n_batch
+
+
+def test_a_decode_asking_for_more_rows_than_a_context_holds_is_cut_into_calls_that_fit(tiny: TinyModels) -> None:
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=512)) as b:
+        tokens = (b.tokenize(PROMPT) * 40)[:150]
+        rows = b.decode(tokens, range(len(tokens))).copy()
+        assert [n for n, _ in b.last_calls] == [65, 65, 20]  # each call at most N_OUTPUTS_MAX rows
+        b.truncate(0)
+        rows_last = b.decode(tokens, [149]).copy()
+        assert [n for n, _ in b.last_calls] == [150]  # one row asked: one call, as a prompt is evaluated
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=512, n_batch=2)) as small:
+        reference = small.decode(tokens, range(len(tokens)))
+    assert rows.shape == reference.shape == (150, small.n_vocab)
+    assert np.argmax(rows, axis=1).tolist() == np.argmax(reference, axis=1).tolist()
+    assert int(np.argmax(rows_last[0])) == int(np.argmax(reference[149]))
+
+
+@pytest.mark.parametrize("n_rows", [backend.N_OUTPUTS_MAX, backend.N_OUTPUTS_MAX + 1])
+def test_a_context_reserves_logits_for_the_longest_verification_only(tiny: TinyModels, n_rows: int) -> None:
+    # One llama_decode asking for more rows than the context was made for aborts inside llama.cpp (that is why
+    # decode cuts such calls): run it in a child process, the proof that the smaller buffer is in force.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from speculens.engine.backend import LlamaBackend, BackendParams\n"
+        f"b = LlamaBackend(sys.argv[1], BackendParams(n_ctx=512))\n"
+        f"tokens = (b.tokenize('{PROMPT}') * 40)[:{n_rows}]\n"
+        f"rc, _ = b._call(b._ctx, tokens, 0, [True] * {n_rows})\n"
+        "print('decoded', rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(tiny.target)], capture_output=True, text=True)
+    if n_rows <= backend.N_OUTPUTS_MAX:
+        assert proc.returncode == 0 and "decoded 0" in proc.stdout, proc.stderr[-2000:]
+    else:
+        assert proc.returncode != 0 and "decoded" not in proc.stdout

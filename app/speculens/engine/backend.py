@@ -29,6 +29,7 @@ import llama_cpp
 import numpy as np
 
 from speculens.engine import loading
+from speculens.engine.config import MAX_N_DRAFT
 from speculens.engine.vocab import TokenTexts, VocabInfo
 from speculens.errors import OperationError
 
@@ -167,6 +168,12 @@ KV_STEP = 256
 # The most tokens llama.cpp computes at once in a context without flash attention (see _new_context): a prompt of
 # the demo target at 2,764 tokens of context held 1,355 MB at 512 and 1,277 MB at 128, evaluated as fast.
 UBATCH_NO_FLASH = 128
+# The most logits rows one decode call asks for (see decode): a verification of the longest draft. llama.cpp's
+# default is the whole batch (512), and it reserves a compute buffer to hold that many rows of logits, 297 MiB for
+# a vocabulary of 151,936 (the demo pair's): on a CPU address space that is never touched (but committed memory
+# on Windows), on a GPU device memory. At 65 rows the demo target's buffer is 66 MiB instead of 303 (llama.cpp's
+# log, ubatch 512), and a generation with the demo pair peaked at 2.16 GB of address space instead of 2.39.
+N_OUTPUTS_MAX = MAX_N_DRAFT + 1
 # The largest decode call the invariance probe tries.
 PROBE_MAX_SIZE = 8
 # Where probe_flash_attention times decoding: a short and a long context (capped by the context size), one
@@ -426,6 +433,23 @@ class BackendParams:
     flash_attn: bool | None = None
 
 
+def _cap_outputs(sizes: Sequence[int], rows: Sequence[int]) -> list[int]:
+    """``sizes`` (consecutive decode calls) with each call cut after its :data:`N_OUTPUTS_MAX`-th asked row
+    (``rows``: sorted indices into the whole batch) until none asks for more."""
+    out: list[int] = []
+    start = 0
+    for size in sizes:
+        end = start + size
+        inside = rows[bisect.bisect_left(rows, start) : bisect.bisect_left(rows, end)]
+        while len(inside) > N_OUTPUTS_MAX:
+            cut = inside[N_OUTPUTS_MAX - 1] + 1
+            out.append(cut - start)
+            start, inside = cut, inside[N_OUTPUTS_MAX:]
+        out.append(end - start)
+        start = end
+    return out
+
+
 def default_threads() -> int:
     """A sensible thread count: the CPUs this process may use, at most 8."""
     try:
@@ -533,6 +557,7 @@ class LlamaBackend:
         cpu = offloaded_layers(self.params.n_gpu_layers) == 0
         no_flash = flash_attn is False and not self.params.exact
         cparams.n_ubatch = min(self.params.n_batch, UBATCH_NO_FLASH) if cpu and no_flash else self.params.n_batch
+        cparams.n_outputs_max = N_OUTPUTS_MAX
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
@@ -807,7 +832,8 @@ class LlamaBackend:
             tokens: the tokens, evaluated at positions ``n_past ..``.
             logits_for: indices into ``tokens`` whose logits the caller wants.
             exact: split the batch into decode calls of :attr:`invariant_sizes` (see :meth:`split`), so every
-                row equals one-token decoding bit for bit; otherwise calls of up to ``n_batch`` tokens.
+                row equals one-token decoding bit for bit; otherwise calls of up to ``n_batch`` tokens. A call is
+                cut further where it would ask for more than :data:`N_OUTPUTS_MAX` rows (llama.cpp aborts there).
 
         Returns:
             A ``(len(logits_for), n_vocab)`` float32 array. When one decode call computed them all, it is a view
@@ -828,6 +854,7 @@ class LlamaBackend:
         if self.n_past + len(tokens) > self.n_cells:
             self.reserve(self.n_past + len(tokens))
         sizes = self.split(len(tokens)) if exact else self._plain_split(len(tokens))
+        sizes = _cap_outputs(sizes, sorted(want))
         self.last_calls = []
         rows: list[np.ndarray] = []
         start = 0
