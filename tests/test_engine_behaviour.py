@@ -536,6 +536,21 @@ def test_a_kv_cache_that_cannot_grow_says_so_and_keeps_what_it_holds(
             np.testing.assert_array_equal(kept, fresh.decode(tokens[200:250], [49])[0])
 
 
+def test_a_model_left_without_any_context_says_why_when_it_is_used_again(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=1024)) as model:
+        tokens = (model.tokenize(PROMPT) * 100)[:300]
+        model.decode(tokens[:200])
+        monkeypatch.setattr(model, "_new_context", lambda n, flash: None)  # neither the larger nor the old size
+        with pytest.raises(BackendError, match="not even at its old size of 256 tokens, so it was unloaded") as first:
+            model.decode(tokens[200:])
+        assert not model.loaded
+        with pytest.raises(BackendError) as later:  # the next generation: the same reason, not "vocabulary-only"
+            model.decode(tokens[:1])
+        assert str(later.value) == str(first.value)
+
+
 def test_a_generation_grows_the_caches_before_its_first_step(tiny: TinyModels) -> None:
     with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=2048)) as engine:
         assert engine.target.n_cells == engine.draft.n_cells == backend.KV_STEP  # type: ignore[union-attr]

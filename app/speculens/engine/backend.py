@@ -515,6 +515,7 @@ class LlamaBackend:
             )
         self._ctx: Any = None
         self._batch: Any = None
+        self.unloaded_because = ""  # why a failure closed it (see _unload), said again by decode
         self.n_cells = 0  # the cells its KV cache has now (see reserve)
         self._vocab_ptr = llama_cpp.llama_model_get_vocab(self._model)
         # A recurrent (or hybrid) model keeps a state, not a cache of every position: see BackendParams.rollback.
@@ -592,12 +593,13 @@ class LlamaBackend:
             self.n_cells = self.n_ctx if whole else min(self.n_ctx, KV_STEP)
         self._ctx = self._new_context(self.n_cells, flash_attn)
         if not self._ctx:
-            if not keep_model:
-                self.close()
-            raise BackendError(
+            message = (
                 f"llama.cpp could not create a context for {self.path.name}: "
                 "try a smaller context size or fewer GPU layers"
             )
+            if not keep_model:
+                self._unload(message)
+            raise BackendError(message)
         self.params = replace(self.params, flash_attn=flash_attn)
         self._context_made()
         self.tokens = []
@@ -640,8 +642,12 @@ class LlamaBackend:
         if failed:
             self._ctx = self._new_context(old, self.params.flash_attn)
             if not self._ctx:
-                self.close()
-                raise BackendError(f"llama.cpp could not make a context for {self.path.name} again")
+                message = (
+                    f"not enough memory for a context of {self.path.name}, not even at its old size of {old} tokens, "
+                    "so it was unloaded: load the models again, with a smaller context size or fewer GPU layers"
+                )
+                self._unload(message)
+                raise BackendError(message)
         self._context_made()
         if state is not None and not load_seq_state(self._ctx, state):
             llama_cpp.llama_memory_clear(self._memory, True)
@@ -843,7 +849,9 @@ class LlamaBackend:
             BackendError: the tokens do not fit in the context, or llama.cpp fails.
         """
         if self._ctx is None:
-            raise BackendError("this model was loaded vocabulary-only and cannot be evaluated")
+            if self.params.vocab_only:
+                raise BackendError("this model was loaded vocabulary-only and cannot be evaluated")
+            raise BackendError(self.unloaded_because or f"{self.path.name} was unloaded: load the models again")
         if self.n_past + len(tokens) > self.n_ctx:
             raise BackendError(
                 f"context full: {self.n_past} + {len(tokens)} tokens exceed the context size {self.n_ctx}"
@@ -1114,6 +1122,11 @@ class LlamaBackend:
         row = self.decode(prompt[start:], [n - 1 - start])[0].copy()
         self._last_prefill = (key, start + self.params.n_batch * ((n - 1 - start) // self.params.n_batch))
         return row
+
+    def _unload(self, why: str) -> None:
+        """Close after a failure that leaves no usable context, remembering ``why`` for whoever calls next."""
+        self.close()
+        self.unloaded_because = why
 
     def close(self) -> None:
         """Free the context and the model (idempotent)."""
