@@ -416,6 +416,23 @@ def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbo
     assert shaded["x = 1"] and shaded["y = 2"] and not shaded["the end"], shaded
 
 
+def test_code_written_without_a_fence_keeps_its_indentation_and_lists_still_nest(qtbot, tiny) -> None:
+    # A tour asked for "a Python function, code only": the model wrote no fence, and the chat showed
+    # "return a + b" at the left margin (Markdown drops a paragraph line's indentation).
+    answer = "def add(a, b):\n    if a:\n\t\treturn a + b\n    return b\n\n- one\n  - nested\n- two"
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=[answer])))
+    send(qtbot, window, "code only")
+    text = transcript_text(window).replace("\u00a0", " ")
+    assert "def add(a, b):\n    if a:\n        return a + b\n    return b" in text, text
+    lists = window.chat.transcript.document().begin()
+    levels = {}
+    while lists.isValid():
+        if lists.textList() is not None:
+            levels[lists.text().strip()] = lists.textList().format().indent()
+        lists = lists.next()
+    assert levels["nested"] > levels["one"] == levels["two"], levels
+
+
 def test_code_blocks_are_shaded_fenced_or_indented_and_exports_use_a_light_shade(qtbot) -> None:
     from speculens.ui.chat_pane import EXPORT_CODE_SHADE, code_shade, markdown_html
 

@@ -15,6 +15,7 @@ conversation it belongs to.
 from __future__ import annotations
 
 import html
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -103,16 +104,38 @@ def close_inline_code(text: str) -> str:
 
 def hard_line_breaks(text: str) -> str:
     """``text`` with every line break outside code blocks kept, as chat users expect (a poem, an address):
-    Markdown would otherwise join consecutive lines into one paragraph."""
+    Markdown would otherwise join consecutive lines into one paragraph. A line's indentation inside a paragraph is
+    kept too (as no-break spaces): a model that writes code without a fence (``def f(x):`` then ``    return x``)
+    lost it, where Markdown ignores it anyway. Lines that start a list, quote, heading or table, and Markdown's
+    indented code blocks, are left as they are: their indentation means something."""
     lines = text.split("\n")
     in_fence = False
+    starts_block = True  # the line after a blank line or a fence starts a paragraph, or an indented code block
+    code_block = False
     for i, line in enumerate(lines):
         if line.lstrip().startswith(FENCE):
             in_fence = not in_fence
+            starts_block = True
             continue
-        if not in_fence and line.strip() and i + 1 < len(lines) and lines[i + 1].strip():
-            lines[i] = line.rstrip() + "  "  # Markdown's hard line break
+        if in_fence:
+            continue
+        body = line.lstrip(" \t")
+        indent = line[: len(line) - len(body)].expandtabs(4)
+        if not body:
+            starts_block = True
+            continue
+        if starts_block:
+            code_block = len(indent) >= 4
+            starts_block = False
+        elif indent and not code_block and not _MARKDOWN_LINE_START.match(body):
+            lines[i] = "\u00a0" * len(indent) + body
+        if i + 1 < len(lines) and lines[i + 1].strip():
+            lines[i] = lines[i].rstrip() + "  "  # Markdown's hard line break
     return "\n".join(lines)
+
+
+# How a line that starts a list item, quote, heading or table row begins (its indentation nests it).
+_MARKDOWN_LINE_START = re.compile(r"([-*+]\s|\d+[.)]\s|#|>|\|)")
 
 
 def code_shade() -> QColor:
