@@ -328,3 +328,28 @@ def test_the_form_stays_put_when_the_status_changes(qtbot, lab) -> None:  # type
     lab.progress.hide()
     lab.status.setText("")
     assert where() == before
+
+
+def test_estimate_keeps_the_users_ticks(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    # A tour unticked all but two candidates, pressed Estimate, and found every one ticked again.
+    table = lab.candidate_table
+    drafting = [r for r, c in enumerate(lab.candidates) if c.runnable and not c.is_plain]
+    for row in drafting:
+        table.item(row, 0).setCheckState(Qt.CheckState.Unchecked)
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    assert any(not e.hopeless for e in lab.result.estimates.values())  # some would have been ticked again
+    assert [table.item(r, 0).checkState() for r in drafting] == [Qt.CheckState.Unchecked] * len(drafting)
+    assert lab.checked() == [c for c in lab.candidates if c.is_plain]
+
+
+def test_the_lab_follows_the_main_windows_target_and_keeps_its_own_choice_otherwise(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    window = lab.parent()
+    lab.close()
+    window.store.update(target_path=str(tiny.perturbed))  # the user chose another pair since
+    window.open_pair_lab()
+    assert lab.target_path == tiny.perturbed
+    lab.target_box.setCurrentIndex(lab.target_box.findData(str(tiny.identical)))  # chosen in the lab itself
+    lab.close()
+    window.open_pair_lab()
+    assert lab.target_path == tiny.identical

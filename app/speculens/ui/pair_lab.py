@@ -159,6 +159,8 @@ class PairLabWindow(QMainWindow):
         self.result: LabResult | None = None
         self._request: int | None = None
         self._estimating = False
+        self._settings_target = ""  # the main window's target when the list was last filled (see refresh_targets)
+        self._row_keys: list[str] = []  # the candidate in each row of the table, as last filled
         self._build()
         worker.lab_progressed.connect(self._on_worker_lab_progressed)
         worker.lab_finished.connect(self._on_worker_lab_finished)
@@ -329,16 +331,18 @@ class PairLabWindow(QMainWindow):
     # ---- target and candidates ----------------------------------------------------------------------------
 
     def refresh_targets(self) -> None:
-        """List the library's models as targets (the settings' target first)."""
-        current = self.target_path or (
-            Path(self.store.settings.target_path) if self.store.settings.target_path else None
-        )
+        """List the library's models as targets: the one chosen here before, unless the main window's target has
+        changed since (a tour opened the lab before choosing the demo pair, and it kept offering the first model)."""
+        chosen = self.store.settings.target_path
+        current = self.target_path if chosen == self._settings_target else None
+        current = current or (Path(chosen) if chosen else None)
+        self._settings_target = chosen
         entries = [e for e in self.models.library.entries() if e.available]
         self.target_box.blockSignals(True)
         self.target_box.clear()
         for entry in entries:
             self.target_box.addItem(f"{entry.path.name} — {entry.name}", str(entry.path))
-        index = next((i for i, e in enumerate(entries) if current is not None and e.path == current), 0)
+        index = next((i for i, e in enumerate(entries) if current is not None and _same_file(e.path, current)), 0)
         self.target_box.setCurrentIndex(index)
         self.target_box.blockSignals(False)
         if entries:
@@ -373,7 +377,15 @@ class PairLabWindow(QMainWindow):
 
     def _fill_candidates(self) -> None:
         table = self.candidate_table
+        # The user's ticks stay as they were (a tour unticked all but two, and Estimate ticked them all again);
+        # a candidate the estimate finds hopeless is unticked, one not shown before is ticked.
+        before = {
+            key: item.checkState()
+            for row, key in enumerate(self._row_keys)
+            if (item := table.item(row, 0)) is not None and item.flags() & Qt.ItemFlag.ItemIsUserCheckable
+        }
         table.setRowCount(len(self.candidates))
+        self._row_keys = [cand.key for cand in self.candidates]
         estimates = self.result.estimates if self.result is not None else {}
         for row, cand in enumerate(self.candidates):
             item = _item(cand.label, cand.problem or "")
@@ -381,7 +393,7 @@ class PairLabWindow(QMainWindow):
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
                 est = estimates.get(cand.key)
                 hopeless = est is not None and est.hopeless
-                item.setCheckState(Qt.CheckState.Unchecked if hopeless else Qt.CheckState.Checked)
+                item.setCheckState(Qt.CheckState.Unchecked if hopeless else before.get(cand.key, Qt.CheckState.Checked))
                 if cand.is_plain:
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
             else:
@@ -828,6 +840,14 @@ def _measured(result: LabResult) -> str:
     """When, where and with which llama.cpp build the results were measured."""
     date = result.date.replace("T", " ")[:16]
     return f"measured {date} UTC on {result.machine} with {result.llama_build.split(';')[0]}"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (a library entry may be reached through a link)."""
+    try:
+        return a == b or a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def _duration(seconds: float) -> str:
