@@ -539,6 +539,16 @@ def _tiny_demo(monkeypatch, tiny) -> None:
     monkeypatch.setattr(demo, "ensure_demo_model", ensure)
 
 
+def test_before_any_model_is_chosen_the_toolbar_says_how_to_choose_one(qtbot, tiny) -> None:
+    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
+    text = window.pair_label.text()
+    # A tour's first start read "no target chosen ▸ lookup, n-gram cache (not loaded)".
+    assert "No model chosen yet" in text and "Ctrl+M" in text
+    assert "lookup" not in text and "not loaded" not in text
+    window.store.update(target_path=str(tiny.target))
+    assert "tiny" in window.pair_label.text() and "No model" not in window.pair_label.text()
+
+
 def test_use_the_demo_pair_from_the_menu_chooses_and_loads_it(qtbot, tiny, monkeypatch) -> None:
     _tiny_demo(monkeypatch, tiny)
     window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")

@@ -451,6 +451,8 @@ class MainWindow(QMainWindow):
         label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
             label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
+        elif not s.target_path:  # "no target chosen ▸ lookup, n-gram cache (not loaded)" was jargon before a choice
+            label = "<b>No model chosen yet</b> <i>(Models ▸ Models…, Ctrl+M)</i>"
         self.pair_label.setText(label)
         # The whole line first: a narrow window cuts it at its end, where the state is.
         tip = f"{target} ▸ {source} ({state})\nTarget: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
