@@ -272,7 +272,10 @@ def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_
     ]
     phrase = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0)
     assert "prompt lookup's drafts were not right often enough" in phrase
-    assert phrase.endswith("; the draft model would not pay on this machine (×0.21 of plain decoding at best)")
+    assert phrase.endswith(
+        "; the draft model would not pay on this machine (×0.21 of plain decoding at best; untick Adaptive in "
+        "Settings to watch it draft anyway)"
+    )
     alone = drafts_phrase("draft", weighed[1:], 0, 0)  # its own reason, said once
     assert alone.count("draft model would not pay") == 1
     # And an acceptance says what it is of (a tour read 100% of 4 drafted tokens as a strong result).

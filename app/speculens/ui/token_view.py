@@ -124,8 +124,12 @@ def drafts_phrase(strategy: str, steps: Sequence[StepEvent], n_drafted: int, n_a
 
 
 def _draft_would_not_pay(rate: float, why: str = "") -> str:
-    """The one wording of a draft model that loses to plain decoding, with ``why`` inside its brackets."""
-    return f"the draft model would not pay on this machine (×{rate:.2f} of plain decoding at best{why})"
+    """The one wording of a draft model that loses to plain decoding, with ``why`` inside its brackets, and how to
+    see it draft anyway (a tour could not make the demo draft model draft, and nothing said that Adaptive held it)."""
+    return (
+        f"the draft model would not pay on this machine (×{rate:.2f} of plain decoding at best{why}; "
+        "untick Adaptive in Settings to watch it draft anyway)"
+    )
 
 
 @dataclass(frozen=True)
