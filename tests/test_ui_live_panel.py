@@ -325,6 +325,12 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
     assert list(charts.chosen_curve.getData()[1]) == [0.0, 2.0]
     x, y = charts.probe_marks.getData()
     assert list(x) == [2.0] and list(y) == [2.0]
+    # The legend says "▲ probe": the mark's one corner is at its top (a tour saw ▼; a path's y grows downwards).
+    from pyqtgraph.graphicsItems.ScatterPlotItem import Symbols
+
+    mark = Symbols[charts.probe_marks.opts["symbol"]]
+    ys = [mark.elementAt(i).y for i in range(mark.elementCount() - 1)]  # the last point closes the path
+    assert ys.count(min(ys)) == 1 and ys.count(max(ys)) == 2
     text = explain_step(plain)
     assert "Plain step" in text and "proposed 5 tokens" in text and "verified none" in text
     text = explain_step(probe)

@@ -408,7 +408,7 @@ class ChartsPanel(QWidget):
         )
         self.chosen_curve = self.length_plot.plot(pen=pg.mkPen("#d29922", width=2), name="draft length chosen")
         self.probe_marks = self.length_plot.plot(
-            pen=None, symbol="t", symbolSize=7, symbolBrush="#d29922", symbolPen=None, name="probe"
+            pen=None, symbol="t1", symbolSize=7, symbolBrush="#d29922", symbolPen=None, name="probe"
         )
 
         self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by draft position", "rate", "position")
