@@ -121,8 +121,19 @@ def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, 
         assert legend.boundingRect().width() + 10 <= view.boundingRect().width()
         if width == 760:  # too narrow for whole labels
             assert any(label.text.endswith("…") for _, label in legend.items)
+    # The theory chart's title and legend fit its default width, and say what the figures are of (a tour read
+    # "Draft length: theory vs measured (code" and "theory: acceptance 100%, draft co…", a 100% of 10 tokens).
+    sweep = lab.sweep_plot.plotItem
+    title = sweep.titleLabel.text
+    assert title.startswith("Theory vs measured (") and len(title) < 40
+    names = [label.text for _, label in sweep.legend.items]
+    theory = next(n for n in names if n.startswith("theory: α "))
+    assert "draft token" in theory and " step" in theory and len(theory) < 45
     saved = load_saved(tiny.target)
     assert saved is not None and "chat" in saved.rows
+    drafts = [r for r in saved.rows["chat"].values() if r.drafted]
+    if drafts and max(r.drafted for r in drafts) < 100:
+        assert " of " in theory  # few tokens: how few
     lab.apply_button.click()
     best = saved.overall_best()
     assert best is not None and best.label in lab.status.text()

@@ -294,7 +294,7 @@ class PairLabWindow(QMainWindow):
         self.speedup_plot = pg.PlotWidget(charts, title=title, axisItems=solid_grid_axes())
         self.speedup_plot.setBackground("w")
         solid_grid(self.speedup_plot.getPlotItem(), x=False, alpha=0.3)
-        self.speedup_plot.setLabel("left", "×")
+        self.speedup_plot.setLabel("left", "speedup ×")
         # Two columns of short labels in a small font: a tour saw 30-character labels run past the plot's edge.
         self.speedup_plot.addLegend(offset=(10, 5), colCount=2, labelTextSize="8pt")
         self._legend_names: list[str] = []
@@ -304,7 +304,7 @@ class PairLabWindow(QMainWindow):
         self.sweep_plot.setBackground("w")
         solid_grid(self.sweep_plot.getPlotItem(), alpha=0.3)
         self.sweep_plot.setLabel("bottom", "draft length (n_draft)")
-        self.sweep_plot.setLabel("left", "×")
+        self.sweep_plot.setLabel("left", "speedup ×")
         self.sweep_plot.addLegend(offset=(-10, 10))
         for plot in (self.speedup_plot, self.sweep_plot):
             plot.setMinimumHeight(240)
@@ -743,12 +743,16 @@ class PairLabWindow(QMainWindow):
         ratio = est.cost_ratio if est is not None and est.cost_ratio is not None else 0.0
         ks = np.arange(1, 17)
         theory = [theoretical_speedup(alpha, int(k), ratio, result.profile) for k in ks]
-        self.sweep_plot.setTitle(f"Draft length: theory vs measured ({KINDS.get(kind, kind).lower()})")
+        # Short enough for the chart's default width (a tour read "Draft length: theory vs measured (code" and
+        # "theory: acceptance 100%, draft co…"); the tooltip says it whole.
+        self.sweep_plot.setTitle(f"Theory vs measured ({KINDS.get(kind, kind).lower()})")
         self.sweep_plot.setToolTip(
             f"{row.label}: acceptance {alpha:.0%}, a draft token costs {ratio:.2f} of a target step; the curve is "
             "Leviathan et al.'s expected speedup with the measured verification costs"
         )
-        name = f"theory: acceptance {alpha:.0%}, draft cost {ratio:.2f}"
+        few = drafted_most is not None and drafted_most.drafted is not None and drafted_most.drafted < FEW_DRAFTED
+        of = f" of {drafted_most.drafted}" if few and drafted_most is not None else ""
+        name = f"theory: α {alpha:.0%}{of}, draft token {ratio:.2f} step"
         self.sweep_plot.plot(ks, theory, pen=pg.mkPen("#4C78A8", width=2), name=name)
         swept = [
             (c.n_draft, result.rows[kind][k].speedup)
