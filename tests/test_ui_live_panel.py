@@ -521,6 +521,25 @@ def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:
     assert average[-1] == pytest.approx((4 - 1) / 0.3) == drafted.stats.tokens_per_second
 
 
+def test_an_answer_of_two_passes_still_draws_its_rate(qtbot) -> None:
+    # A tour's answer took two passes (the prompt's token, then one copied draft): one finite rate, which a line
+    # cannot draw, and the chart stayed empty under "7.4 tokens/s".
+    series = RunSeries()
+    first = StepEvent(1, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 0.0, 0.1, stats(1, 1, 0, 0))
+    copied = StepEvent(2, 2, (d("Al", True), d("Bx", True)), (e("Al", A), e("Bx", A), e("Xc", C)), "AlBxXc", 0.0,
+                       50.0, 0.1, stats(2, 4, 2, 2))  # fmt: skip
+    series.add([first, copied])
+    charts = ChartsPanel(series)
+    qtbot.addWidget(charts)
+    charts.refresh()
+    for curve in (charts.speed_rolling, charts.speed_average):
+        _x, y = curve.getData()
+        assert np.count_nonzero(np.isfinite(y)) == 1 and curve.opts["symbol"] is not None
+    series.add([replace(copied, step=3, stats=stats(3, 7, 4, 4))])
+    charts.refresh()
+    assert charts.speed_rolling.opts["symbol"] is None  # a line again, once it has two points
+
+
 # ---- charts: axes, titles, a cleared series (item 13, and the version that must never go back) ----------
 
 
