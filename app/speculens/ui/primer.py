@@ -12,9 +12,10 @@ PRIMER_HTML = """
 <h2>How speculative decoding works</h2>
 <p>A language model writes one token per <i>pass</i>: it reads everything so far and picks the next token. A pass
 over several tokens at once costs less than a pass for each: on a GPU barely more than one, since its time goes into
-reading the model's weights; on a CPU more, but still less (on a 2-core test machine, 16 tokens cost about 8
-passes). Speculative decoding uses that: something cheap <b>drafts</b> a few tokens ahead, and the model you chose
-(the <b>target</b>) <b>verifies</b> them all in one pass.</p>
+reading the model's weights; on a CPU more, but still less (on a 2-core CPU we measured, a pass over 16 tokens cost
+as much as about 8 passes over one; <b>Teach</b> draws what your machine measures). Speculative decoding uses
+that: something cheap <b>drafts</b> a few tokens ahead, and the model you chose (the <b>target</b>) <b>verifies</b>
+them all in one pass.</p>
 <ol>
 <li><b>Draft.</b> A source proposes <i>k</i> tokens: a small <b>draft model</b> of the same family, or a draft that
 costs nothing to make: <b>prompt lookup</b> (the text so far, where its last words occurred before), the
