@@ -676,7 +676,11 @@ def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:
     label = window.pair_label.text()
     assert "free drafts" not in label and "+ lookup, n-gram cache" in label and ".gguf" not in label
     assert "load with your first message" in window.pair_label.toolTip()
+    window.store.update(strategy="ngram-map")  # and no map chosen: a tour learnt it only from Send's error
+    assert "n-gram map — none chosen: Settings ▸ N-gram map" in window.pair_label.text()
     window.store.update(ngram_map_path=str(tmp_path / "code.npz"))
+    assert "none chosen" not in window.pair_label.text()
+    window.store.update(strategy="auto")
     assert "lookup, n-gram cache, map" in window.pair_label.text()
     assert "n-gram map" in window.pair_label.toolTip()
     # The demo pair's whole line fits a 1280-pixel window's toolbar (else it goes into the overflow menu).

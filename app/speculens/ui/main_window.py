@@ -436,6 +436,8 @@ class MainWindow(QMainWindow):
             source = Path(s.draft_path).stem + (f" + {free}" if strategy is Strategy.AUTO else "")
         else:
             source = strategy.label.lower() if strategy is not Strategy.AUTO else free
+        if strategy is Strategy.NGRAM_MAP and not s.ngram_map_path:  # a tour learnt it only from Send's error
+            source += " — none chosen: Settings ▸ N-gram map"
         state = "loading…" if models.loading else "loaded" if models.loaded else "not loaded"
         if models.loaded and models.loaded.draft_error and not models.loading and s.draft_path:
             state = "target loaded, draft not"  # "loaded" beside "⚠ Draft not loaded" read as a contradiction
