@@ -416,6 +416,16 @@ def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbo
     assert shaded["x = 1"] and shaded["y = 2"] and not shaded["the end"], shaded
 
 
+def test_the_charts_show_the_whole_answer_when_it_finishes(qtbot, tiny) -> None:
+    # During an answer the charts redraw when the paint budget allows; a tour read "Answer finished." over charts
+    # a few steps short, which redrew a second later.
+    window = fake_window(qtbot, tiny)
+    window.charts._next_refresh = float("inf")  # the budget allows no refresh of the timer's
+    send(qtbot, window, "hello")
+    qtbot.waitUntil(lambda: window.series.version == window.charts._drawn, timeout=1_000)
+    assert len(window.series.emitted) > 1
+
+
 def test_code_written_without_a_fence_keeps_its_indentation_and_lists_still_nest(qtbot, tiny) -> None:
     # A tour asked for "a Python function, code only": the model wrote no fence, and the chat showed
     # "return a + b" at the left margin (Markdown drops a paragraph line's indentation).

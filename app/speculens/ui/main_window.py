@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -309,6 +309,10 @@ class MainWindow(QMainWindow):
         self.router.running_changed.connect(self._on_router_running_changed)
         self.router.paused.connect(self._on_router_paused)
         self.chat.status_changed.connect(self._on_status_message)
+        # The charts' last steps at once: their refreshes during an answer wait for the paint budget, and a tour
+        # read "Answer finished." over charts that stopped a few steps short and redrew a second later.
+        # Next in the event loop: the chat hears of the finish before the live panel adds the last steps to the series.
+        self.chat.turn_finished.connect(lambda _finish: QTimer.singleShot(0, self.charts.refresh))
         self.models.replacing.connect(self.stop)
         # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
         # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
