@@ -416,6 +416,17 @@ def test_an_answers_line_breaks_are_kept_outside_code_and_code_is_untouched(qtbo
     assert shaded["x = 1"] and shaded["y = 2"] and not shaded["the end"], shaded
 
 
+def test_the_compare_hint_goes_with_its_conversation(qtbot, tiny) -> None:
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "hello")
+    answered = window.chat.conversation
+    window.chat.new_chat()
+    window.chat.compare()  # nothing to compare in an empty chat
+    assert window.statusBar().currentMessage() == "Type a message to compare."
+    window.chat.open_conversation(answered)  # a tour still read the hint here
+    assert window.statusBar().currentMessage() != "Type a message to compare."
+
+
 def test_the_charts_show_the_whole_answer_when_it_finishes(qtbot, tiny) -> None:
     # During an answer the charts redraw when the paint budget allows; a tour read "Answer finished." over charts
     # a few steps short, which redrew a second later.

@@ -507,7 +507,7 @@ class ChatPane(QWidget):
         if text:
             messages.append({"role": "user", "content": text})
         if not messages or messages[-1]["role"] != "user":
-            self.status_changed.emit("Type a message to compare.")
+            self._say_finished("Type a message to compare.")  # gone with this conversation (a tour read it later)
             return
         self.compare_requested.emit(messages)
 
@@ -727,8 +727,8 @@ class ChatPane(QWidget):
             self._say_finished("Answer finished.")
 
     def _say_finished(self, words: str) -> None:
-        """Say how the last answer ended, in the status bar; opening another conversation takes it away (a tour
-        read "Answer finished." under a new chat)."""
+        """Say how the last answer ended (or a hint about this conversation), in the status bar; opening another
+        conversation takes it away (a tour read "Answer finished." under a new chat)."""
         self.finished_status = words
         self.status_changed.emit(words)
 
