@@ -566,8 +566,12 @@ def test_chart_axes_count_in_whole_numbers_from_zero_without_legends(qtbot) -> N
     for plot in (charts.speed_plot, charts.accept_plot, charts.length_plot, charts.position_plot):
         for side in ("left", "bottom"):  # "0.2 seconds", never "200 seconds (x0.001)"
             assert not plot.getAxis(side).autoSIPrefix and "(x" not in plot.getAxis(side).labelString()
-    x, _rolling, average = series.tokens_per_second()
+    x, rolling, average = series.tokens_per_second()
     assert (x > 0).all() and (average[np.isfinite(average)] >= 0).all()
+    # Rates are drawn from zero, the highest in view (a swing of 1 token/s filled the plot from its lowest rate).
+    low, high = charts.speed_plot.getViewBox().viewRange()[1]
+    rates = np.concatenate([rolling, average])
+    assert low == 0 and np.nanmax(rates) < high <= 1.2 * np.nanmax(rates)
 
 
 def test_a_cleared_series_never_reuses_a_version(qtbot) -> None:

@@ -469,6 +469,11 @@ class ChartsPanel(QWidget):
             for plot in (self.speed_plot, self.length_plot):
                 plot.setYRange(0, 1, padding=0)
                 plot.enableAutoRange(y=True)
+        # Rates from zero: from the answer's lowest rate, a swing of 1 token/s filled the plot (a tour's finding).
+        rates = np.concatenate([rolling, average])
+        rates = rates[np.isfinite(rates)]
+        if rates.size:
+            self.speed_plot.setYRange(0, float(rates.max()) * 1.1, padding=0)
         # Whole numbers on the axes that count things (steps, positions, tokens).
         if len(x):
             # Spaced for the data and for what the view shows: one point cannot set a range, so the first step
