@@ -364,9 +364,15 @@ class ChartsPanel(QWidget):
             "tokens/s",
             "seconds",
         )
-        self.speed_rolling = self.speed_plot.plot(pen=pg.mkPen("#3884ff", width=2), name="rolling")
+        # A lone rate is drawn as a point in the line's colour (see refresh).
+        self.speed_rolling = self.speed_plot.plot(
+            pen=pg.mkPen("#3884ff", width=2), symbolBrush="#3884ff", symbolPen=None, name="rolling"
+        )
         self.speed_average = self.speed_plot.plot(
-            pen=pg.mkPen("#9467bd", width=2, style=pg.QtCore.Qt.PenStyle.DashLine), name="average"
+            pen=pg.mkPen("#9467bd", width=2, style=pg.QtCore.Qt.PenStyle.DashLine),
+            symbolBrush="#9467bd",
+            symbolPen=None,
+            name="average",
         )
 
         self.accept_plot = _plot(
@@ -435,17 +441,11 @@ class ChartsPanel(QWidget):
             return
         self._drawn = self.series.version
         t, rolling, average = self.series.tokens_per_second()
-        for curve, values, colour in (
-            (self.speed_rolling, rolling, "#3884ff"),
-            (self.speed_average, average, "#9467bd"),
-        ):
+        for curve, values in ((self.speed_rolling, rolling), (self.speed_average, average)):
             curve.setData(t, values, connect="finite")
             # One rate is a point, which a line cannot draw: a tour's answer of two passes (lookup copied the rest
             # in one) showed an empty chart under "7.4 tokens/s".
-            lone = np.count_nonzero(np.isfinite(values)) == 1
-            curve.setSymbol("o" if lone else None)
-            curve.setSymbolBrush(colour)
-            curve.setSymbolPen(None)
+            curve.setSymbol("o" if np.count_nonzero(np.isfinite(values)) == 1 else None)
         x, per_step, rolling_acc = self.series.acceptance()
         finite = np.isfinite(per_step)
         self.accept_step.setData(x[finite], per_step[finite])

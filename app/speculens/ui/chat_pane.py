@@ -348,7 +348,7 @@ class ChatPane(QWidget):
         self.turn: _Turn | None = None
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
         self.kept_answer: list[Event] = []  # the events kept of the opened conversation's last answer
-        self.finished_status = ""  # what the status bar was told of how the last answer ended (_say_finished)
+        self.finished_status = ""  # what the status bar was told of this conversation (_say_for_conversation)
         self._stream_cursor: QTextCursor | None = None
         self._stream_start = 0  # where the streaming answer begins in the transcript
         self._stream_next_render = 0.0  # time.monotonic() of its next Markdown render
@@ -507,7 +507,7 @@ class ChatPane(QWidget):
         if text:
             messages.append({"role": "user", "content": text})
         if not messages or messages[-1]["role"] != "user":
-            self._say_finished("Type a message to compare.")  # gone with this conversation (a tour read it later)
+            self._say_for_conversation("Type a message to compare.")  # goes with the conversation (a tour read it on)
             return
         self.compare_requested.emit(messages)
 
@@ -693,7 +693,7 @@ class ChatPane(QWidget):
         if finish.reason is FinishReason.CANCELLED and not finish.text:
             self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
             self.turn_finished.emit(finish)
-            self._say_finished("Stopped before the answer began; your message is back in the box.")
+            self._say_for_conversation("Stopped before the answer began; your message is back in the box.")
             return
         # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
         answer = {"role": "assistant", "content": finish.text}
@@ -711,22 +711,22 @@ class ChatPane(QWidget):
             self.figures.setText(answer_figures(turn.events))
         self.turn_finished.emit(finish)
         if finish.reason is FinishReason.CANCELLED:
-            self._say_finished("Stopped.")
+            self._say_for_conversation("Stopped.")
         elif finish.reason is FinishReason.MAX_TOKENS:
-            self._say_finished(
+            self._say_for_conversation(
                 "The answer was cut off at the Max tokens limit (Settings); raise it for longer answers."
             )
         elif finish.reason is FinishReason.CONTEXT:  # with what to do, as for Max tokens (a tour's finding)
-            self._say_finished(
+            self._say_for_conversation(
                 "The answer was cut off: the context is full. Raise the context size (Settings, then Reload) or "
                 "start a new chat."
             )
         elif finish.reason is FinishReason.STOP:
-            self._say_finished(f"Answer finished ({finish.reason.words}).")
+            self._say_for_conversation(f"Answer finished ({finish.reason.words}).")
         else:  # not "Answer finished (the answer ended)", as a tour read it
-            self._say_finished("Answer finished.")
+            self._say_for_conversation("Answer finished.")
 
-    def _say_finished(self, words: str) -> None:
+    def _say_for_conversation(self, words: str) -> None:
         """Say how the last answer ended (or a hint about this conversation), in the status bar; opening another
         conversation takes it away (a tour read "Answer finished." under a new chat)."""
         self.finished_status = words

@@ -342,7 +342,9 @@ class PairLabWindow(QMainWindow):
         self.target_box.clear()
         for entry in entries:
             self.target_box.addItem(f"{entry.path.name} — {entry.name}", str(entry.path))
-        index = next((i for i, e in enumerate(entries) if current is not None and _same_file(e.path, current)), 0)
+        # The library keeps resolved paths (Library.add): the settings' path may reach the file through a link.
+        known = {current, _resolved(current)} - {None}
+        index = next((i for i, e in enumerate(entries) if e.path in known), 0)
         self.target_box.setCurrentIndex(index)
         self.target_box.blockSignals(False)
         if entries:
@@ -750,8 +752,7 @@ class PairLabWindow(QMainWindow):
             f"{row.label}: acceptance {alpha:.0%}, a draft token costs {ratio:.2f} of a target step; the curve is "
             "Leviathan et al.'s expected speedup with the measured verification costs"
         )
-        few = drafted_most is not None and drafted_most.drafted is not None and drafted_most.drafted < FEW_DRAFTED
-        of = f" of {drafted_most.drafted}" if few and drafted_most is not None else ""
+        of = _of_few(drafted_most.drafted) if drafted_most is not None else ""
         name = f"theory: α {alpha:.0%}{of}, draft token {ratio:.2f} step"
         self.sweep_plot.plot(ks, theory, pen=pg.mkPen("#4C78A8", width=2), name=name)
         swept = [
@@ -836,7 +837,7 @@ def _acceptance_cell(row: Row) -> tuple[str, str, bool]:
         return f"{row.acceptance:.0%}", "", True
     accepted = round(row.acceptance * row.drafted)
     tip = f"{accepted} of {row.drafted} draft tokens accepted, over {row.runs} timed runs"
-    text = f"{row.acceptance:.0%}" + (f" of {row.drafted}" if row.drafted < FEW_DRAFTED else "")
+    text = f"{row.acceptance:.0%}" + _of_few(row.drafted)
     return text, tip, True
 
 
@@ -846,12 +847,17 @@ def _measured(result: LabResult) -> str:
     return f"measured {date} UTC on {result.machine} with {result.llama_build.split(';')[0]}"
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one file (a library entry may be reached through a link)."""
+def _resolved(path: Path | None) -> Path | None:
+    """``path`` with its links resolved, as the library keeps paths (``None`` where it cannot be)."""
     try:
-        return a == b or a.resolve() == b.resolve()
-    except OSError:
-        return False
+        return path.expanduser().resolve() if path is not None else None
+    except (OSError, RuntimeError):
+        return None
+
+
+def _of_few(drafted: int | None) -> str:
+    """" of N" after an acceptance measured over few draft tokens (see FEW_DRAFTED), else nothing."""
+    return f" of {drafted}" if drafted is not None and drafted < FEW_DRAFTED else ""
 
 
 def _duration(seconds: float) -> str:
