@@ -536,6 +536,39 @@ def test_a_kv_cache_that_cannot_grow_says_so_and_keeps_what_it_holds(
             np.testing.assert_array_equal(kept, fresh.decode(tokens[200:250], [49])[0])
 
 
+@pytest.mark.parametrize("exact", [False, True], ids=["f16-cache", "q8_0-cache"])
+def test_a_kv_cell_s_memory_is_what_llama_cpp_stores_for_it(tiny: TinyModels, exact: bool) -> None:
+    import llama_cpp
+
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=1024, exact=exact)) as model:
+        tokens = (model.tokenize(PROMPT) * 100)[:300]
+        model.decode(tokens[:200])
+        before = llama_cpp.llama_state_seq_get_size(model._ctx, 0)
+        model.decode(tokens[200:])
+        per_cell = (llama_cpp.llama_state_seq_get_size(model._ctx, 0) - before) / 100
+        # The saved state holds each cell's keys and values, and its position and sequences (12 bytes here).
+        assert model.host_cell_bytes <= per_cell <= model.host_cell_bytes + 16
+
+
+def test_a_kv_cache_never_grows_past_the_memory_left(tiny: TinyModels, monkeypatch: pytest.MonkeyPatch) -> None:
+    with LlamaBackend(tiny.target, BackendParams(n_ctx=8192)) as model:
+        tokens = (model.tokenize(PROMPT) * 100)[:300]
+        model.decode(tokens[:200])
+        cell = model.host_cell_bytes
+        monkeypatch.setattr(backend, "available_memory", lambda: backend.MEMORY_HEADROOM + 100 * cell)
+        with pytest.raises(BackendError, match=r"not enough memory to grow the context .* to 400 tokens"):
+            model.reserve(400)  # 144 more cells than the 256 it has: 100 are free
+        assert model.loaded and model.n_cells == 256 and model.tokens == tokens[:200]
+        monkeypatch.setattr(backend, "available_memory", lambda: None)  # not Linux: llama.cpp refuses, or swaps
+        model.reserve(4096)
+        assert model.n_cells == 4096
+        monkeypatch.setattr(backend, "available_memory", lambda: backend.MEMORY_HEADROOM + 600 * cell)
+        model.reserve(4200)  # it would grow by half (to 6144 cells), but 600 more are free: it takes what fits
+        assert 4200 <= model.n_cells <= 4096 + 600 + backend.KV_STEP and model.tokens == tokens[:200]
+        model.decode(tokens[200:])
+        assert model.tokens == tokens
+
+
 def test_a_model_left_without_any_context_says_why_when_it_is_used_again(
     tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:

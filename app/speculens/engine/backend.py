@@ -101,6 +101,22 @@ def gpu_backend_name() -> str | None:
     return "GPU"
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the system can still give without swapping (``MemAvailable``), on Linux; ``None`` elsewhere.
+
+    Linux grants an allocation larger than that and kills the process when the pages are touched (llama.cpp clears
+    a KV cache when it makes one), where Windows refuses the allocation and llama.cpp says so: so only Linux needs
+    the check before a cache grows (see :meth:`LlamaBackend.reserve`). macOS compresses and swaps instead."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def system_info() -> str:
     """llama.cpp's build and CPU feature summary (``llama_print_system_info``)."""
     _init_backend()
@@ -168,6 +184,10 @@ KV_STEP = 256
 # The most tokens llama.cpp computes at once in a context without flash attention (see _new_context): a prompt of
 # the demo target at 2,764 tokens of context held 1,355 MB at 512 and 1,277 MB at 128, evaluated as fast.
 UBATCH_NO_FLASH = 128
+# Bytes one value of a KV cache takes, by ggml type: F32, F16, Q8_0 (34-byte blocks of 32), BF16.
+KV_VALUE_BYTES = {0: 4.0, 1: 2.0, 8: 34 / 32, 30: 2.0}
+# Memory a KV cache's growth leaves free for everything else (compute buffers, Qt, the conversation).
+MEMORY_HEADROOM = 256 * 2**20
 # The most logits rows one decode call asks for (see decode): a verification of the longest draft. llama.cpp's
 # default is the whole batch (512), and it reserves a compute buffer to hold that many rows of logits, 297 MiB for
 # a vocabulary of 151,936 (the demo pair's): on a CPU address space that is never touched (but committed memory
@@ -623,14 +643,28 @@ class LlamaBackend:
         rounded up to 256), so the logits do not change. :meth:`decode` grows it when a call needs more room; a
         generation reserves its prompt and its longest answer before its clock starts
         (:func:`speculens.engine.generate.generate`), so no step pays for it. It never shrinks before a reload.
+        Where the system says how much memory is free (:func:`available_memory`), it grows by no more than fits.
 
         Raises:
-            BackendError: llama.cpp could not make the larger context (not enough memory); the cache is as before.
+            BackendError: ``n_tokens`` would not fit in the memory left, or llama.cpp could not make the larger
+                context; the cache is as before.
         """
         want = min(n_tokens, self.n_ctx)
         if self._ctx is None or want <= self.n_cells:
             return
         cells = min(self.n_ctx, max(want, self.n_cells * 3 // 2))
+        free = available_memory()
+        if free is not None:  # on Linux, asking for more than is free gets the process killed (available_memory)
+            cell_bytes = self.host_cell_bytes
+            fits = self.n_cells + (free - MEMORY_HEADROOM) // max(1, cell_bytes)
+            if fits < want:
+                gib = 2**30
+                raise BackendError(
+                    f"not enough memory to grow the context of {self.path.name} to {want} tokens: its KV cache "
+                    f"would need {(want - self.n_cells) * cell_bytes / gib:.1f} GiB more, and {free / gib:.1f} GiB "
+                    "is free: start a new conversation, lower Max tokens (--max-tokens), or close other programs"
+                )
+            cells = min(cells, fits)
         t0 = time.perf_counter()
         state = seq_state(self._ctx) if self.tokens else None
         llama_cpp.llama_free(self._ctx)  # before the larger one is made: the two are never held at once
@@ -740,6 +774,27 @@ class LlamaBackend:
     def n_layer(self) -> int:
         """Transformer blocks (the range of ``n_gpu_layers``)."""
         return int(llama_cpp.llama_model_n_layer(self._model))
+
+    @property
+    def host_cell_bytes(self) -> int:
+        """Host memory one KV cache cell takes: the keys and values of every layer not offloaded to a GPU."""
+        model = self._model
+        layers = self.n_layer
+        offloaded = offloaded_layers(self.params.n_gpu_layers)
+        host_layers = 0 if offloaded < 0 else max(0, layers - offloaded)
+
+        def meta(key: str) -> str | None:
+            buf = ctypes.create_string_buffer(128)
+            n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+            return buf.value.decode("utf-8", errors="replace") if n > 0 else None
+
+        arch = meta("general.architecture") or ""
+        head_k = int(meta(f"{arch}.attention.key_length") or 0) or (
+            int(llama_cpp.llama_model_n_embd(model)) // max(1, int(llama_cpp.llama_model_n_head(model)))
+        )
+        head_v = int(meta(f"{arch}.attention.value_length") or 0) or head_k
+        values = host_layers * int(llama_cpp.llama_model_n_head_kv(model)) * (head_k + head_v)
+        return int(values * KV_VALUE_BYTES.get(self.kv_type if self.kv_type is not None else 1, 2.0))
 
     @property
     def n_ctx_train(self) -> int:
