@@ -454,6 +454,22 @@ def test_code_written_without_a_fence_keeps_its_indentation_and_lists_still_nest
     assert levels["nested"] > levels["one"] == levels["two"], levels
 
 
+def test_python_dunder_names_stay_names_outside_code_and_inside(qtbot) -> None:
+    from PySide6.QtGui import QTextDocument
+
+    from speculens.ui.chat_pane import markdown_html
+
+    # A tour saw "def __init__(self):", written without a fence, shown as "def init(self):" in bold.
+    text = "class A:\n    def __init__(self):\n\nCall `__init__` or __init__, **once**.\n\n    if __name__ == 1:"
+    html = markdown_html(text)
+    doc = QTextDocument()
+    doc.setHtml(html)
+    plain = doc.toPlainText().replace("\u00a0", " ")
+    assert "def __init__(self):" in plain and "Call __init__ or __init__, once." in plain, plain
+    assert "if __name__ == 1:" in plain and "\\" not in plain  # an indented code block is left as it is
+    assert "font-weight:700" in html or "font-weight:600" in html  # ** is still bold
+
+
 def test_code_blocks_are_shaded_fenced_or_indented_and_exports_use_a_light_shade(qtbot) -> None:
     from speculens.ui.chat_pane import EXPORT_CODE_SHADE, code_shade, markdown_html
 

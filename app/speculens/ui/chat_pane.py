@@ -107,7 +107,8 @@ def hard_line_breaks(text: str) -> str:
     Markdown would otherwise join consecutive lines into one paragraph. A line's indentation inside a paragraph is
     kept too (as no-break spaces): a model that writes code without a fence (``def f(x):`` then ``    return x``)
     lost it, where Markdown ignores it anyway. Lines that start a list, quote, heading or table, and Markdown's
-    indented code blocks, are left as they are: their indentation means something."""
+    indented code blocks, are left as they are: their indentation means something. Python's dunder names outside
+    code (``__init__``) stay names, not bold (see :func:`_escape_dunders`)."""
     lines = text.split("\n")
     in_fence = False
     starts_block = True  # the line after a blank line or a fence starts a paragraph, or an indented code block
@@ -129,11 +130,23 @@ def hard_line_breaks(text: str) -> str:
             starts_block = False
         elif indent and not code_block and not _MARKDOWN_LINE_START.match(body):
             lines[i] = "\u00a0" * len(indent) + body
+        if not code_block:
+            lines[i] = _escape_dunders(lines[i])
         if i + 1 < len(lines) and lines[i + 1].strip():
             lines[i] = lines[i].rstrip() + "  "  # Markdown's hard line break
     return "\n".join(lines)
 
 
+def _escape_dunders(line: str) -> str:
+    """``line`` with each ``__name__`` outside inline code escaped: Markdown makes ``def __init__(self):`` (code
+    without a fence, or prose naming a method) into "def **init**(self):". Chat models write bold as ``**``; a
+    ``__word__`` meant as bold shows its underscores instead."""
+    parts = line.split("`")
+    parts[::2] = [_DUNDER.sub(r"\_\_\1\_\_", part) for part in parts[::2]]  # the even parts are outside code spans
+    return "`".join(parts)
+
+
+_DUNDER = re.compile(r"(?<![\w\\])__(\w+?)__(?!\w)")
 # How a line that starts a list item, quote, heading or table row begins (its indentation nests it).
 _MARKDOWN_LINE_START = re.compile(r"([-*+]\s|\d+[.)]\s|#|>|\|)")
 
