@@ -139,6 +139,14 @@ def test_full_download_is_verified_and_registered(fake_hub: HubFixture) -> None:
     assert [e.id for e in Library(include_demo=False).entries()] == [entry.id]
 
 
+def test_a_file_downloaded_before_is_checked_not_counted_as_a_transfer(fake_hub: HubFixture) -> None:
+    client().download("speculens-test/Tiny-Llama-GGUF", "tiny-target-Q8_0.gguf")
+    reports: list[DownloadProgress] = []
+    again = client().download("speculens-test/Tiny-Llama-GGUF", "tiny-target-Q8_0.gguf", progress=reports.append)
+    assert again.path.read_bytes() == fake_hub.target and "verifying" in [r.phase for r in reports]
+    assert all(r.speed == 0 for r in reports)  # a tour's "12.9 TB/s": its bytes were never on the wire
+
+
 def test_split_model_downloads_every_part(fake_hub: HubFixture) -> None:
     result = client().download("speculens-test/Tiny-Llama-GGUF", "big-00002-of-00002.gguf")
     assert result.path.name == "big-00001-of-00002.gguf"

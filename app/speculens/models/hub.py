@@ -277,6 +277,7 @@ class HubClient:
         offline: refuse every network request (default: ``HF_HUB_OFFLINE``).
         library: where finished downloads are registered (default: the user's library).
         retries: how often one download resumes by itself after a dropped connection.
+        token_hint: where the user gives a token, as the errors of a gated or private repository say it.
     """
 
     def __init__(
@@ -287,6 +288,7 @@ class HubClient:
         offline: bool | None = None,
         library: Library | None = None,
         retries: int = 3,
+        token_hint: str = "--token or HF_TOKEN",
     ) -> None:
         from huggingface_hub import constants
 
@@ -299,6 +301,7 @@ class HubClient:
         )
         self.library = library
         self.retries = retries
+        self.token_hint = token_hint
         self._reachable_until = 0.0
 
     # ---- errors ------------------------------------------------------------------------------------------
@@ -316,13 +319,13 @@ class HubClient:
             raise HubError(
                 HubErrorKind.GATED,
                 f"{what}: the repository is gated. Accept its conditions on its hub page, then give an "
-                "access token (--token or HF_TOKEN) of the account that was granted access.",
+                f"access token ({self.token_hint}) of the account that was granted access.",
             ) from exc
         if isinstance(exc, errors.RepositoryNotFoundError):
             raise HubError(
                 HubErrorKind.NOT_FOUND,
                 f"{what}: repository not found. Check the name; if it is private, give an access token "
-                "(--token or HF_TOKEN).",
+                f"({self.token_hint}).",
             ) from exc
         if isinstance(exc, errors.RevisionNotFoundError):
             raise HubError(HubErrorKind.NOT_FOUND, f"{what}: that revision does not exist.") from exc
@@ -562,8 +565,9 @@ class HubClient:
             "git_sha1": meta["git_sha1"],
         }
         if dest.is_file() and dest.stat().st_size == meta["size"] and not part.exists():
-            # Already downloaded earlier: verify it rather than fetch it again.
-            meter.add(meta["size"])
+            # Already downloaded earlier: verify it rather than fetch it again. Its bytes are done, not fetched now:
+            # counted as a transfer, a tour's finished download, resumed, read "12.9 TB/s".
+            meter.reset(meter.done + meta["size"])
             return self._verify(dest, meta, meter, what)
         if part.exists() and _read_json(state) != version:
             part.unlink()  # a partial file of another version of this file cannot be resumed
