@@ -195,6 +195,102 @@ def test_failed_download_is_shown_with_its_reason(qtbot, fake_hub, manager: Mode
     assert manager.download_table.cellWidget(download.row, 5).text() == "Resume"
 
 
+def test_a_corrupted_download_says_why_on_the_message_line(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
+    manager._show_error("an older, unrelated error")
+    fake_hub.corrupt.add("tiny-target-F32.gguf")
+    download = manager.start_download("speculens-test/Tiny-GGUF", "tiny-target-F32.gguf")
+    qtbot.waitUntil(lambda: download.state == "failed", timeout=20_000)
+    # A tour saw "Failed" under a full bar, with the reason in a tooltip and an older error below.
+    assert manager.message.text().startswith("Downloading tiny-target-F32.gguf from speculens-test/Tiny-GGUF: checksum")
+    assert manager.download_table.cellWidget(download.row, 1).format().startswith("failed at")
+    assert manager.download_table.item(download.row, 2).text() == "–"  # no speed left from the transfer
+
+
+def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(
+    qtbot, fake_hub, manager: ModelManagerWindow
+) -> None:
+    from speculens.models import hub as hub_module
+
+    started = threading.Event()
+    real = hub_module.HubClient._transfer
+
+    def slow_start(*args: object, **kwargs: object) -> None:  # cancelled before its first byte
+        started.set()
+        args[-1].wait(10)  # type: ignore[attr-defined]  # its cancel event
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    hub_module.HubClient._transfer = slow_start  # type: ignore[method-assign]
+    try:
+        first = manager.start_download("speculens-test/Tiny-GGUF", "tiny-target-F32.gguf")
+        assert started.wait(10)
+        button = manager.download_table.cellWidget(first.row, 5)
+        button.click()  # Cancel
+        qtbot.waitUntil(lambda: first.state == "cancelled", timeout=10_000)
+        assert "cancelled" in manager.message.text()
+    finally:
+        hub_module.HubClient._transfer = real  # type: ignore[method-assign]
+    qtbot.waitUntil(lambda: manager.download_table.cellWidget(first.row, 5).text() == "Resume", timeout=5_000)
+    manager.download_table.cellWidget(first.row, 5).click()  # Resume
+    again = manager.downloads[-1]
+    assert again is not first and again.row == first.row and manager.download_table.rowCount() == 1
+    qtbot.waitUntil(lambda: again.state == "done", timeout=20_000)
+    manager._on_download_timer_timeout()
+    assert manager.download_table.cellWidget(again.row, 5) is None  # no Resume on a finished download
+    qtbot.waitUntil(lambda: "downloaded, checked and added to the library" in manager.message.text(), timeout=10_000)
+
+
+def test_a_gated_repository_says_where_the_window_takes_a_token(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
+    fake_hub.add(FakeRepo("speculens-test/Gated-GGUF", {"g-Q4_0.gguf": b"x" * 10}, gated=True))
+    fake_hub.tokens.add("hf_granted")
+    manager.start_download("speculens-test/Gated-GGUF", "g-Q4_0.gguf")
+    qtbot.waitUntil(lambda: "gated" in manager.message.text(), timeout=10_000)
+    assert "Access token field" in manager.message.text() and "--token" not in manager.message.text()
+    manager.hub_token.setText("hf_granted")
+    assert manager.hub.token == "hf_granted"
+    manager.hub_token.clear()
+    assert manager.hub.token is None  # HF_TOKEN or a saved login again
+
+
+def test_a_scan_s_summary_stays_on_the_message_line(qtbot, manager: ModelManagerWindow, tmp_path: Path) -> None:
+    (tmp_path / "notes.gguf").write_text("not a model")
+    manager.scan_folder(tmp_path)
+    qtbot.waitUntil(lambda: "models in the library" in manager.message.text(), timeout=10_000)
+    assert "Scan: 0 added" in manager.message.text() and "notes.gguf" in manager.message.text()
+
+
+@pytest.mark.parametrize("answer", ["Cancel", "Remove"])
+def test_remove_from_library_asks_first_and_leaves_the_user_s_file(
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path, answer: str
+) -> None:
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    copy = tmp_path / "mine.gguf"
+    shutil.copy(tiny.identical, copy)
+    manager.library.add(copy)
+    manager.refresh_library()
+    qtbot.waitUntil(lambda: any(e.path == copy for e in manager.entries), timeout=10_000)
+    manager.library_table.selectRow(next(i for i, e in enumerate(manager.entries) if e.path == copy))
+    asked: list[str] = []
+
+    def reply() -> None:
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox)
+        asked.append(box.text() + " " + box.informativeText())
+        next(b for b in box.buttons() if b.text() == answer).click()
+
+    QTimer.singleShot(0, reply)
+    manager._on_remove_clicked()
+    assert asked and "stays where it is" in asked[0]
+    if answer == "Cancel":
+        qtbot.wait(100)
+        assert any(e.path == copy for e in manager.entries)
+    else:
+        qtbot.waitUntil(lambda: all(e.path != copy for e in manager.entries), timeout=10_000)
+        assert "removed" in manager.message.text() and copy.exists()
+        assert not manager.library_table.selectedIndexes()  # a second click removes nothing
+
+
 def test_copies_of_one_file_are_told_apart_by_their_folder(
     qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
 ) -> None:

@@ -96,7 +96,7 @@ class ModelController(QObject):
         self.worker = worker
         self.store = store
         self.library = library
-        self.hub = HubClient(library=library)
+        self.hub = HubClient(library=library, token_hint="the hub tab's Access token field, or HF_TOKEN")
         self.tasks = TaskRunner(self)
         self.loaded: LoadResult | None = None
         self.loading = False

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -208,6 +209,10 @@ class ModelManagerWindow(QMainWindow):
         self.setCentralWidget(central)
         self._say("Reading the library…")
         models.store.changed.connect(self._on_store_changed)
+        # The hub tab: typing goes to its search box (a tour's first query went nowhere).
+        self.tabs.currentChanged.connect(lambda i: self.hub_search.setFocus() if i == 2 else None)
+        if parent is not None:  # Ctrl+Q quits from here too, as from the main window
+            QShortcut(QKeySequence(QKeySequence.StandardKey.Quit), self, parent.close)
 
         self._download_timer = QTimer(self)
         self._download_timer.setInterval(200)
@@ -251,11 +256,12 @@ class ModelManagerWindow(QMainWindow):
         layout.addLayout(buttons)
         return page
 
-    def refresh_library(self) -> None:
-        """Re-read the library index on a background thread."""
-        self.tasks.run(self.library.entries, self._show_library, self._show_error)
+    def refresh_library(self, news: str = "") -> None:
+        """Re-read the library index on a background thread; ``news`` (what changed it) is said before the count
+        (a tour's scan summary was overwritten by the count at once)."""
+        self.tasks.run(self.library.entries, lambda entries: self._show_library(entries, news), self._show_error)
 
-    def _show_library(self, entries: list[Any]) -> None:
+    def _show_library(self, entries: list[Any], news: str = "") -> None:
         from speculens.models.gguf_info import format_bytes
 
         self.entries = entries
@@ -285,7 +291,7 @@ class ModelManagerWindow(QMainWindow):
         self._fit_location()
         damaged = [e for e in entries if e.status is EntryStatus.DAMAGED]
         note = f" {len(damaged)} damaged: {damaged[0].problem}" if damaged else ""
-        self._say(f"{len(entries)} models in the library.{note}")
+        self._say(f"{news + ' ' if news else ''}{len(entries)} models in the library.{note}")
         self._fill_pair_combos()
         pending, self._pending_pick = self._pending_pick, None
         if pending is not None:
@@ -331,7 +337,9 @@ class ModelManagerWindow(QMainWindow):
     def import_file(self, path: Path) -> None:
         """Register a file where it is (nothing is copied)."""
         self._say(f"Reading {path.name}…")
-        self.tasks.run(lambda: self.library.add(path), lambda _e: self.refresh_library(), self._show_error)
+        self.tasks.run(
+            lambda: self.library.add(path), lambda e: self.refresh_library(f"{e.name} added."), self._show_error
+        )
 
     def _on_scan_clicked(self) -> None:
         folder = file_dialogs.open_folder(self, Kind.MODELS, "Scan a folder for GGUF models")
@@ -346,16 +354,59 @@ class ModelManagerWindow(QMainWindow):
             if result.skipped:
                 reasons = "; ".join(f"{p.name}: {why}" for p, why in result.skipped[:3])
                 skipped = f", {len(result.skipped)} skipped ({reasons})"
-            self._say(f"Scan: {len(result.added)} added, {len(result.known)} already known{skipped}.")
-            self.refresh_library()
+            self.refresh_library(f"Scan: {len(result.added)} added, {len(result.known)} already known{skipped}.")
 
         self._say(f"Scanning {folder}…")
         self.tasks.run(lambda: self.library.scan(folder), done, self._show_error)
 
     def _on_remove_clicked(self) -> None:
+        """Forget the selected model, once the user says so: a tour removed one with a click, and a second click
+        removed the next (the selection moves on). A file in the Speculens models folder may be deleted with it
+        (a demo model's must be: the library lists any demo model it finds built); a file elsewhere is the
+        user's and stays."""
+        from speculens import paths
+        from speculens.models.gguf_info import format_bytes
+
         entry = self._selected_entry()
-        if entry is not None:
-            self.tasks.run(lambda: self.library.remove(entry.id), lambda _r: self.refresh_library(), self._show_error)
+        if entry is None:
+            return
+        if entry.status is EntryStatus.NOT_ASSEMBLED:
+            self._say(f"{entry.name} is not built yet: there is no file to remove.")
+            return
+        ours = entry.path.resolve().is_relative_to(paths.models_dir().resolve())
+        box = QMessageBox(QMessageBox.Icon.Question, "Remove from library", f"Remove {entry.name} from the library?",
+                          parent=self)  # fmt: skip
+        delete = keep = None
+        if entry.source.demo_key:
+            box.setInformativeText(
+                f"Its file ({format_bytes(entry.size)}) is deleted; the demo model stays listed as not built, and "
+                "Use as target or Use as draft builds it again from its installed packages."
+            )
+            delete = box.addButton("Remove and delete the file", QMessageBox.ButtonRole.DestructiveRole)
+        elif ours:
+            box.setInformativeText(
+                f"Its file ({format_bytes(entry.size)}) is in the Speculens models folder: delete it to free the "
+                "space, or keep it (Import file… adds it back)."
+            )
+            delete = box.addButton("Remove and delete the file", QMessageBox.ButtonRole.DestructiveRole)
+            keep = box.addButton("Remove, keep the file", QMessageBox.ButtonRole.AcceptRole)
+        else:
+            box.setInformativeText(f"The file stays where it is ({entry.path}); Import file… adds it back.")
+            keep = box.addButton("Remove", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        clicked = box.clickedButton()
+        if clicked is None or clicked not in (delete, keep):
+            return
+        erase = clicked is delete
+        news = f"{entry.name} removed" + (" and its file deleted." if erase else ".")
+        self.library_table.clearSelection()
+        self.tasks.run(
+            lambda: self.library.remove(entry.id, delete_file=erase),
+            lambda _r: self.refresh_library(news),
+            self._show_error,
+        )
 
     def _on_use_target_clicked(self) -> None:
         self._pick_in_pair_tab(self._selected_entry(), self.target_combo)
@@ -642,9 +693,21 @@ class ModelManagerWindow(QMainWindow):
         self.hub_search.returnPressed.connect(self.search_hub)
         search_button = QPushButton("Search", page)
         search_button.clicked.connect(self.search_hub)
+        # For gated and private repositories; kept for this session only (HF_TOKEN, or a saved `hf auth login`,
+        # is used when it is empty). A tour found the gated error naming a --token flag the window does not have.
+        self.hub_token = QLineEdit(page)
+        self.hub_token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.hub_token.setPlaceholderText("Access token (gated repositories only)")
+        self.hub_token.setAccessibleName("Access token")
+        self.hub_token.setToolTip(
+            "A Hugging Face access token (hf_…) of an account granted access to a gated or private repository. "
+            "Kept until Speculens quits; empty: HF_TOKEN or a saved 'hf auth login' is used."
+        )
+        self.hub_token.textChanged.connect(lambda text: setattr(self.hub, "token", text.strip() or None))
         row = QHBoxLayout()
         row.addWidget(self.hub_search, 1)
         row.addWidget(search_button)
+        row.addWidget(self.hub_token)
         self.repo_list = QListWidget(page)
         self.repo_list.setAccessibleName("Repositories")
         self.repo_list.setWordWrap(True)  # a failed search's explanation is a paragraph
@@ -657,6 +720,11 @@ class ModelManagerWindow(QMainWindow):
         self.file_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.file_table.verticalHeader().hide()
         self.file_table.doubleClicked.connect(self._on_download_clicked)
+        self.file_table.setTabKeyNavigation(False)  # Tab goes on to Download, not from cell to cell
+        QShortcut(QKeySequence(Qt.Key.Key_Return), self.file_table, self._on_download_clicked,
+                  context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
+        QShortcut(QKeySequence(Qt.Key.Key_Enter), self.file_table, self._on_download_clicked,
+                  context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
         download = QPushButton("Download", page)
         download.setAccessibleName("Download the selected file")
         download.clicked.connect(self._on_download_clicked)
@@ -692,12 +760,13 @@ class ModelManagerWindow(QMainWindow):
         def done(repos: list[Any]) -> None:
             self.repo_list.clear()
             for repo in repos:
-                gated = " 🔒" if repo.gated else ""
+                gated = " (gated: needs an access token)" if repo.gated else ""  # a tour saw 🔒 as a box
                 item = QListWidgetItem(f"{repo.repo_id}{gated}\n{repo.downloads or 0:,} downloads")
                 item.setData(Qt.ItemDataRole.UserRole, repo.repo_id)
                 self.repo_list.addItem(item)
             if not repos:
                 self.repo_list.addItem("No GGUF repository found.")
+            self._say(f"{len(repos)} GGUF repositories found for {text!r}." if repos else "")
 
         def failed(message: str) -> None:
             # Said where the results would have been, not only in the line at the window's foot (a tour
@@ -719,6 +788,7 @@ class ModelManagerWindow(QMainWindow):
         def done(files: list[Any]) -> None:
             if self.repo_list.currentItem() is not item:
                 return
+            self._say(f"{repo_id}: {len(files)} GGUF files. Select one, then Download (or Enter).")
             self._hub_files = files
             self.file_table.setRowCount(len(files))
             for row, f in enumerate(files):
@@ -746,6 +816,7 @@ class ModelManagerWindow(QMainWindow):
         self.download_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.download_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.download_table.verticalHeader().hide()
+        self.download_table.setColumnWidth(1, 300)  # "109 MB of 491 MB (22%)" on one line
         note = QLabel(
             "Downloads are verified against the hub's SHA-256 before they enter the library. A cancelled or "
             "interrupted download resumes where it stopped.",
@@ -758,8 +829,9 @@ class ModelManagerWindow(QMainWindow):
         layout.addWidget(note)
         return page
 
-    def start_download(self, repo_id: str, filename: str) -> Download:
-        """Start (or resume) a download on its own thread and show it in the Downloads tab."""
+    def start_download(self, repo_id: str, filename: str, row: int | None = None) -> Download:
+        """Start (or resume) a download on its own thread and show it in the Downloads tab, in ``row`` if given (a
+        resumed download takes its row again: a tour's table grew a row, and an orphan, at each Resume)."""
         from speculens.models.hub import DownloadCancelled
 
         for existing in self.downloads:
@@ -768,7 +840,7 @@ class ModelManagerWindow(QMainWindow):
                 return existing
         download = Download(repo_id, filename)
         self.downloads.append(download)
-        self._add_download_row(download)
+        self._add_download_row(download, row)
 
         def body() -> Any:
             download.state = "downloading"
@@ -787,11 +859,15 @@ class ModelManagerWindow(QMainWindow):
             download.state = "done"
             download.message = str(result.path)
             self._update_download_row(download)
-            self.refresh_library()
+            self.refresh_library(f"{filename} downloaded, checked and added to the library.")
 
         def failed(message: str) -> None:
+            # Said on the message line too: a tour saw only "Failed" under a full bar, and an older error there.
             if download.state != "cancelled":
                 download.state = "failed"
+                self._show_error(message)  # "Downloading F from R: why, and what to do"
+            else:
+                self._say(f"The download of {filename} was cancelled: Resume continues where it stopped.")
             download.message = message
             self._update_download_row(download)
 
@@ -804,10 +880,12 @@ class ModelManagerWindow(QMainWindow):
         """The downloads still running (queued, downloading or verifying)."""
         return [d for d in self.downloads if d.state in RUNNING]
 
-    def _add_download_row(self, download: Download) -> None:
+    def _add_download_row(self, download: Download, row: int | None = None) -> None:
         table = self.download_table
-        download.row = table.rowCount()
-        table.insertRow(download.row)
+        if row is None:
+            row = table.rowCount()
+            table.insertRow(row)
+        download.row = row
         table.setItem(download.row, 0, QTableWidgetItem(f"{download.filename}\n{download.repo}"))
         bar = QProgressBar(table)
         bar.setRange(0, 1000)
@@ -825,34 +903,37 @@ class ModelManagerWindow(QMainWindow):
         if download.state in RUNNING:
             download.cancel.set()
         else:
-            # Resume: a fresh request continues from the .part file the hub client kept.
-            download.state = "superseded"
-            self.download_table.cellWidget(download.row, 5).setEnabled(False)
-            self.start_download(download.repo, download.filename)
+            # Resume: a fresh request, in the same row, continues from the .part file the hub client kept.
+            self.downloads.remove(download)
+            self.start_download(download.repo, download.filename, download.row)
 
     def _update_download_row(self, download: Download) -> None:
         table = self.download_table
         p = download.progress
         bar = table.cellWidget(download.row, 1)
+        state = download.state
+        running = state in RUNNING
         if p is not None and isinstance(bar, QProgressBar):
             bar.setValue(int(1000 * p.fraction))
-            bar.setFormat(f"{_format_bytes(p.downloaded)} of {_format_bytes(p.total)} (%p%)")
-            _cell(table, download.row, 2).setText(f"{_format_bytes(p.speed)}/s" if p.speed else "–")
-            _cell(table, download.row, 3).setText(_format_eta(p.eta))
-        if download.state == "done" and isinstance(bar, QProgressBar):
+            done = f"{_format_bytes(p.downloaded)} of {_format_bytes(p.total)}"
+            bar.setFormat(f"{done} (%p%)" if state != "failed" else f"failed at {done}")
+            # Speed and time left only while it runs (a cancelled row kept its last "14.9 MB/s, 0:25").
+            _cell(table, download.row, 2).setText(f"{_format_bytes(p.speed)}/s" if p.speed and running else "–")
+            _cell(table, download.row, 3).setText(_format_eta(p.eta) if running else "–")
+        if state == "done" and isinstance(bar, QProgressBar):
             bar.setValue(1000)
-        state = download.state
         _cell(table, download.row, 4).setText(state.capitalize())  # as the library's statuses are written
         _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
-        if isinstance(button, QPushButton) and state != "superseded":
-            button.setText("Cancel" if state in RUNNING else "Resume")
-            button.setVisible(state != "done")
+        if isinstance(button, QPushButton):
+            if state == "done":  # removed, not hidden: a table shows its cell widgets again when it lays them out
+                table.removeCellWidget(download.row, 5)
+            else:
+                button.setText("Cancel" if running else "Resume")
 
     def _on_download_timer_timeout(self) -> None:
         for download in self.downloads:
-            if download.state != "superseded":
-                self._update_download_row(download)
+            self._update_download_row(download)
         if not self.active_downloads():
             self._download_timer.stop()
 
