@@ -350,7 +350,8 @@ class _Cursor:
         if n < 0 or n > self.end - self.off:
             raise GGUFError(
                 f"{self.name} is truncated or damaged: {what} needs {n} bytes at offset {self.off}, "
-                f"but the file has {self.end - self.off} left"
+                f"but the file has {self.end - self.off} left. If it was downloaded or copied, that was cut short: "
+                "download or copy it again"
             )
 
     def scalar(self, vtype: int, what: str) -> Any:
