@@ -239,6 +239,27 @@ def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(
     qtbot.waitUntil(lambda: "downloaded, checked and added to the library" in manager.message.text(), timeout=10_000)
 
 
+def test_a_download_left_unfinished_is_offered_again_after_a_restart(
+    qtbot, fake_hub, manager: ModelManagerWindow, controller: ModelController
+) -> None:
+    fake_hub.cut_once["tiny-target-F32.gguf"] = 300_000  # the connection drops after a chunk, past every retry
+    manager.hub.retries = 0
+    first = manager.start_download("speculens-test/Tiny-GGUF", "tiny-target-F32.gguf")
+    qtbot.waitUntil(lambda: first.state == "failed", timeout=20_000)
+    restarted = ModelManagerWindow(controller)  # as a new session's window opens
+    qtbot.addWidget(restarted)
+    assert restarted.download_table.rowCount() == 1
+    assert restarted.download_table.item(0, 4).text() == "Interrupted"
+    bar = restarted.download_table.cellWidget(0, 1)
+    assert 0 < bar.value() < 1000 and restarted.download_table.cellWidget(0, 5).text() == "Resume"
+    restarted.download_table.cellWidget(0, 5).click()  # Resume
+    again = restarted.downloads[-1]
+    qtbot.waitUntil(lambda: again.state == "done", timeout=20_000)
+    assert restarted.download_table.rowCount() == 1
+    assert any(r[0] == "GET" and "range" in {k.lower() for k in r[2]} for r in fake_hub.requests)  # resumed
+    restarted.shutdown()
+
+
 def test_a_gated_repository_says_where_the_window_takes_a_token(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
     fake_hub.add(FakeRepo("speculens-test/Gated-GGUF", {"g-Q4_0.gguf": b"x" * 10}, gated=True))
     fake_hub.tokens.add("hf_granted")

@@ -202,6 +202,22 @@ def hub_folder(repo_id: str) -> Path:
     return paths.models_dir() / "hub" / repo_id.replace("/", "__")
 
 
+def interrupted_downloads() -> list[tuple[str, DownloadProgress]]:
+    """Downloads that stopped before they finished (cancelled, cut off, or Speculens quit), from the partial files
+    in the hub folder: each one's repository and how far its file got, so that a restarted window can offer to
+    resume them (a tour found the Downloads tab empty after a restart, its 93 MB partial file waiting unseen)."""
+    found = []
+    for state in sorted((paths.models_dir() / "hub").glob("*/*.part.json")):
+        version = _read_json(state)
+        try:
+            have = state.with_suffix("").stat().st_size  # x.gguf.part.json: x.gguf.part
+            repo, name, size = str(version["repo"]), str(version["file"]), int(version["size"])
+        except (OSError, TypeError, KeyError, ValueError):
+            continue
+        found.append((repo, DownloadProgress(name, have, size, 0.0, None, "interrupted")))
+    return found
+
+
 def group_gguf_files(repo_id: str, files: list[tuple[str, int, str | None]]) -> list[HubFile]:
     """Group a repository's GGUF files into models: split parts become one :class:`HubFile`.
 

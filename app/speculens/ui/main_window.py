@@ -832,8 +832,8 @@ class MainWindow(QMainWindow):
         answer = QMessageBox.question(
             self,
             "Quit Speculens?",
-            f"{some} still running: {names}.\n\nQuit anyway? What was downloaded is kept: downloading the file "
-            "again in the model manager resumes where it stopped.",
+            f"{some} still running: {names}.\n\nQuit anyway? What was downloaded is kept: the next time, Resume in "
+            "Models ▸ Downloads continues where it stopped.",
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             QMessageBox.StandardButton.No,
         )

@@ -72,7 +72,8 @@ class Download:
         filename: the file.
         cancel: set to stop it (the partial file stays for a resume).
         progress: the latest progress report.
-        state: ``queued``, ``downloading``, ``verifying``, ``done``, ``cancelled`` or ``failed``.
+        state: ``queued``, ``downloading``, ``verifying``, ``done``, ``cancelled``, ``failed``, or ``interrupted``
+            (left unfinished by an earlier session).
         message: the error, or where the file went.
         row: its row in the downloads table.
     """
@@ -217,6 +218,7 @@ class ModelManagerWindow(QMainWindow):
         self._download_timer = QTimer(self)
         self._download_timer.setInterval(200)
         self._download_timer.timeout.connect(self._on_download_timer_timeout)
+        self._list_interrupted_downloads()
         self.refresh_library()
 
     # ---- library ------------------------------------------------------------------------------------
@@ -829,15 +831,22 @@ class ModelManagerWindow(QMainWindow):
         layout.addWidget(note)
         return page
 
-    def start_download(self, repo_id: str, filename: str, row: int | None = None) -> Download:
-        """Start (or resume) a download on its own thread and show it in the Downloads tab, in ``row`` if given (a
-        resumed download takes its row again: a tour's table grew a row, and an orphan, at each Resume)."""
+    def start_download(self, repo_id: str, filename: str) -> Download:
+        """Start (or resume) a download on its own thread and show it in the Downloads tab: in the row of the same
+        file's unfinished download if there is one (a tour's table grew a row, and an orphan, at each Resume)."""
         from speculens.models.hub import DownloadCancelled
 
+        row = None
         for existing in self.downloads:
-            if (existing.repo, existing.filename) == (repo_id, filename) and existing.state in RUNNING:
+            if (existing.repo, existing.filename) != (repo_id, filename):
+                continue
+            if existing.state in RUNNING:
                 self.tabs.setCurrentIndex(3)
                 return existing
+            if existing.state != "done":
+                row = existing.row
+                self.downloads.remove(existing)
+                break
         download = Download(repo_id, filename)
         self.downloads.append(download)
         self._add_download_row(download, row)
@@ -876,6 +885,17 @@ class ModelManagerWindow(QMainWindow):
         self.tabs.setCurrentIndex(3)
         return download
 
+    def _list_interrupted_downloads(self) -> None:
+        """Rows for the downloads an earlier session left unfinished, each with its Resume."""
+        from speculens.models.hub import interrupted_downloads
+
+        for repo, progress in interrupted_downloads():
+            download = Download(repo, progress.filename, progress=progress, state="interrupted",
+                                message="Stopped before it finished: Resume continues where it stopped.")  # fmt: skip
+            self.downloads.append(download)
+            self._add_download_row(download)
+            self._update_download_row(download)
+
     def active_downloads(self) -> list[Download]:
         """The downloads still running (queued, downloading or verifying)."""
         return [d for d in self.downloads if d.state in RUNNING]
@@ -904,8 +924,7 @@ class ModelManagerWindow(QMainWindow):
             download.cancel.set()
         else:
             # Resume: a fresh request, in the same row, continues from the .part file the hub client kept.
-            self.downloads.remove(download)
-            self.start_download(download.repo, download.filename, download.row)
+            self.start_download(download.repo, download.filename)
 
     def _update_download_row(self, download: Download) -> None:
         table = self.download_table
