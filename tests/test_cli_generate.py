@@ -64,6 +64,9 @@ def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_pa
     bad = cli("generate", "-m", tiny.target, "--n-draft", "0", "hi")
     assert bad.returncode == 1 and "n_draft" in bad.stderr
     assert "Traceback" not in missing.stderr + mismatch.stderr + bad.stderr
+    unknown = cli("generate", "-m", tiny.target, "--bogus", "hi")  # with generate's usage, not the top level's
+    assert unknown.returncode == 2
+    assert "speculens-cli generate: error: unrecognized arguments: --bogus" in unknown.stderr
 
 
 def test_chat_reads_turns_from_stdin(tiny: TinyModels) -> None:
