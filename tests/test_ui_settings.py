@@ -256,6 +256,16 @@ def test_seed_shows_random_at_its_default(qtbot, store: SettingsStore) -> None:
     assert panel.seed.value() == -1 and panel.seed.text() == "random"
 
 
+def test_sampling_fields_are_greyed_while_decoding_is_greedy(qtbot, store: SettingsStore) -> None:
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    sampling = [panel.top_k, panel.top_p, panel.min_p, panel.seed]
+    panel.temperature.setValue(0)
+    assert not any(w.isEnabled() for w in sampling)
+    panel.temperature.setValue(0.7)
+    assert all(w.isEnabled() for w in sampling) and store.settings.temperature == 0.7
+
+
 def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot, store: SettingsStore) -> None:
     panel = SettingsPanel(store)
     qtbot.addWidget(panel)

@@ -92,7 +92,11 @@ SPECS: dict[str, FieldSpec] = {
         "Draft confidence (p_min)", "A draft model stops when its top token is less likely than this", 0, 1, 0.05
     ),
     "temperature": FieldSpec(
-        "Temperature", "0 = greedy: the target's own choices, token for token", 0, MAX_TEMPERATURE, 0.1
+        "Temperature",
+        "0 = greedy: the target's own choices, token for token (Top-k, Top-p, Min-p and Seed are then unused)",
+        0,
+        MAX_TEMPERATURE,
+        0.1,
     ),
     "top_k": FieldSpec("Top-k", "Keep the k most likely tokens (0 = all)", 0, 100_000),
     "top_p": FieldSpec("Top-p", "Keep the most likely tokens until their probability reaches this", 0.01, 1, 0.01),

@@ -309,6 +309,9 @@ class SettingsPanel(QWidget):
             self.threads.setValue(s.threads)
             self.n_gpu_layers.setValue(s.n_gpu_layers)
             self.n_gpu_layers_draft.setValue(s.n_gpu_layers_draft)
+            # Used only when sampling: greyed at temperature 0, where a tour edited them to no effect.
+            for name in ("top_k", "top_p", "min_p", "seed"):
+                self.fields[name].setEnabled(s.temperature > 0)
             self.exact.setChecked(s.exact)
             self.flash_attn.setCurrentIndex(max(0, self.flash_attn.findData(s.flash_attn)))
             if self.ngram_map.text() != s.ngram_map_path:
