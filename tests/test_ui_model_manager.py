@@ -170,6 +170,31 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     qtbot.waitUntil(lambda: any(e.path == Path(download.message) for e in manager.entries), timeout=10_000)
 
 
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_enter_searches_in_the_search_box_and_downloads_in_the_file_list(
+    qtbot, fake_hub, manager: ModelManagerWindow
+) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    manager.show()
+    qtbot.waitExposed(manager)
+    manager.activateWindow()
+    manager.tabs.setCurrentIndex(2)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is manager.hub_search, timeout=5_000)  # typing goes there
+    qtbot.keyClicks(manager.hub_search, "Tiny")
+    qtbot.keyClick(manager.hub_search, Qt.Key.Key_Return)  # a search, not a download (a window-wide Enter took it)
+    qtbot.waitUntil(lambda: manager.repo_list.count() == 1 and "Tiny-GGUF" in manager.repo_list.item(0).text(),
+                    timeout=10_000)  # fmt: skip
+    assert not manager.downloads
+    manager.repo_list.setCurrentRow(0)
+    qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
+    manager.file_table.setFocus()
+    manager.file_table.selectRow(0)
+    qtbot.keyClick(manager.file_table, Qt.Key.Key_Return)
+    assert [d.filename for d in manager.downloads] == ["tiny-target-F32.gguf"]
+    qtbot.waitUntil(lambda: manager.downloads[0].state == "done", timeout=20_000)
+
+
 def test_a_failed_search_says_why_where_the_results_go(qtbot, manager: ModelManagerWindow, monkeypatch) -> None:
     from speculens.models.hub import HubError, HubErrorKind
 

@@ -69,7 +69,7 @@ class EntryStatus(StrEnum):
             EntryStatus.MISSING: "File missing",
             EntryStatus.CHANGED: "File changed",
             EntryStatus.DAMAGED: "Damaged",
-            EntryStatus.NOT_ASSEMBLED: "Not built yet (Use as target or draft builds it)",
+            EntryStatus.NOT_ASSEMBLED: "Not built yet",  # how to build it: the row's tooltip
         }[self]
 
 

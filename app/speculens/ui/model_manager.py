@@ -281,6 +281,8 @@ class ModelManagerWindow(QMainWindow):
                 e.status.words,
             ]
             tip = f"{e.name}\n{e.path}" + (f"\n\n{e.problem}" if e.problem else "")
+            if e.status is EntryStatus.NOT_ASSEMBLED:  # said here, so that the Status column stays narrow
+                tip += "\n\nNot built yet: Use as target or Use as draft builds it from its installed packages."
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(tip)
@@ -699,7 +701,8 @@ class ModelManagerWindow(QMainWindow):
         # is used when it is empty). A tour found the gated error naming a --token flag the window does not have.
         self.hub_token = QLineEdit(page)
         self.hub_token.setEchoMode(QLineEdit.EchoMode.Password)
-        self.hub_token.setPlaceholderText("Access token (gated repositories only)")
+        self.hub_token.setPlaceholderText("Access token (gated only)")
+        self.hub_token.setMinimumWidth(190)
         self.hub_token.setAccessibleName("Access token")
         self.hub_token.setToolTip(
             "A Hugging Face access token (hf_…) of an account granted access to a gated or private repository. "
@@ -723,10 +726,9 @@ class ModelManagerWindow(QMainWindow):
         self.file_table.verticalHeader().hide()
         self.file_table.doubleClicked.connect(self._on_download_clicked)
         self.file_table.setTabKeyNavigation(False)  # Tab goes on to Download, not from cell to cell
-        QShortcut(QKeySequence(Qt.Key.Key_Return), self.file_table, self._on_download_clicked,
-                  context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
-        QShortcut(QKeySequence(Qt.Key.Key_Enter), self.file_table, self._on_download_clicked,
-                  context=Qt.ShortcutContext.WidgetShortcut)  # fmt: skip
+        for key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):  # Enter on a file downloads it, in this list only
+            enter = QShortcut(QKeySequence(key), self.file_table, self._on_download_clicked)
+            enter.setContext(Qt.ShortcutContext.WidgetShortcut)  # (as a keyword, PySide6 dropped it)
         download = QPushButton("Download", page)
         download.setAccessibleName("Download the selected file")
         download.clicked.connect(self._on_download_clicked)
