@@ -217,7 +217,7 @@ def test_failed_download_is_shown_with_its_reason(qtbot, fake_hub, manager: Mode
     qtbot.waitUntil(lambda: download.state == "failed", timeout=20_000)
     assert manager.download_table.item(download.row, 4).text() == "Failed"
     assert "no such file" in download.message.lower()
-    assert manager.download_table.cellWidget(download.row, 5).text() == "Resume"
+    assert manager.download_table.cellWidget(download.row, 5).text() == "Retry"
 
 
 def test_a_corrupted_download_says_why_on_the_message_line(qtbot, fake_hub, manager: ModelManagerWindow) -> None:

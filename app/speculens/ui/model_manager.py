@@ -821,6 +821,9 @@ class ModelManagerWindow(QMainWindow):
         self.download_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.download_table.verticalHeader().hide()
         self.download_table.setColumnWidth(1, 300)  # "109 MB of 491 MB (22%)" on one line
+        # Rows follow their two lines of text as the table's width changes (sized once, before the window was laid
+        # out, a tour's first row stood three times too tall).
+        self.download_table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         note = QLabel(
             "Downloads are verified against the hub's SHA-256 before they enter the library. A cancelled or "
             "interrupted download resumes where it stopped.",
@@ -919,13 +922,13 @@ class ModelManagerWindow(QMainWindow):
         button.setAccessibleName(f"Cancel or resume {download.filename}")
         button.clicked.connect(lambda: self._on_download_button_clicked(download))
         table.setCellWidget(download.row, 5, button)
-        table.resizeRowsToContents()
 
     def _on_download_button_clicked(self, download: Download) -> None:
         if download.state in RUNNING:
             download.cancel.set()
         else:
-            # Resume: a fresh request, in the same row, continues from the .part file the hub client kept.
+            # Resume (or Retry): a fresh request, in the same row, continues from the .part file the hub client kept
+            # (none after a damaged download, which it deleted: that starts again).
             self.start_download(download.repo, download.filename)
 
     def _update_download_row(self, download: Download) -> None:
@@ -950,7 +953,7 @@ class ModelManagerWindow(QMainWindow):
             if state == "done":  # removed, not hidden: a table shows its cell widgets again when it lays them out
                 table.removeCellWidget(download.row, 5)
             else:
-                button.setText("Cancel" if running else "Resume")
+                button.setText("Cancel" if running else "Retry" if state == "failed" else "Resume")
 
     def _on_download_timer_timeout(self) -> None:
         for download in self.downloads:
