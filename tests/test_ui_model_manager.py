@@ -291,8 +291,15 @@ def test_a_gated_repository_says_where_the_window_takes_a_token(qtbot, fake_hub,
     manager.start_download("speculens-test/Gated-GGUF", "g-Q4_0.gguf")
     qtbot.waitUntil(lambda: "gated" in manager.message.text(), timeout=10_000)
     assert "Access token field" in manager.message.text() and "--token" not in manager.message.text()
+    manager.hub_search.setText("Gated")
+    manager.search_hub()
+    qtbot.waitUntil(lambda: "Gated-GGUF (gated" in manager.repo_list.item(0).text(), timeout=10_000)
+    manager.repo_list.setCurrentRow(0)
+    qtbot.waitUntil(lambda: "gated" in manager.message.text() and "Listing" in manager.message.text(), timeout=10_000)
     manager.hub_token.setText("hf_granted")
     assert manager.hub.token == "hf_granted"
+    manager.hub_token.editingFinished.emit()  # Enter in the field: the files are listed with the token
+    qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
     manager.hub_token.clear()
     assert manager.hub.token is None  # HF_TOKEN or a saved login again
 

@@ -709,6 +709,10 @@ class ModelManagerWindow(QMainWindow):
             "Kept until Speculens quits; empty: HF_TOKEN or a saved 'hf auth login' is used."
         )
         self.hub_token.textChanged.connect(lambda text: setattr(self.hub, "token", text.strip() or None))
+        # Enter (or leaving the field) lists the chosen repository's files again, with the token.
+        self.hub_token.editingFinished.connect(
+            lambda: self._on_repo_list_current_changed(self.repo_list.currentItem(), None)
+        )
         row = QHBoxLayout()
         row.addWidget(self.hub_search, 1)
         row.addWidget(search_button)
