@@ -710,9 +710,7 @@ class ModelManagerWindow(QMainWindow):
         )
         self.hub_token.textChanged.connect(lambda text: setattr(self.hub, "token", text.strip() or None))
         # Enter (or leaving the field) lists the chosen repository's files again, with the token.
-        self.hub_token.editingFinished.connect(
-            lambda: self._on_repo_list_current_changed(self.repo_list.currentItem(), None)
-        )
+        self.hub_token.editingFinished.connect(self._relist_files)
         row = QHBoxLayout()
         row.addWidget(self.hub_search, 1)
         row.addWidget(search_button)
@@ -805,6 +803,9 @@ class ModelManagerWindow(QMainWindow):
                     self.file_table.setItem(row, col, QTableWidgetItem(text))
 
         self.tasks.run(lambda: self.hub.list_files(repo_id), done, self._show_error)
+
+    def _relist_files(self) -> None:
+        self._on_repo_list_current_changed(self.repo_list.currentItem(), None)
 
     def _on_download_clicked(self, *_args: object) -> None:
         rows = {i.row() for i in self.file_table.selectedIndexes()}
