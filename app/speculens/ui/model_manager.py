@@ -772,7 +772,8 @@ class ModelManagerWindow(QMainWindow):
                 self.repo_list.addItem(item)
             if not repos:
                 self.repo_list.addItem("No GGUF repository found.")
-            self._say(f"{len(repos)} GGUF repositories found for {text!r}." if repos else "")
+            some = "1 GGUF repository" if len(repos) == 1 else f"{len(repos)} GGUF repositories"
+            self._say(f"{some} found for {text!r}." if repos else "")
 
         def failed(message: str) -> None:
             # Said where the results would have been, not only in the line at the window's foot (a tour
@@ -794,7 +795,8 @@ class ModelManagerWindow(QMainWindow):
         def done(files: list[Any]) -> None:
             if self.repo_list.currentItem() is not item:
                 return
-            self._say(f"{repo_id}: {len(files)} GGUF files. Select one, then Download (or Enter).")
+            some = "1 GGUF file" if len(files) == 1 else f"{len(files)} GGUF files"
+            self._say(f"{repo_id}: {some}." + (" Select one, then Download (or Enter)." if files else ""))
             self._hub_files = files
             self.file_table.setRowCount(len(files))
             for row, f in enumerate(files):
