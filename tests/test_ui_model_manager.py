@@ -608,3 +608,20 @@ def test_the_library_shows_which_models_are_the_pair(manager: ModelManagerWindow
     assert target.text().endswith("(target)") and target.font().bold()
     assert draft.text().endswith("(draft)") and draft.font().bold()
     assert "(" not in other.text() and not other.font().bold()
+
+
+def test_the_main_window_mentions_downloads_left_unfinished(qtbot, tiny) -> None:
+    import json
+
+    from speculens import paths
+
+    window = fake_window(qtbot, tiny)
+    window.mention_unfinished_downloads()
+    assert "unfinished" not in window.statusBar().currentMessage()
+    folder = paths.models_dir() / "hub" / "owner__Repo-GGUF"
+    folder.mkdir(parents=True)
+    (folder / "m-Q4_0.gguf.part").write_bytes(b"x" * 10)
+    version = {"repo": "owner/Repo-GGUF", "file": "m-Q4_0.gguf", "size": 100, "sha256": "0", "git_sha1": "0"}
+    (folder / "m-Q4_0.gguf.part.json").write_text(json.dumps(version))
+    window.mention_unfinished_downloads()
+    assert window.statusBar().currentMessage().startswith("The download of m-Q4_0.gguf is unfinished")

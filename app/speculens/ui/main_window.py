@@ -700,6 +700,16 @@ class MainWindow(QMainWindow):
 
     # ---- first start, about, layout, closing --------------------------------------------------------
 
+    def mention_unfinished_downloads(self) -> None:
+        """Say in the status bar that downloads an earlier session left unfinished wait to be resumed (their rows
+        are in the model manager's Downloads tab, which a user would not open unasked)."""
+        from speculens.models.hub import interrupted_downloads
+
+        left = [progress.filename for _repo, progress in interrupted_downloads()]
+        if left:
+            some = f"The download of {left[0]} is" if len(left) == 1 else f"{len(left)} downloads are"
+            self.statusBar().showMessage(f"{some} unfinished: Models ▸ Models… (Ctrl+M), Downloads, Resume.")
+
     def offer_first_start(self) -> None:
         """With no model chosen yet, offer the demo pair (when installed) and the model manager."""
         if self.store.settings.target_path:
