@@ -330,7 +330,7 @@ def test_quitting_during_a_download_asks_first(qtbot, tiny, monkeypatch: pytest.
     reply = [QMessageBox.StandardButton.No]
     monkeypatch.setattr(QMessageBox, "question", lambda _parent, _title, text, *a: asked.append(text) or reply[0])
     window.close()
-    assert "qwen2.5-7b-instruct-q4_k_m.gguf" in asked[0] and "resumes" in asked[0]
+    assert "qwen2.5-7b-instruct-q4_k_m.gguf" in asked[0] and "Resume in Models ▸ Downloads" in asked[0]
     assert window.isVisible() and window.worker._thread.is_alive() and not download.cancel.is_set()  # kept going
     reply[0] = QMessageBox.StandardButton.Yes
     window.close()

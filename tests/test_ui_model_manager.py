@@ -248,6 +248,9 @@ def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(
     try:
         first = manager.start_download("speculens-test/Tiny-GGUF", "tiny-target-F32.gguf")
         assert started.wait(10)
+        with qtbot.waitSignal(manager.downloads_changed) as said:  # for the main window's status bar
+            manager._on_download_timer_timeout()
+        assert said.args[0].startswith("Downloading tiny-target-F32.gguf")
         button = manager.download_table.cellWidget(first.row, 5)
         button.click()  # Cancel
         qtbot.waitUntil(lambda: first.state == "cancelled", timeout=10_000)
@@ -259,7 +262,9 @@ def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(
     again = manager.downloads[-1]
     assert again is not first and again.row == first.row and manager.download_table.rowCount() == 1
     qtbot.waitUntil(lambda: again.state == "done", timeout=20_000)
-    manager._on_download_timer_timeout()
+    with qtbot.waitSignal(manager.downloads_changed) as said:
+        manager._on_download_timer_timeout()
+    assert said.args == [""]  # the main window's word on downloads goes
     assert manager.download_table.cellWidget(again.row, 5) is None  # no Resume on a finished download
     qtbot.waitUntil(lambda: "downloaded, checked and added to the library" in manager.message.text(), timeout=10_000)
 

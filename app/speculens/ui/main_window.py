@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
+    QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -144,6 +145,10 @@ class MainWindow(QMainWindow):
         # The message whole as a tooltip, where the bar cuts it (the loaded pair with its measured settings).
         self.statusBar().messageChanged.connect(self._on_status_bar_message_changed)
         self.statusBar().showMessage("Ready.")
+        # Running downloads, on the right, with the Models window closed too (a tour saw "Ready." alone).
+        self.download_status = QLabel(self.statusBar())
+        self.download_status.setAccessibleName("Downloads")
+        self.statusBar().addPermanentWidget(self.download_status)
         self._connect()
         self._update_models()
         if restore_layout:
@@ -386,6 +391,7 @@ class MainWindow(QMainWindow):
         if manager is None:
             manager = ModelManagerWindow(self.models, self)
             manager.pair_lab_requested.connect(self.open_pair_lab)
+            manager.downloads_changed.connect(self.download_status.setText)
             self._manager = manager
         manager.show()
         manager.raise_()

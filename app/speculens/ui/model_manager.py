@@ -167,10 +167,13 @@ class ModelManagerWindow(QMainWindow):
         pair_chosen(str, str): the user chose a target and a draft path ("" = no draft); it is also set in
             the model controller, which loads it.
         pair_lab_requested(): the user wants the pair lab (the main window opens it).
+        downloads_changed(str): how the running downloads stand ("Downloading x.gguf: 37%"), "" when none runs:
+            the main window shows it, so a download goes on being seen with this window closed.
     """
 
     pair_chosen = Signal(str, str)
     pair_lab_requested = Signal()
+    downloads_changed = Signal(str)
 
     def __init__(self, models: ModelController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -965,8 +968,19 @@ class ModelManagerWindow(QMainWindow):
     def _on_download_timer_timeout(self) -> None:
         for download in self.downloads:
             self._update_download_row(download)
-        if not self.active_downloads():
+        active = self.active_downloads()
+        if not active:
             self._download_timer.stop()
+        progress = [d.progress for d in active if d.progress is not None]
+        if len(active) == 1:
+            share = f": {progress[0].fraction:.0%}" if progress else ""
+            self.downloads_changed.emit(f"Downloading {active[0].filename}{share}")
+        elif active:
+            total = sum(p.total for p in progress)
+            share = f": {sum(p.downloaded for p in progress) / total:.0%}" if total else ""
+            self.downloads_changed.emit(f"Downloading {len(active)} files{share}")
+        else:
+            self.downloads_changed.emit("")
 
     # ---- misc ---------------------------------------------------------------------------------------
 
