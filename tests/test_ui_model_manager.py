@@ -615,6 +615,7 @@ def test_the_library_shows_which_models_are_the_pair(manager: ModelManagerWindow
     assert "(" not in other.text() and not other.font().bold()
 
 
+@pytest.mark.qt_log_ignore("This plugin does not support")  # raise(), offscreen
 def test_the_main_window_mentions_downloads_left_unfinished(qtbot, tiny) -> None:
     import json
 
@@ -630,3 +631,5 @@ def test_the_main_window_mentions_downloads_left_unfinished(qtbot, tiny) -> None
     (folder / "m-Q4_0.gguf.part.json").write_text(json.dumps(version))
     window.mention_unfinished_downloads()
     assert window.statusBar().currentMessage().startswith("The download of m-Q4_0.gguf is unfinished")
+    window.open_model_manager().downloads_changed.emit("Downloading m-Q4_0.gguf: 10%")  # Resume was pressed
+    assert window.download_status.text() == "Downloading m-Q4_0.gguf: 10%" and not window.statusBar().currentMessage()

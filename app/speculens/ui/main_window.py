@@ -391,7 +391,7 @@ class MainWindow(QMainWindow):
         if manager is None:
             manager = ModelManagerWindow(self.models, self)
             manager.pair_lab_requested.connect(self.open_pair_lab)
-            manager.downloads_changed.connect(self.download_status.setText)
+            manager.downloads_changed.connect(self._on_downloads_changed)
             self._manager = manager
         manager.show()
         manager.raise_()
@@ -714,7 +714,13 @@ class MainWindow(QMainWindow):
         left = [progress.filename for _repo, progress in interrupted_downloads()]
         if left:
             some = f"The download of {left[0]} is" if len(left) == 1 else f"{len(left)} downloads are"
-            self.statusBar().showMessage(f"{some} unfinished: Models ▸ Models… (Ctrl+M), Downloads, Resume.")
+            self._unfinished_note = f"{some} unfinished: Models ▸ Models… (Ctrl+M), Downloads, Resume."
+            self.statusBar().showMessage(self._unfinished_note)
+
+    def _on_downloads_changed(self, text: str) -> None:
+        self.download_status.setText(text)
+        if text and self.statusBar().currentMessage() == getattr(self, "_unfinished_note", None):
+            self.statusBar().clearMessage()  # resumed: the note at start would contradict the download shown
 
     def offer_first_start(self) -> None:
         """With no model chosen yet, offer the demo pair (when installed) and the model manager."""
