@@ -655,16 +655,18 @@ class LlamaBackend:
         cells = min(self.n_ctx, max(want, self.n_cells * 3 // 2))
         free = available_memory()
         if free is not None:  # on Linux, asking for more than is free gets the process killed (available_memory)
-            cell_bytes = self.host_cell_bytes
-            fits = self.n_cells + (free - MEMORY_HEADROOM) // max(1, cell_bytes)
-            if fits < want:
+            # At its peak a growth holds the new cache and a copy of the cells in use (the old cache is freed first).
+            cell_bytes = max(1, self.host_cell_bytes)
+            spare = self.n_cells - len(self.tokens)
+            room = free - MEMORY_HEADROOM
+            if (want - spare) * cell_bytes > room:
                 gib = 2**30
                 raise BackendError(
-                    f"not enough memory to grow the context of {self.path.name} to {want} tokens: its KV cache "
-                    f"would need {(want - self.n_cells) * cell_bytes / gib:.1f} GiB more, and {free / gib:.1f} GiB "
-                    "is free: start a new conversation, lower Max tokens (--max-tokens), or close other programs"
+                    f"not enough memory to grow the context of {self.path.name} to {want} tokens: it would need "
+                    f"{(want - spare) * cell_bytes / gib:.1f} GiB more, and {free / gib:.1f} GiB is free: start a new "
+                    "conversation, lower Max tokens (--max-tokens), or close other programs"
                 )
-            cells = min(cells, fits)
+            cells = min(cells, spare + room // cell_bytes)
         t0 = time.perf_counter()
         state = seq_state(self._ctx) if self.tokens else None
         llama_cpp.llama_free(self._ctx)  # before the larger one is made: the two are never held at once
