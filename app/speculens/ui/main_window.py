@@ -149,6 +149,7 @@ class MainWindow(QMainWindow):
         self.download_status = QLabel(self.statusBar())
         self.download_status.setAccessibleName("Downloads")
         self.statusBar().addPermanentWidget(self.download_status)
+        self._unfinished_note: str | None = None  # what the status bar said at start of unfinished downloads
         self._connect()
         self._update_models()
         if restore_layout:
@@ -719,7 +720,7 @@ class MainWindow(QMainWindow):
 
     def _on_downloads_changed(self, text: str) -> None:
         self.download_status.setText(text)
-        if text and self.statusBar().currentMessage() == getattr(self, "_unfinished_note", None):
+        if text and self.statusBar().currentMessage() == self._unfinished_note:
             self.statusBar().clearMessage()  # resumed: the note at start would contradict the download shown
 
     def offer_first_start(self) -> None:
