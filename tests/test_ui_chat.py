@@ -498,8 +498,24 @@ def long_answer_window(qtbot, tiny):
     return window, other, running
 
 
-def test_switching_away_and_back_mid_answer_keeps_the_answer_once(qtbot, tiny) -> None:
+def test_opening_another_conversation_mid_answer_asks_before_it_stops(qtbot, tiny, monkeypatch) -> None:
     window, other, running = long_answer_window(qtbot, tiny)
+    asked: list[str] = []
+    reply = [QMessageBox.StandardButton.No]
+    monkeypatch.setattr(QMessageBox, "question", lambda _parent, _title, text, *a: asked.append(text) or reply[0])
+    window.conversation_list.conversation_activated.emit(other)  # a click on the list
+    assert asked and "still being written" in asked[0] and window.chat.conversation is running
+    assert window.chat.turn is not None and window.conversation_list.current_id == running.id  # it goes on
+    reply[0] = QMessageBox.StandardButton.Yes
+    window.conversation_list.conversation_activated.emit(other)
+    assert window.chat.conversation is other
+    wait_idle(qtbot, window)
+    assert running.messages[-1]["role"] == "assistant" and running.messages[-1]["content"].startswith("word")
+
+
+def test_switching_away_and_back_mid_answer_keeps_the_answer_once(qtbot, tiny, monkeypatch) -> None:
+    window, other, running = long_answer_window(qtbot, tiny)
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)  # stop it and go
     window.conversation_list.conversation_activated.emit(other)
     window.conversation_list.conversation_activated.emit(running)  # straight back, while it is stopping
     wait_idle(qtbot, window)

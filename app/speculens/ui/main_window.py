@@ -578,8 +578,24 @@ class MainWindow(QMainWindow):
         self.conversation_list.schedule_refresh()
 
     def _on_conversation_activated(self, conversation: Conversation) -> None:
-        if conversation is not self.chat.conversation:
-            self.chat.open_conversation(conversation)
+        if conversation is self.chat.conversation:
+            return
+        # Opening another conversation stops the answer being written: asked first, since a click on a list that
+        # reorders itself as answers come can land on another chat (a tour lost an answer at 20 tokens that way).
+        running = self.chat.turn.conversation if self.chat.turn is not None else None
+        if running is not None and running is not conversation:
+            answer = QMessageBox.question(
+                self,
+                "Stop the answer?",
+                f"An answer is still being written in “{running.title}”.\n\nStop it (what it has written is kept) "
+                f"and open “{conversation.title}”?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                self.conversation_list.show_current(self.chat.conversation)
+                return
+        self.chat.open_conversation(conversation)
 
     def _on_conversation_deleted(self, conversation: Conversation) -> None:
         self.chat.discard(conversation)
