@@ -255,7 +255,7 @@ def test_the_status_says_why_a_loaded_draft_model_never_drafted(panel: LivePanel
     plain = replace(KNOWN_STEPS[2], considered="draft", expected_speedup=(1.0, 0.73, 0.64))
     end = FinishEvent(FinishReason.EOG, "AlBeXcEeFfYbZt", tuple(range(7)), stats(3, 7, 6, 4))
     feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7), first, second, plain, end])
-    assert "drafted by prompt lookup; the draft model would not pay on this machine (×0.73" in panel.status.text()
+    assert "drafted by prompt lookup; the draft model would not pay on this answer (×0.73" in panel.status.text()
     feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache", 7), first, second, plain, end])  # not loaded
     assert "draft model" not in panel.status.text()
     by_draft = replace(second, source="draft")
@@ -273,7 +273,7 @@ def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_
     phrase = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0)
     assert "prompt lookup's drafts were not right often enough" in phrase
     assert phrase.endswith(
-        "; the draft model would not pay on this machine (×0.21 of plain decoding at best; untick Adaptive in "
+        "; the draft model would not pay on this answer (×0.21 of plain decoding at best; untick Adaptive in "
         "Settings to watch it draft anyway)"
     )
     alone = drafts_phrase("draft", weighed[1:], 0, 0)  # its own reason, said once

@@ -125,9 +125,11 @@ def drafts_phrase(strategy: str, steps: Sequence[StepEvent], n_drafted: int, n_a
 
 def _draft_would_not_pay(rate: float, why: str = "") -> str:
     """The one wording of a draft model that loses to plain decoding, with ``why`` inside its brackets, and how to
-    see it draft anyway (a tour could not make the demo draft model draft, and nothing said that Adaptive held it)."""
+    see it draft anyway (a tour could not make the demo draft model draft, and nothing said that Adaptive held it).
+    Said of the answer, from the rates the controller weighed in it: "on this machine" read as a verdict that the
+    toolbar, judging from the costs at load, did not always share (a tour's)."""
     return (
-        f"the draft model would not pay on this machine (×{rate:.2f} of plain decoding at best{why}; "
+        f"the draft model would not pay on this answer (×{rate:.2f} of plain decoding at best{why}; "
         "untick Adaptive in Settings to watch it draft anyway)"
     )
 
