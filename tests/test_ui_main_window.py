@@ -144,9 +144,11 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert blocker.args[0].text == first.text  # greedy: the same answer again, not a second one
     assert len(window.chat.conversation.messages) == 2
     assert "tokens" in window.chat.figures.text()
+    assert window.live_panel.view.toPlainText() and window.series.step
     window.chat.edit_last()
     assert window.chat.input.toPlainText() == "the model" and window.chat.conversation.messages == []
     assert window.chat.figures.text() == ""  # the figures of the answer taken away go with it
+    assert window.live_panel.view.toPlainText() == "" and window.series.step == []  # and its tokens and charts
 
 
 def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> None:

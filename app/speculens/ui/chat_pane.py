@@ -322,7 +322,8 @@ class ChatPane(QWidget):
 
     Signals:
         turn_finished(object): a turn ended (its FinishEvent).
-        conversation_opened(Conversation): another conversation (or a new one) is shown.
+        conversation_opened(Conversation): another conversation (or a new one) is shown, or the same one without
+            its last answer (Edit last): the views show its :attr:`kept_answer` in place of what they showed.
         compare_requested(list): Compare was pressed with this conversation (the message to compare last).
         status_changed(str): a message for the status bar.
     """
@@ -500,6 +501,9 @@ class ChatPane(QWidget):
         self.figures.setText("")  # the figures of an answer no longer there (a tour saw them stay)
         self.store.save(self.conversation)
         self._render()
+        # Its tokens and charts go too, as when the conversation is opened again (a tour saw them stay).
+        self.kept_answer = []
+        self.conversation_opened.emit(self.conversation)
 
     def copy_answer(self) -> None:
         """Copy the last answer's text."""
