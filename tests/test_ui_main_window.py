@@ -208,6 +208,11 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
     assert events[0]["type"] == "start" and events[0]["seed"] == seed and events[-1]["type"] == "finish"
     assert events[0]["target"] == tiny.target.name and events[0]["draft"] == tiny.perturbed.name  # a tour's
+    used = window.store.settings.strategy
+    window.store.update(strategy="lookup")  # changed since: the export still names what made the answer
+    again = json.loads(window.export_json(tmp_path / "e2.json").read_text(encoding="utf-8"))
+    assert again[0]["draft"] == tiny.perturbed.name and "draft" in again[0]["strategy"].split("+")
+    window.store.update(strategy=used)
     with window.export_csv(tmp_path / "e.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps

@@ -636,9 +636,12 @@ class MainWindow(QMainWindow):
         else, said only its seed (a tour's finding). The JSON export's start event carries them."""
         start = self._last_start()
         s = self.store.settings
+        # The draft model only where the answer's sources had it (a tour's lookup answer was captioned with the
+        # draft, under settings changed since).
+        drafting = "draft" in start.strategy.split("+") if start is not None else s.uses_draft
         return {
             "target": Path(s.target_path).name if s.target_path else None,
-            "draft": Path(s.draft_path).name if s.draft_path and s.uses_draft else None,
+            "draft": Path(s.draft_path).name if s.draft_path and drafting else None,
             "strategy": start.strategy if start is not None else s.strategy,
             "temperature": s.temperature,
             "exported": time.strftime("%Y-%m-%d %H:%M"),
