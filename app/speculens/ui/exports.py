@@ -18,6 +18,7 @@ CSV_COLUMNS = (
     "step",
     "n_draft_max",
     "offered",
+    "source",  # which source drafted the step (lookup, ngram-cache, draft, ...; empty: none), as in the JSON
     "probe",
     "drafted",
     "accepted",
@@ -61,6 +62,7 @@ def write_events_csv(events: Sequence[Event], path: Path) -> int:
                     e.step,
                     e.n_draft_max,
                     "" if e.offered is None else e.offered,
+                    e.source or "",
                     int(e.probe),
                     len(e.drafted),
                     e.n_accepted,
