@@ -64,6 +64,9 @@ def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_pa
     bad = cli("generate", "-m", tiny.target, "--n-draft", "0", "hi")
     assert bad.returncode == 1 and "n_draft" in bad.stderr
     assert "Traceback" not in missing.stderr + mismatch.stderr + bad.stderr
+    for strategy, flag in (("draft", "-d/--draft"), ("ngram-map", "--ngram-map FILE")):  # said before any load
+        missing_source = cli("generate", "-m", tmp_path / "none.gguf", "-s", strategy, "hi")
+        assert missing_source.returncode == 2 and flag in missing_source.stderr, missing_source.stderr
     unknown = cli("generate", "-m", tiny.target, "--bogus", "hi")  # with generate's usage, not the top level's
     assert unknown.returncode == 2
     assert "speculens-cli generate: error: unrecognized arguments: --bogus" in unknown.stderr
