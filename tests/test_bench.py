@@ -164,6 +164,15 @@ def test_the_passes_spread_tells_the_controllers_choices_from_the_machines_speed
     header = next(line for line in table.splitlines() if line.startswith("setting") and "passes" in line)
     row = next(line for line in table.splitlines() if line.startswith(lookup.label)).split()
     assert header.split()[5] == "passes" and row[5:7] == ["40", "50%"]  # passes 30 and 50: 40 ± 20
+    once = format_table(  # one run each: no spread to tell, not "0%" (a tour read it as perfectly stable)
+        BenchResults(
+            prompts=[BenchPrompt("p", "code-rewrite", ())],
+            settings=[BenchSetting(Strategy.NONE), lookup],
+            runs={"p": {"none": plain[:1], lookup.label: [result(20.0, n_steps=50)]}},
+        )
+    )
+    row = next(line for line in once.splitlines() if line.startswith(lookup.label)).split()
+    assert row[2] == row[4] == row[6] == "–"
 
 
 def test_settings_start_with_plain_decoding_and_cover_every_mode() -> None:
@@ -363,6 +372,7 @@ def test_bench_cli_writes_json_and_a_png_and_prints_a_table(tiny: TinyModels, tm
     assert "[1/" in proc.stderr  # progress
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["schema"] == SCHEMA and doc["config"]["max_tokens"] == 12
+    assert doc["config"]["threads"] >= 1  # the count used, not the 0 that asked for the automatic one
     assert [s["label"] for s in doc["settings"]] == [
         "none",
         "draft/adaptive≤4",

@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts:
         unknown = set(args.prompts) - {p.id for p in prompts}
         if unknown:
-            print(f"error: no prompt {', '.join(sorted(unknown))} in the suite", file=sys.stderr)
+            known = ", ".join(p.id for p in prompts)
+            print(f"error: no prompt {', '.join(sorted(unknown))} in the suite; its prompts: {known}", file=sys.stderr)
             return 2
         prompts = [p for p in prompts if p.id in args.prompts]
     if args.write_prompts:
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         results.config = {
             "target": str(engine.config.target),
             "draft": str(engine.config.draft) if engine.config.draft else None,
-            "threads": engine.target.params.n_threads,
+            "threads": engine.target.n_threads,  # the count used (0 asked for the automatic one)
             "exact": engine.config.exact,
             "n_ctx": engine.target.n_ctx,
             "max_tokens": args.max_tokens,
@@ -260,6 +261,12 @@ def format_table(results: BenchResults) -> str:
         f"{'len':>5} {'k̄':>5} {'draft':>5} {'verify':>6} {'ovh':>5} {'same':>4}"
     )
     lines = []
+    # A spread needs two runs at least: with one, "0%" read as perfectly stable (a tour's --repeat 1).
+    single = all(len(runs) < 2 for by_setting in results.runs.values() for runs in by_setting.values())
+
+    def pm(x: float | None, runs: int = 2) -> str:
+        return "–" if x is None or single or runs < 2 else _pct(x)
+
     for p in results.prompts:
         if p.id not in results.runs:
             continue
@@ -269,12 +276,13 @@ def format_table(results: BenchResults) -> str:
             if not results.runs[p.id].get(s.label):
                 continue
             m = results.summary(p.id, s.label)
+            n = len(results.runs[p.id][s.label])
             speedup = f"{m.speedup:.2f}×" if m.speedup is not None else "–"
-            speedup_spread = "–" if m.speedup_spread is None or s.is_plain else _pct(m.speedup_spread)
+            speedup_spread = "–" if s.is_plain else pm(m.speedup_spread, n)
             same = "–" if m.identical is None or s.is_plain else ("yes" if m.identical else "NO")
             lines.append(
-                f"{s.label:<22} {m.tps_median:7.2f} {_pct(m.spread):>5} {speedup:>7} {speedup_spread:>5} "
-                f"{m.passes_median:6.0f} {_pct(m.passes_spread):>4} "
+                f"{s.label:<22} {m.tps_median:7.2f} {pm(m.spread, n):>5} {speedup:>7} {speedup_spread:>5} "
+                f"{m.passes_median:6.0f} {pm(m.passes_spread, n):>4} "
                 f"{_pct(m.acceptance) if m.acceptance or not s.is_plain else '–':>6} "
                 f"{m.mean_accepted_length:5.2f} {m.mean_n_draft:5.2f} {_pct(m.draft_share):>5} "
                 f"{_pct(m.verify_share):>6} {_pct(m.overhead_share):>5} {same:>4}"
@@ -300,14 +308,14 @@ def format_table(results: BenchResults) -> str:
         if s.is_plain:
             lines.append(
                 f"{s.label:<22} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7} "
-                f"{_pct(o.spread_median):>7} {'–':>9} {_pct(o.passes_spread_median):>8}"
+                f"{pm(o.spread_median):>7} {'–':>9} {pm(o.passes_spread_median):>8}"
             )
             continue
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
-        speedup_spread = "–" if o.speedup_spread_median is None else _pct(o.speedup_spread_median)
+        speedup_spread = pm(o.speedup_spread_median)
         lines.append(
             f"{s.label:<22} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
-            f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {_pct(o.spread_median):>7} "
-            f"{speedup_spread:>9} {_pct(o.passes_spread_median):>8} {same:>4}"
+            f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {pm(o.spread_median):>7} "
+            f"{speedup_spread:>9} {pm(o.passes_spread_median):>8} {same:>4}"
         )
     return "\n".join(lines)
