@@ -123,6 +123,9 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     assert store.settings.ngram_map_path == dialog.output.text() and store.settings.strategy == "auto"
     NgramTable.check(Path(store.settings.ngram_map_path))
     assert dialog.close_button.text() == "Close" and dialog.build_button.isEnabled()
+    qtbot.wait(20)  # the build's end was handled: Cancel became Close under the pointer, and waits a moment
+    assert not dialog.close_button.isEnabled()  # a late click on Cancel does not close away the summary
+    qtbot.waitUntil(dialog.close_button.isEnabled, timeout=3_000)
     assert not store.reload_needed()  # a map is read by the next answer: no reload of the models
     assert generation_config(store.settings).ngram_map == Path(store.settings.ngram_map_path)
     assert "small map" in dialog.status.text()  # 20 lines of text: a user is told it will seldom help

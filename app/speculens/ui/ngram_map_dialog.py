@@ -38,6 +38,8 @@ from speculens.ui.file_dialogs import Kind
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
 
+CLOSE_PAUSE_MS = 800  # how long Close ignores clicks after a build ends (see NgramMapDialog._finish)
+
 
 def _build(
     items: list[Path], model: Path, output: Path, ngram_max: int, min_count: int, state: _Progress
@@ -163,6 +165,10 @@ class NgramMapDialog(QDialog):
         self.build_button = self.buttons.addButton("&Build", QDialogButtonBox.ButtonRole.AcceptRole)
         self.build_button.setDefault(True)
         self.close_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self._close_pause = QTimer(self)  # see _finish
+        self._close_pause.setSingleShot(True)
+        self._close_pause.setInterval(CLOSE_PAUSE_MS)
+        self._close_pause.timeout.connect(lambda: self.close_button.setEnabled(True))
         self.buttons.accepted.connect(self._on_build_clicked)
         self.buttons.rejected.connect(self.reject)
 
@@ -287,9 +293,9 @@ class NgramMapDialog(QDialog):
             self.built.emit(str(result.path), use_now)
 
         def failed(message: str) -> None:
-            self._finish()
-            self.bar.hide()
             cancelled = message == BuildCancelled().message
+            self._finish(cancelled)
+            self.bar.hide()
             self.status.setText("Cancelled: nothing was written." if cancelled else f"Could not build a map: {message}")
 
         self.tasks.run(lambda: _build(items, self.model, output, ngram_max, min_count, state), done, failed)
@@ -305,10 +311,15 @@ class NgramMapDialog(QDialog):
             files = f"{state.files} file{'s' if state.files != 1 else ''}"
             self.status.setText(f"Counting n-grams: {state.tokens:,} tokens of {files}…")
 
-    def _finish(self) -> None:
+    def _finish(self, cancelled: bool = False) -> None:
         self._timer.stop()
         self._state = None
         self._update_buttons()
+        if not cancelled:
+            # Cancel turns into Close under the pointer: a click meant to cancel, landing as the build ends, closed
+            # the dialog before its summary was read (a tour's). It takes clicks again after a moment.
+            self.close_button.setEnabled(False)
+            self._close_pause.start()
 
     def _stop(self) -> None:
         """Stop a running build and wait for it (the application is quitting)."""
