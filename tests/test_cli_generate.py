@@ -45,6 +45,14 @@ def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: P
     steps = [line for line in lines if line["type"] == "step"]
     assert sum(len(s["emitted"]) for s in steps) == 24
     assert lines[-1]["stats"]["n_drafted"] == sum(len(s["drafted"]) for s in steps)
+    by: dict[str, list[int]] = {}  # which source drafted how much (a tour could not tell from n_drafted)
+    for s in steps:
+        if s["drafted"]:
+            by.setdefault(s["source"], [0, 0])
+            by[s["source"]][0] += len(s["drafted"])
+            by[s["source"]][1] += sum(d["accepted"] for d in s["drafted"])
+    assert by and f"drafted by   = {', '.join(f'{n} {d} ({a} accepted)' for n, (d, a) in by.items())}" in spec.stderr
+    assert "drafted by" not in plain.stderr
 
 
 def test_color_marks_accepted_and_rejected_drafts(tiny: TinyModels) -> None:

@@ -186,9 +186,11 @@ def summary(
     start: StartEvent | None,
     reason: FinishReason,
     threads: ThreadTally | None = None,
+    sources: dict[str, tuple[int, int]] | None = None,
 ) -> str:
     """llama.cpp-style closing figures (``threads``: the steps by thread count, shown when the engine took a thread
-    back or tried another count)."""
+    back or tried another count; ``sources``: tokens drafted and accepted by each source that drafted, which a
+    tour of the automatic strategy could not tell from ``n_drafted`` alone)."""
     lines = []
     if start is not None:
         lines.append(
@@ -200,6 +202,11 @@ def summary(
         f"speed: {stats.tokens_per_second:.2f} t/s",
         f"n_drafted    = {stats.n_drafted}",
         f"n_accept     = {stats.n_accepted}",
+        *(
+            [f"drafted by   = {', '.join(f'{n} {d} ({a} accepted)' for n, (d, a) in sources.items())}"]
+            if sources
+            else []
+        ),
         f"accept       = {100 * stats.acceptance:.2f}%",
         f"mean accepted length = {stats.mean_accepted_length:.2f} tokens per target pass ({stats.n_steps} passes)",
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
@@ -215,12 +222,13 @@ def summary(
 
 def consume(
     events: object, out: IO[str], color: bool, log: IO[str] | None
-) -> tuple[FinishEvent, StartEvent | None, ThreadTally]:
-    """Print a generation's text as it streams; return its finish (and start) event and its steps by thread
-    count."""
+) -> tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]]]:
+    """Print a generation's text as it streams; return its finish (and start) event, its steps by thread count,
+    and the tokens each source drafted and had accepted."""
     start: StartEvent | None = None
     finish: FinishEvent | None = None
     threads = ThreadTally()
+    sources: dict[str, tuple[int, int]] = {}
     for event in events:  # type: ignore[attr-defined]
         assert isinstance(event, StartEvent | StepEvent | FinishEvent)
         if log is not None:
@@ -231,10 +239,13 @@ def consume(
             out.write(_render_colored(event) if color else event.text)
             out.flush()
             threads.add(event)
+            if event.source and event.drafted:
+                drafted, accepted = sources.get(event.source, (0, 0))
+                sources[event.source] = (drafted + len(event.drafted), accepted + event.n_accepted)
         else:
             finish = event
     assert finish is not None
-    return finish, start, threads
+    return finish, start, threads, sources
 
 
 def _render_colored(event: StepEvent) -> str:
@@ -299,10 +310,10 @@ def run(args: argparse.Namespace) -> int:
                     events = engine.chat([{"role": "user", "content": prompt}], config, cancel)
                 else:
                     events = engine.generate(prompt, config, cancel)
-                finish, start, threads = consume(events, sys.stdout, args.color, log)
+                finish, start, threads, sources = consume(events, sys.stdout, args.color, log)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
-                print(summary(finish.stats, start, finish.reason, threads), file=sys.stderr)
+                print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
@@ -319,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     if answered and not interactive:
                         sys.stdout.write("\n")  # piped: a blank line between one answer and the next
-                    finish, start, threads = consume(events, sys.stdout, args.color, log)
+                    finish, start, threads, sources = consume(events, sys.stdout, args.color, log)
                     answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
@@ -327,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 sys.stdout.write("\n")
                 sys.stdout.flush()
-                print(summary(finish.stats, start, finish.reason, threads), file=sys.stderr)
+                print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
         except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
