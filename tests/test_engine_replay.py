@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -95,6 +96,7 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"replayed {len(answer)} tokens in ")
+    assert re.search(r"plain decoding \d+\.\d\d s, ×\d+\.\d{3}$", out.stdout.splitlines()[0])  # as the rest write it
     assert "costs: " in out.stderr  # the cost model the generate run saved
     wrong = subprocess.run(
         [*CLI, "replay", "--events", events, "-m", tiny.target, "another prompt"],

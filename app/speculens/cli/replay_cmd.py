@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(
         f"replayed {result.n_tokens} tokens in {result.n_steps} target passes: {result.seconds:.2f} s modelled, "
-        f"plain decoding {result.plain_seconds:.2f} s, {result.speedup:.3f}x"
+        f"plain decoding {result.plain_seconds:.2f} s, ×{result.speedup:.3f}"
     )
     for name in result.drafted:
         print(f"  {name}: {result.drafted[name]} drafted, {result.accepted[name]} accepted")
