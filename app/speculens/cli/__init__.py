@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speculens.engine.config import Strategy
 from speculens.models.demo import DemoModel
 from speculens.models.resolve import resolve_model
 
 if TYPE_CHECKING:
     from speculens.engine.backend import LlamaBackend
+
+
+def missing_source(strategies: Collection[Strategy], args: argparse.Namespace) -> str | None:
+    """The error for a strategy given without what it drafts from (a draft model, a map), said before seconds of
+    loading and in the CLI's words (the engine's own error names the app's Settings too); ``None`` when all is
+    there."""
+    if Strategy.DRAFT in strategies and not args.draft:
+        return "the draft strategy needs -d/--draft (a draft model: a .gguf path or a demo name)"
+    if Strategy.NGRAM_MAP in strategies and not args.ngram_map:
+        return "the ngram-map strategy needs --ngram-map FILE (a map built with 'speculens-cli ngram build')"
+    return None
 
 
 def progress(line: str, done: bool = False) -> None:

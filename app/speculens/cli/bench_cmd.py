@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import progress, resolve
+from speculens.cli import missing_source, progress, resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
@@ -127,11 +127,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}; choose from {', '.join(s.value for s in Strategy)}", file=sys.stderr)
         return 2
-    if Strategy.DRAFT in strategies and not args.draft:
-        print("error: the draft strategy needs --draft", file=sys.stderr)
-        return 2
-    if Strategy.NGRAM_MAP in strategies and not args.ngram_map:
-        print("error: the ngram-map strategy needs --ngram-map", file=sys.stderr)
+    if missing := missing_source(strategies, args):
+        print(f"error: {missing}", file=sys.stderr)
         return 2
     try:
         prompts = load_suite(args.suite.read_text(encoding="utf-8") if args.suite else None)
@@ -262,10 +259,10 @@ def format_table(results: BenchResults) -> str:
     )
     lines = []
     # A spread needs two runs at least: with one, "0%" read as perfectly stable (a tour's --repeat 1).
-    single = all(len(runs) < 2 for by_setting in results.runs.values() for runs in by_setting.values())
+    most = max((len(runs) for by_setting in results.runs.values() for runs in by_setting.values()), default=0)
 
-    def pm(x: float | None, runs: int = 2) -> str:
-        return "–" if x is None or single or runs < 2 else _pct(x)
+    def pm(x: float | None, runs: int = most) -> str:
+        return "–" if x is None or runs < 2 else _pct(x)
 
     for p in results.prompts:
         if p.id not in results.runs:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import as_message, progress, read_prompt, resolve
+from speculens.cli import as_message, missing_source, progress, read_prompt, resolve
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -276,16 +276,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = generation_config(args)
         config.validate()
-        # Said before seconds of loading, in the CLI's words (the engine's name the app's Settings).
-        if config.strategy is Strategy.DRAFT and not args.draft:
-            print("error: --strategy draft needs a draft model: give one with -d/--draft", file=sys.stderr)
-            return 2
-        if config.strategy is Strategy.NGRAM_MAP and args.ngram_map is None:
-            print(
-                "error: --strategy ngram-map needs a map: give one with --ngram-map FILE "
-                "(build it with 'speculens-cli ngram build')",
-                file=sys.stderr,
-            )
+        if missing := missing_source([config.strategy], args):
+            print(f"error: {missing}", file=sys.stderr)
             return 2
         models = model_config(args)
         loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
