@@ -149,6 +149,8 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert window.chat.input.toPlainText() == "the model" and window.chat.conversation.messages == []
     assert window.chat.figures.text() == ""  # the figures of the answer taken away go with it
     assert window.live_panel.view.toPlainText() == "" and window.series.step == []  # and its tokens and charts
+    chat = window.chat
+    assert not (chat.regenerate_button.isEnabled() or chat.edit_button.isEnabled() or chat.copy_button.isEnabled())
 
 
 def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> None:

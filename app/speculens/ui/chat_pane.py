@@ -504,6 +504,7 @@ class ChatPane(QWidget):
         # Its tokens and charts go too, as when the conversation is opened again (a tour saw them stay).
         self.kept_answer = []
         self.conversation_opened.emit(self.conversation)
+        self._update_buttons()  # Regenerate, Edit last and Copy answer had nothing left to act on (seen under Xvfb)
 
     def copy_answer(self) -> None:
         """Copy the last answer's text."""
