@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,8 @@ def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> 
     assert entries["built"].sha256 == built.sha256
     assert entries["built"].name == "Fake demo built"  # the demo's title, not the file's general.name
     assert entries["pending"].status is EntryStatus.NOT_ASSEMBLED
+    assert entries["pending"].to_dict()["added"] is None  # not "added at 1970" in `models list --json`
+    assert time.time() - 60 < (entries["built"].added or 0) <= time.time()
     stored = json.loads(Library().index_path.read_text(encoding="utf-8"))["models"]
     assert [m["id"] for m in stored] == ["built"]  # placeholders are never written to the index
     assert Library(include_demo=False).entries()[0].id == "built"

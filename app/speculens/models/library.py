@@ -130,7 +130,7 @@ class LibraryEntry:
         size: bytes when registered (all parts).
         source: where it came from.
         sha256: the file's SHA-256 when known (hub and demo files always; imports on request).
-        added: when it was registered (Unix time).
+        added: when it was registered (Unix time); ``None`` for a demo model not built yet.
         architecture: ``general.architecture``.
         family: pairing family (see :func:`speculens.models.gguf_info.model_family`).
         parameter_count: parameters, if known.
@@ -148,7 +148,7 @@ class LibraryEntry:
     size: int
     source: ModelSource
     sha256: str | None = None
-    added: float = 0.0
+    added: float | None = None
     architecture: str | None = None
     family: str | None = None
     parameter_count: int | None = None
@@ -199,7 +199,7 @@ class LibraryEntry:
             size=int(data.get("size") or 0),
             source=ModelSource.from_dict(dict(data.get("source") or {})),
             sha256=data.get("sha256"),
-            added=float(data.get("added") or 0.0),
+            added=float(data["added"]) if data.get("added") else None,
             architecture=data.get("architecture"),
             family=data.get("family"),
             parameter_count=data.get("parameter_count"),
