@@ -42,6 +42,8 @@ def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: P
     assert "strategy " in spec.stderr and "stopped: cut off at the Max tokens limit (max_tokens)" in spec.stderr
     lines = [json.loads(line) for line in events.read_text().splitlines()]
     assert lines[0]["type"] == "start" and lines[-1]["type"] == "finish"
+    # Which models answered, as the app's JSON export says (a tour's finding: the CLI's file did not).
+    assert (lines[0]["target"], lines[0]["draft"]) == (tiny.target.name, tiny.perturbed.name)
     steps = [line for line in lines if line["type"] == "step"]
     assert sum(len(s["emitted"]) for s in steps) == 24
     assert lines[-1]["stats"]["n_drafted"] == sum(len(s["drafted"]) for s in steps)

@@ -221,10 +221,11 @@ def summary(
 
 
 def consume(
-    events: object, out: IO[str], color: bool, log: IO[str] | None
+    events: object, out: IO[str], color: bool, log: IO[str] | None, models: ModelConfig | None = None
 ) -> tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]]]:
     """Print a generation's text as it streams; return its finish (and start) event, its steps by thread count,
-    and the tokens each source drafted and had accepted."""
+    and the tokens each source drafted and had accepted. The log's start event names ``models``' files, as the
+    app's JSON export does (the draft only where the answer's sources had it)."""
     start: StartEvent | None = None
     finish: FinishEvent | None = None
     threads = ThreadTally()
@@ -232,7 +233,11 @@ def consume(
     for event in events:  # type: ignore[attr-defined]
         assert isinstance(event, StartEvent | StepEvent | FinishEvent)
         if log is not None:
-            log.write(json.dumps(event_to_dict(event)) + "\n")
+            record = event_to_dict(event)
+            if isinstance(event, StartEvent) and models is not None:
+                draft = models.draft if "draft" in event.strategy.split("+") else None
+                record.update(target=models.target.name, draft=draft.name if draft else None)
+            log.write(json.dumps(record) + "\n")
         if isinstance(event, StartEvent):
             start = event
         elif isinstance(event, StepEvent):
@@ -302,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
                     events = engine.chat([{"role": "user", "content": prompt}], config, cancel)
                 else:
                     events = engine.generate(prompt, config, cancel)
-                finish, start, threads, sources = consume(events, sys.stdout, args.color, log)
+                finish, start, threads, sources = consume(events, sys.stdout, args.color, log, models)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
                 print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
@@ -322,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     if answered and not interactive:
                         sys.stdout.write("\n")  # piped: a blank line between one answer and the next
-                    finish, start, threads, sources = consume(events, sys.stdout, args.color, log)
+                    finish, start, threads, sources = consume(events, sys.stdout, args.color, log, models)
                     answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
