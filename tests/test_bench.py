@@ -33,7 +33,7 @@ from speculens.engine.bench import (
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.ngram_map import build_map
 from speculens.engine.session import SpeculativeEngine
-from speculens.ui.bench_chart import chart_data
+from speculens.ui.bench_chart import chart_caption, chart_data
 
 
 def result(tps: float, tokens: tuple[int, ...] = (1, 2, 3), **kw: object) -> RunResult:
@@ -384,6 +384,9 @@ def test_bench_cli_writes_json_and_a_png_and_prints_a_table(tiny: TinyModels, tm
     ]
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    caption = chart_caption(doc)  # under the chart's title
+    assert f"target {tiny.target.name}, draft {tiny.perturbed.name}" in caption
+    assert f"{doc['config']['threads']} threads · 12 tokens · greedy · 1 run" in caption
 
 
 def test_bench_cli_runs_the_ngram_map_it_is_given(tiny: TinyModels, tmp_path: Path) -> None:

@@ -36,6 +36,27 @@ def chart_data(doc: dict[str, Any]) -> tuple[list[str], list[str], list[list[flo
     return prompts, labels, values
 
 
+def chart_caption(doc: dict[str, Any]) -> str:
+    """What the chart measured, in one line under its title: the models, threads, tokens, sampling and runs (a
+    tour's finding: a PNG passed around said none of it)."""
+    config = doc.get("config") or {}
+    parts: list[str] = []
+    if config.get("target"):
+        draft = f", draft {Path(config['draft']).name}" if config.get("draft") else ""
+        parts.append(f"target {Path(config['target']).name}{draft}")
+    if config.get("threads"):
+        parts.append(f"{config['threads']} threads")
+    if config.get("max_tokens"):
+        parts.append(f"{config['max_tokens']} tokens")
+    temperature = config.get("temperature")
+    if temperature is not None:
+        parts.append("greedy" if temperature == 0 else f"temperature {temperature:g}")
+    repeat = config.get("repeat")
+    if repeat:
+        parts.append("1 run" if repeat == 1 else f"median of {repeat} runs")
+    return " · ".join(parts)
+
+
 def render_chart(doc: dict[str, Any], path: Path, width: int = 1400, height: int = 640) -> str | None:
     """Draw the speedup chart and save it as a PNG.
 
@@ -69,7 +90,7 @@ def render_chart(doc: dict[str, Any], path: Path, width: int = 1400, height: int
         font = QFont()
         font.setPixelSize(13)
         painter.setFont(font)
-        left, right, top, bottom = 70, 20, 50, 110
+        left, right, top, bottom = 70, 20, 64, 110
         plot = QRectF(left, top, width - left - right, height - top - bottom)
         finite = [v for row in values for v in row if v is not None]
         y_max = max(1.5, max(finite, default=1.0) * 1.1)
@@ -78,6 +99,8 @@ def render_chart(doc: dict[str, Any], path: Path, width: int = 1400, height: int
             return plot.bottom() - plot.height() * v / y_max
 
         painter.drawText(QRectF(0, 8, width, 30), Qt.AlignmentFlag.AlignHCenter, "Speedup over plain decoding")
+        painter.setPen(QPen(QColor("#666666"), 1))
+        painter.drawText(QRectF(0, 28, width, 24), Qt.AlignmentFlag.AlignHCenter, chart_caption(doc))
         painter.setPen(QPen(QColor("#DDDDDD"), 1))
         step = 0.25 if y_max <= 2.5 else 0.5 if y_max <= 5 else 1.0
         tick = 0.0
