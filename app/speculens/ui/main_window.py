@@ -476,6 +476,12 @@ class MainWindow(QMainWindow):
                 + ") when one is likely right, the draft model when it pays on this machine, and decodes plainly "
                 "otherwise."
             )
+        if models.loaded and not models.loading:
+            loaded = models.loaded.info
+            kernels = f", bit-exact in calls of {max(loaded.invariant_sizes)}" if loaded.exact else ""
+            if loaded.flash_attn and not loaded.exact:
+                kernels += f", flash attention {loaded.flash_attn}"
+            tip += f"\nLoaded in {models.loaded.seconds:.1f} s: {loaded.description}{kernels}."
         if not models.loaded and not models.loading:
             tip += "\nNot loaded yet: the models load with your first message (or Load, Ctrl+L)."
         elif models.loaded and self.store.reload_needed():
