@@ -176,3 +176,18 @@ def test_flash_attention_is_a_loading_setting_with_a_known_value(tmp_path: Path)
     loaded = load_settings(path)
     assert model_config(loaded).flash_attn is FlashAttention.OFF
     assert Settings(target_path="/t.gguf").needs_reload(loaded) == {"flash_attn"}
+
+
+def test_model_paths_are_kept_as_the_library_keeps_them(tmp_path: Path) -> None:
+    """A path typed into settings.json with ``..`` or through a link names the same library entry: the Models
+    window compares the settings' paths with the library's, which are resolved."""
+    (tmp_path / "models").mkdir()
+    model = tmp_path / "models" / "t.gguf"
+    model.write_bytes(b"GGUF")
+    (tmp_path / "link").symlink_to(tmp_path / "models")
+    path = tmp_path / "settings.json"
+    typed = {"target_path": str(tmp_path / "link" / "t.gguf"), "draft_path": f"{tmp_path}/models/../models/t.gguf"}
+    path.write_text(json.dumps(typed), encoding="utf-8")
+    settings = load_settings(path)
+    assert settings.target_path == settings.draft_path == str(model.resolve())
+    assert Settings().validated().target_path == ""  # none chosen stays none

@@ -198,6 +198,10 @@ class Settings:
                 setattr(out, name, getattr(default, name))
         if not 0 <= out.n_draft_min <= out.n_draft:
             out.n_draft_min = min(default.n_draft_min, out.n_draft)
+        # Model paths as the library keeps them (absolute, links resolved), so that a path typed into
+        # settings.json, or reached through a link, still names its library entry wherever paths are compared.
+        out.target_path = str(Path(out.target_path).expanduser().resolve()) if out.target_path else ""
+        out.draft_path = str(Path(out.draft_path).expanduser().resolve()) if out.draft_path else ""
         return out
 
     @property
