@@ -298,9 +298,15 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     send(qtbot, window, "What is speculative decoding and why does it help?")
     window.new_chat()
     send(qtbot, window, "second chat")
+    send(qtbot, window, "and a follow-up question")
     listing = window.conversation_list
     listing.refresh()
     assert listing.list.count() == 2
+    # Told apart by more than the time: how many questions, and the last one in the tooltip.
+    newest = listing.list.item(0)
+    assert newest.text().startswith("second chat\n") and newest.text().endswith(" · 2 questions")
+    assert "Last question: and a follow-up question" in newest.toolTip()
+    assert listing.list.item(1).text().endswith(" · 1 question")
     assert window.docks["Conversations"].width() >= 200
     assert listing.width() >= 200
     listing.list.setCurrentRow(1)

@@ -940,9 +940,15 @@ class ConversationList(QWidget):
         self.list.clear()
         for conversation in self.store.conversations():
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.updated))
-            item = QListWidgetItem(f"{conversation.title}\n{when}")
+            # Conversations begun alike (a tour's two "Rewrite this function…") differ in their length and their
+            # last question: the item says how many questions, and its tooltip the last one.
+            asked = [m["content"] for m in conversation.messages if m.get("role") == "user"]
+            count = f" · {len(asked)} question{'s' if len(asked) != 1 else ''}" if asked else ""
+            item = QListWidgetItem(f"{conversation.title}\n{when}{count}")
             item.setData(Qt.ItemDataRole.UserRole, conversation.id)
-            item.setToolTip(f"{conversation.title}\n{conversation.pair}".strip())
+            last = " ".join(asked[-1].split()) if len(asked) > 1 else ""
+            last = f"Last question: {last[:100]}{'…' if len(last) > 100 else ''}" if last else ""
+            item.setToolTip("\n".join(filter(None, (conversation.title, last, conversation.pair))))
             self.list.addItem(item)
             if conversation.id == wanted:
                 self.list.setCurrentItem(item)
