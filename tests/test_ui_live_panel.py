@@ -398,7 +398,7 @@ def test_twenty_thousand_tokens_append_incrementally(qtbot) -> None:
     assert view.counts[TokenKind.ACCEPTED] == 2 * n_steps
     assert view.counts[TokenKind.CORRECTION] == n_steps
     assert len(view.infos) == 4 * n_steps  # 15,000 answer tokens + 5,000 rejected drafts
-    assert view.document().characterCount() - 1 == 10 * n_steps
+    assert view.document().characterCount() - 1 == 10 * n_steps + n_steps // 8  # a corrected line break: ⏎ too
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "token_view_timing.json").write_text(
         json.dumps({"tokens": 4 * n_steps, "batches": n_steps // batch, "total_s": total, "worst_batch_s": worst}),
@@ -469,6 +469,29 @@ def test_a_step_near_the_answers_end_does_not_shrink_the_teach_curve(qtbot) -> N
     feed(teach, [last], queued=True)  # type: ignore[arg-type]  # a new answer starts afresh
     teach.on_records([Record(2, Lane.CHAT, RecordKind.PAUSED, event=last)])
     assert teach.curve_plot.getViewBox().viewRange()[0][1] < 3 and "at most" not in teach.curve_label.text()
+
+
+def test_a_step_with_nothing_to_weigh_keeps_the_last_curve_and_the_caption_stays_short(qtbot) -> None:
+    """From the tour of 2026-12-06: the curve was drawn at step 1, gone at step 2 (no draft on offer) and back at
+    step 7; and the caption, five lines long, left the explanation three lines of a short dock."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    weighed, bare = declined_step(1, (1.0, 0.85, 0.7)), declined_step(2, ())
+    feed(teach, [weighed], queued=True)  # type: ignore[arg-type]
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=weighed)])
+    assert teach.curve_label.text().startswith("The draft model at step 1. Marked:")
+    assert "acceptance it has learnt" in teach.curve_label.toolTip()  # how it is computed: on hovering
+    assert "acceptance it has learnt" not in teach.curve_label.text()
+    feed(teach, [bare])  # type: ignore[arg-type]
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=bare)])
+    assert list(teach.curve.getData()[1]) == [1.0, 0.85, 0.7]  # still drawn
+    assert "at step 1 (the last step with a draft to weigh)" in teach.curve_label.text()
+    assert "Step 2" in teach.explanation.toPlainText()  # the explanation is the step's own
+    feed(teach, [bare], queued=True)  # type: ignore[arg-type]  # a new answer: nothing of the last one
+    teach.on_records([Record(2, Lane.CHAT, RecordKind.PAUSED, event=bare)])
+    assert teach.curve.getData()[1] is None or len(teach.curve.getData()[1]) == 0
 
 
 def test_a_plain_step_says_which_kind_of_plain_step_it_is() -> None:
@@ -670,6 +693,19 @@ def test_a_rejected_drafts_line_breaks_are_shown_not_made(panel: LivePanel) -> N
     assert [i.kind for i in panel.view.infos] == [K.ACCEPTED, K.REJECTED, K.CORRECTION]
     assert panel.view.token_at(len("A\nB⏎    x")).text == "C"  # positions still land on their tokens
     assert ">B⏎    x</span>" in panel.view.html_fragment()  # the export too (a tour's code shifted there)
+
+
+def test_a_rejected_token_with_no_text_and_a_corrected_line_break_can_be_seen(panel: LivePanel) -> None:
+    """From the tour of 2026-12-06: the legend counted a rejected draft and a correction, and the text showed no red
+    and no orange: the draft had no text, and the correction was a line break at a line's end."""
+    empty = DraftToken(151645, b"", 0.9, 0.0, False)  # an end-of-answer token, say
+    step = StepEvent(1, 2, (d("A", True), empty), (e("A", A), EmittedToken(10, b"\n", C)), "A\n",
+                     1.0, 2.0, 0.1, stats(1, 2, 2, 1))  # fmt: skip
+    feed(panel, [step])
+    assert panel.view.toPlainText() == "A∅⏎\n"
+    assert [i.kind for i in panel.view.infos] == [K.ACCEPTED, K.REJECTED, K.CORRECTION]
+    assert panel.view.token_at(1).kind is K.REJECTED and panel.view.token_at(2).kind is K.CORRECTION
+    assert ">∅</span>" in panel.view.html_fragment() and ">⏎\n</span>" in panel.view.html_fragment()
 
 
 def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:

@@ -207,6 +207,7 @@ class TeachPanel(QWidget):
         self._last_drafted: StepEvent | None = None  # this answer's last step that verified a draft
         self._last_token: StepEvent | None = None  # this answer's last step that generated a token
         self._final: StepEvent | None = None  # this answer's last step
+        self._curve_step: StepEvent | None = None  # this answer's last step with a curve of its own
         self._strategy: str | None = None  # the running generation's sources, from its start event
         self.step_mode = QCheckBox("Step mode: pause after each step", self)
         self.step_mode.setAccessibleName("Step mode")
@@ -285,7 +286,7 @@ class TeachPanel(QWidget):
 
     def clear(self) -> None:
         """Forget the last answer's step (another conversation is shown)."""
-        self.last_step = self._last_drafted = self._last_token = self._final = None
+        self.last_step = self._last_drafted = self._last_token = self._final = self._curve_step = None
         self._k_seen = 0
         self.explanation.setHtml(self._intro)
         self.update_curve()
@@ -306,7 +307,7 @@ class TeachPanel(QWidget):
         for record in records:
             event = record.event
             if record.kind is RecordKind.QUEUED:
-                self.last_step = self._last_drafted = self._last_token = self._final = None
+                self.last_step = self._last_drafted = self._last_token = self._final = self._curve_step = None
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy = event.strategy
@@ -385,21 +386,35 @@ class TeachPanel(QWidget):
             self.next_button.setEnabled(False)
 
     def update_curve(self) -> None:
-        """Redraw the curve: the controller's estimate of the last step, else this answer's measurements."""
+        """Redraw the curve: the controller's estimate of the last step (or of this answer's last step that had
+        one), else this answer's measurements. The caption is short, for a short dock; how the curve is
+        computed is in its tooltip."""
         self._curve_stale = False
         step = self.last_step
         if step is not None and len(step.expected_speedup) > 1:
+            self._curve_step = step
+        elif step is not None and self._curve_step is not None and self._curve_step.step < step.step:
+            # A step with nothing to weigh (no draft on offer) keeps the last curve, said to be that step's: a
+            # tour saw the curve drawn at step 1, gone at step 2 and back at step 7.
+            step = self._curve_step
+        if step is not None and len(step.expected_speedup) > 1:
             speedup = np.asarray(step.expected_speedup, dtype=float)
             source = SOURCE_NAMES.get(step.considered or "", "the drafter")
+            shown = self.last_step is not None and step.step == self.last_step.step
+            lead = f"{upper_first(source)} at step {step.step}"
+            if not shown:
+                lead += " (the last step with a draft to weigh)"
             how = (
-                f"the adaptive controller's estimate for {source} at step {step.step}, from the verification "
-                "and drafting costs it measured on this machine and the acceptance it has learnt"
+                f"Expected speedup by draft length: the adaptive controller's estimate for {source} at step "
+                f"{step.step}, from the verification and drafting costs it measured on this machine and the "
+                "acceptance it has learnt."
             )
             mark = step.n_draft_max
             if len(speedup) - 1 < self._k_seen:
+                lead += f", at most k = {len(speedup) - 1} here"
                 how += (
-                    f" (this step could verify at most k = {len(speedup) - 1}: the length of the draft on offer, "
-                    "or the tokens left before the answer's end)"
+                    f" This step could verify at most k = {len(speedup) - 1}: the length of the draft on offer, "
+                    "or the tokens left before the answer's end."
                 )
             self._k_seen = max(self._k_seen, len(speedup) - 1)
         else:
@@ -407,6 +422,8 @@ class TeachPanel(QWidget):
             if curve is None:
                 self.curve.setData([], [])
                 self.marker.setData([], [])
+                self.curve_label.setToolTip("")
+                self.curve_plot.setToolTip("")
                 self.curve_label.setText(
                     "The curve appears once this answer has timed a plain step and a speculative one: it is "
                     "computed from the costs measured here, never from acceptance alone."
@@ -414,9 +431,10 @@ class TeachPanel(QWidget):
                 return
             speedup = curve
             alpha = self.series.alpha or 0.0
+            lead = f"This answer's measurements (α = {alpha:.2f})"
             how = (
-                f"Leviathan et al.'s formula with this answer's measurements: acceptance α = {alpha:.2f}, the "
-                "draft time per token and the verification time of each batch size"
+                f"Expected speedup by draft length: Leviathan et al.'s formula with this answer's measurements: "
+                f"acceptance α = {alpha:.2f}, the draft time per token and the verification time of each batch size."
             )
             mark = self.n_draft
         k = np.arange(len(speedup), dtype=float)
@@ -432,9 +450,9 @@ class TeachPanel(QWidget):
         self.marker.setData([mark], [speedup[mark]])
         best = int(np.argmax(speedup))
         verdict = f"best: k = {best}, ×{speedup[best]:.2f}" if best > 0 else "plain decoding (k = 0) is fastest here"
-        self.curve_label.setText(
-            f"Expected speedup by draft length: {how}. Marked: k = {mark}, ×{speedup[mark]:.2f}; {verdict}."
-        )
+        self.curve_label.setText(f"{lead}. Marked: k = {mark}, ×{speedup[mark]:.2f}; {verdict}.")
+        self.curve_label.setToolTip(how)
+        self.curve_plot.setToolTip(how)
 
     def _on_step_mode_toggled(self, on: bool) -> None:
         if not on:

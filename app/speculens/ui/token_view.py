@@ -214,10 +214,21 @@ def _decode(piece: bytes) -> str:
     return piece.decode("utf-8", errors="replace")
 
 
+# Shown for a rejected draft token with no text (an end-of-answer token, say): counted in the legend, it must be
+# seen in the text too.
+NO_TEXT = "∅"
+
+
 def shown_text(info: TokenInfo) -> str:
     """A token's text as the view shows it: a rejected draft's line breaks are shown, not made, so the answer's own
-    lines (and a code block's indentation) stay as it wrote them, in the panel and in the export alike."""
-    return info.text.replace("\n", "⏎") if info.kind is TokenKind.REJECTED else info.text
+    lines (and a code block's indentation) stay as it wrote them, in the panel and in the export alike. A
+    correction's or bonus token's line break is marked before it is made: its colour, on a line's end, showed
+    nothing (a tour read "target correction 1" in the legend and found no orange in the text)."""
+    if info.kind is TokenKind.REJECTED:
+        return info.text.replace("\n", "⏎") or NO_TEXT
+    if info.kind in (TokenKind.CORRECTION, TokenKind.BONUS):
+        return info.text.replace("\n", "⏎\n")
+    return info.text
 
 
 class TokenView(QPlainTextEdit):
@@ -298,9 +309,7 @@ class TokenView(QPlainTextEdit):
                 # shows once, whole, on the second.
                 text = self._decoder.decode(next(emitted).piece)
                 info = dataclasses.replace(info, text=text)
-                self._insert(cursor, info, info.text)
-            else:
-                self._insert(cursor, info, shown_text(info))
+            self._insert(cursor, info, shown_text(info))
 
     def _insert(self, cursor: QTextCursor, info: TokenInfo, text: str) -> None:
         index = len(self._infos)
