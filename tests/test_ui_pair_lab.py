@@ -364,3 +364,34 @@ def test_the_lab_follows_the_main_windows_target_and_keeps_its_own_choice_otherw
     lab.close()
     window.open_pair_lab()
     assert lab.target_path == tiny.identical
+
+
+def test_a_tie_is_said_and_applying_a_draft_free_winner_says_the_draft_goes(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    """From the tour of 2026-12-06: "Recommended: Automatic" at ×3.57 beside prompt lookup's ×3.56, with nothing to
+    say they were level; and Apply took the pair's draft model away, which the run had not measured, unsaid."""
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row
+
+    def row(key: str, label: str, speedup: float) -> Row:
+        return Row(key, label, 10.0 * speedup, speedup, 0.9, 2.0, 4.0, True, 3, "2026-01-01")
+
+    candidates = {
+        "none": PLAIN,
+        "auto": Candidate("auto", "Automatic (lookup + n-gram cache)", Strategy.AUTO),
+        "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP),
+    }
+    rows = {
+        "code-rewrite": {
+            "none": row("none", "Plain decoding", 1.0),
+            "auto": row("auto", "Automatic (lookup + n-gram cache)", 3.57),
+            "lookup": row("lookup", "Prompt lookup", 3.56),
+        }
+    }
+    lab.store.update(draft_path=str(tiny.perturbed))
+    lab.show_result(LabResult(str(tiny.target), rows=rows, candidates=candidates))
+    said = lab.recommendation.text()
+    assert "Recommended: Automatic (lookup + n-gram cache)" in said
+    assert "As fast within this machine's noise: Prompt lookup (×3.56)" in said
+    lab.apply_button.click()
+    assert lab.store.settings.strategy == "auto" and lab.store.settings.draft_path == ""
+    assert f"The draft model {tiny.perturbed.stem} is no longer used (this run did not measure it" in lab.status.text()

@@ -420,6 +420,22 @@ class LabResult:
     def overall_best(self) -> Row | None:
         """The candidate to apply for every kind measured: the best geometric-mean speedup over the kinds (each
         kind counts once), chosen as :meth:`_pick` chooses."""
+        kinds, scores, rows = self._overall()
+        chosen = self._pick(scores, rows)
+        return self.rows[kinds[0]][chosen] if chosen is not None else None
+
+    def overall_ties(self) -> list[Row]:
+        """The other candidates as fast as :meth:`overall_best`'s within the noise margin: the recommendation
+        took the simplest of them (a tour read "Recommended: Automatic" at ×3.57 beside prompt lookup's ×3.56,
+        with nothing to say that they were level)."""
+        kinds, scores, rows = self._overall()
+        chosen = self._pick(scores, rows)
+        if chosen is None or chosen == PLAIN.key:
+            return []
+        return [self.rows[kinds[0]][k] for k in self._close(scores, rows) if k != chosen]
+
+    def _overall(self) -> tuple[list[str], dict[str, float], list[Row]]:
+        """The kinds measured, each candidate's geometric-mean speedup over them, and all their rows."""
         kinds = [k for k in self.rows if self.rows[k]]
         keys = set.intersection(*(set(self.rows[k]) for k in kinds)) if kinds else set()
         scores = {}
@@ -427,8 +443,16 @@ class LabResult:
             rows = [self.rows[k][key] for k in kinds]
             if all((r.speedup or 0.0) > 0 and r.noisy is None for r in rows) and any(_drafted(r) for r in rows):
                 scores[key] = math.exp(statistics.fmean(math.log(r.speedup or 0.0) for r in rows))
-        chosen = self._pick(scores, [r for k in kinds for r in self.rows[k].values()])
-        return self.rows[kinds[0]][chosen] if chosen is not None else None
+        return kinds, scores, [r for k in kinds for r in self.rows[k].values()]
+
+    def _close(self, scores: dict[str, float], rows: Iterable[Row]) -> list[str]:
+        """The candidates other than plain decoding within the noise margin of the best score."""
+        single = any(r.runs < 2 for r in rows if r.key in scores)
+        margin = NOISY_SPREAD if single else RECOMMEND_MARGIN
+        top = max(scores.values())
+        return sorted(
+            (k for k, v in scores.items() if v >= top / (1.0 + margin) and k != PLAIN.key), key=lambda k: -scores[k]
+        )
 
     def _pick(self, scores: dict[str, float], rows: Iterable[Row]) -> str | None:
         """Plain decoding unless a candidate beats it by :data:`RECOMMEND_MARGIN` (by :data:`NOISY_SPREAD` when a
@@ -442,11 +466,9 @@ class LabResult:
             return None
         single = any(r.runs < 2 for r in rows if r.key in scores)
         margin = NOISY_SPREAD if single else RECOMMEND_MARGIN
-        top = max(scores.values())
-        if top < 1.0 + margin and PLAIN.key in scores:
+        if max(scores.values()) < 1.0 + margin and PLAIN.key in scores:
             return PLAIN.key
-        close = [k for k, v in scores.items() if v >= top / (1.0 + margin) and k != PLAIN.key]
-        return min(close, key=lambda k: (self._weight(k), -scores[k]))
+        return min(self._close(scores, rows), key=lambda k: (self._weight(k), -scores[k]))
 
     def _weight(self, key: str) -> int:
         cand = self.candidates.get(key)

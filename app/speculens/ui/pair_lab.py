@@ -641,6 +641,13 @@ class PairLabWindow(QMainWindow):
                 head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (Apply sets it; each kind's own best is below)"
+            ties = result.overall_ties()
+            if ties:
+                level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)
+                head += (
+                    f"</b><br>As fast within this machine's noise: {html.escape(level)}. "
+                    "The simplest to run is recommended.<b>"
+                )
             lines.insert(0, f"<b>{head}</b>")
         differ = sorted({r.label for rows in result.rows.values() for r in rows.values() if r.identical is False})
         if differ:  # said where it is read, not only in the cells' tooltips
@@ -785,12 +792,20 @@ class PairLabWindow(QMainWindow):
         target = self.target_path
         if target is not None:
             changes["target_path"] = str(target)
+        dropped = self.store.settings.draft_path if changes.get("draft_path") == "" else ""
         self.store.update(**changes)
         reload = ""
+        if dropped:
+            # Said, not done silently: a tour had measured no draft model, applied a draft-free winner, and found
+            # its pair's draft gone.
+            measured = any(c.draft is not None for c in self.result.candidates.values())
+            why = "it did not win here" if measured else "this run did not measure it: tick it and Run to weigh it"
+            reload = f" The draft model {Path(dropped).stem} is no longer used ({why})."
         if self.store.reload_needed() and not self.store.reload_frees_draft_only():
-            reload = " Load the models again (Ctrl+L) to use the new draft."
+            reload += " Load the models again (Ctrl+L) to use the new draft."
         elif self.store.reload_needed():
-            reload = " The draft model stays loaded but idle: Reload (Ctrl+L) frees its memory."
+            which = "It" if dropped else "The draft model"
+            reload += f" {which} stays loaded but idle: Reload (Ctrl+L) frees its memory."
         self.status.setText(f"Applied: {best.label}.{reload}")
 
     # ---- exports ------------------------------------------------------------------------------------------
