@@ -395,3 +395,13 @@ def test_a_tie_is_said_and_applying_a_draft_free_winner_says_the_draft_goes(qtbo
     lab.apply_button.click()
     assert lab.store.settings.strategy == "auto" and lab.store.settings.draft_path == ""
     assert f"The draft model {tiny.perturbed.stem} is no longer used (this run did not measure it" in lab.status.text()
+
+
+def test_a_run_without_draft_models_does_not_say_it_loads_drafts(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    for row, cand in enumerate(lab.candidates):
+        item = lab.candidate_table.item(row, 0)
+        if item is not None and cand.draft is not None:
+            item.setCheckState(Qt.CheckState.Unchecked)
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
+        lab.run_button.click()
+        assert lab.status.text() == "Loading the target…"  # a tour read "… and the drafts…" with none ticked

@@ -514,7 +514,8 @@ class PairLabWindow(QMainWindow):
         self._start(lab, estimate_only=False)
         self.progress.setRange(0, 0)  # busy until the first run reports
         self.progress.show()
-        self.status.setText("Loading the target and the drafts…")
+        drafts = any(c.draft is not None for c in lab.candidates)
+        self.status.setText("Loading the target and the drafts…" if drafts else "Loading the target…")
 
     def _start(self, lab: PairLab, estimate_only: bool) -> None:
         self._request = self.worker.submit(LabRequest(lab, estimate_only))
