@@ -405,3 +405,15 @@ def test_a_run_without_draft_models_does_not_say_it_loads_drafts(qtbot, lab) -> 
     with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
         lab.run_button.click()
         assert lab.status.text() == "Loading the target…"  # a tour read "… and the drafts…" with none ticked
+
+
+def test_an_estimate_timed_beside_another_program_says_so(qtbot, lab, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """From the tour of 2026-12-06: an estimate timed while another model ran read "pays from 31%" against 57%."""
+    import speculens.lab
+
+    monkeypatch.setattr(speculens.lab, "_others_busy", lambda window_s=0.5: 0.9)
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    said = lab.status.text()
+    assert said.startswith("Estimated.") and "Other programs used 90% of the CPUs" in said
+    assert said.endswith("Estimate again when the machine is quiet.")

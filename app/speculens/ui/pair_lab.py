@@ -583,6 +583,10 @@ class PairLabWindow(QMainWindow):
             self.status.setText(
                 "Estimated." + (f" Unticked, since they cannot win here: {', '.join(hopeless)}." if hopeless else "")
             )
+            if result.noisy:
+                self.status.setText(
+                    f"{self.status.text()} ⚠ {_sentence(result.noisy)} Estimate again when the machine is quiet."
+                )
             return
         if target is not None and result.rows:
             try:
