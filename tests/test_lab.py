@@ -436,3 +436,15 @@ def test_applying_a_recommendation_sets_what_the_lab_ran() -> None:
         "strategy": "draft", "n_draft": 6, "adaptive": False, "draft_path": None, "n_gpu_layers_draft": 0,
     }  # fmt: skip
     assert "draft_path" not in applied("lookup")  # a draft-free strategy leaves the pair's draft alone
+
+
+def test_kinds_of_text_are_known_by_their_ids_and_by_the_names_the_app_shows() -> None:
+    """From the tour of 2026-12-06: `lab --kinds summary` (the app's "Summary") was refused."""
+    from speculens.errors import InvalidInputError
+    from speculens.words import duration
+
+    by_id = [p.id for p in lab_prompts(["summarisation", "code-rewrite"])]
+    assert by_id and [p.id for p in lab_prompts(["summary", "Code rewrite"])] == by_id
+    with pytest.raises(InvalidInputError, match="unknown kinds of text: nope"):
+        lab_prompts(["nope"])
+    assert (duration(20), duration(89), duration(300)) == ("20 s", "89 s", "5 min")  # never "about 0 min left"

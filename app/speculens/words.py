@@ -13,3 +13,10 @@ def upper_first(text: str) -> str:
 def and_list(items: Sequence[str]) -> str:
     """Items as a sentence lists them: "a", "a and b", "a, b and c"."""
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def duration(seconds: float) -> str:
+    """A rough time span: "40 s" under a minute and a half, else whole minutes ("about 0 min left" read as done)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"

@@ -18,6 +18,7 @@ from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_CTX
 from speculens.errors import SpeculensError
 from speculens.lab import KINDS, LabProgress, LabResult, LabSettings, PairLab, lab_prompts, list_candidates, save
 from speculens.models.library import Library
+from speculens.words import duration
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--kinds",
         default="chat,code-generation,code-rewrite",
         help=f"kinds of text, comma-separated (default: chat,code-generation,code-rewrite; any of "
-        f"{', '.join(k for k in KINDS if k != 'custom')})",
+        f"{', '.join(k for k in KINDS if k != 'custom')}, or their names in the app, e.g. summary)",
     )
     p.add_argument("--text", type=Path, help="your own text as one more prompt (kind 'custom')")
     p.add_argument("--budget", type=float, default=300.0, help="time budget in seconds (default 300)")
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"skipped {key}: {why}", file=sys.stderr)
 
     def progress(p: LabProgress) -> None:
-        eta = f", about {p.eta_s / 60:.0f} min left" if p.eta_s else ""
+        eta = f", about {duration(p.eta_s)} left" if p.eta_s else ""  # as the app says it
         print(f"[{p.done + 1}/{p.total}] {p.what}{eta}", file=sys.stderr, flush=True)
 
     try:

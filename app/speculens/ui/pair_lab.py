@@ -71,7 +71,7 @@ from speculens.ui.screen import resize_within_screen
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
-from speculens.words import upper_first
+from speculens.words import duration, upper_first
 
 SUITE_KINDS = [k for k in KINDS if k != "custom"]
 DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
@@ -441,13 +441,13 @@ class PairLabWindow(QMainWindow):
         if result is not None and result.run_s is not None:  # the last run's own pace, loading included
             seconds = (result.setup_s or 0.0) + n * result.run_s
             text += (
-                f": about {_duration(seconds)} here at the last run's pace ({result.run_s:.1f} s a run, plus "
-                f"{_duration(result.setup_s or 0.0)} loading)"
+                f": about {duration(seconds)} here at the last run's pace ({result.run_s:.1f} s a run, plus "
+                f"{duration(result.setup_s or 0.0)} loading)"
             )
         elif profile is not None and profile.target_step_s > 0:  # before any run: the cost profile's speed
             seconds = n * tokens * profile.target_step_s
             speed = 1 / profile.target_step_s
-            text += f": about {_duration(seconds)} here at plain decoding's {speed:.0f} tokens/s, plus loading"
+            text += f": about {duration(seconds)} here at plain decoding's {speed:.0f} tokens/s, plus loading"
         else:
             text += " (Estimate says how long that takes here)"
         budget = self.budget.value()
@@ -552,7 +552,7 @@ class PairLabWindow(QMainWindow):
             return
         self.progress.setRange(0, max(p.total, 1))
         self.progress.setValue(p.done)
-        eta = f" — about {_duration(p.eta_s)} left" if p.eta_s else ""
+        eta = f" — about {duration(p.eta_s)} left" if p.eta_s else ""
         if p.eta_s and p.elapsed_s + p.eta_s > 1.1 * 60.0 * self.budget.value():
             # At least one round runs (a median needs every candidate on every prompt): say why it overruns.
             eta += (
@@ -879,8 +879,3 @@ def _of_few(drafted: int | None) -> str:
     """" of N" after an acceptance measured over few draft tokens (see FEW_DRAFTED), else nothing."""
     return f" of {drafted}" if drafted is not None and drafted < FEW_DRAFTED else ""
 
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min"
