@@ -192,3 +192,22 @@ def test_flash_attention_can_be_set_and_a_wrong_value_is_refused(tiny: TinyModel
     assert on.returncode == 0 and on.stdout.strip(), on.stderr
     wrong = cli("generate", "-m", tiny.target, "--flash-attn", "sometimes", "one two three")
     assert wrong.returncode == 2 and "--flash-attn" in wrong.stderr
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """From the tour of 2026-12-06: `bench --help` listed --n-draft-min and --seed with no word, and its table's
+    columns ("len k̄ draft verify ovh") were explained nowhere."""
+    from speculens.cli.__main__ import build_parser
+    from speculens.cli.bench_cmd import COLUMNS
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    silent = [
+        f"{name} {action.option_strings[-1]}"
+        for name, sub in commands.items()
+        for action in sub._actions
+        if action.option_strings and not action.help
+    ]
+    assert silent == []
+    for column in ("tok/s", "speedup", "passes", "accept", "len", "k̄", "draft", "verify", "ovh", "same"):
+        assert f"\n  {column} " in COLUMNS

@@ -47,13 +47,30 @@ def _sweep(text: str) -> list[int]:
     return lengths
 
 
+# What the table's columns mean (a tour asked what "len k̄ draft verify ovh" were).
+COLUMNS = """\
+columns of the table:
+  tok/s    decoding speed, the median of the runs (± its run-to-run spread)
+  speedup  over plain decoding's run in the same repetition (± its spread)
+  passes   target decode calls (± their spread: the controller's choices)
+  accept   drafted tokens the target accepted
+  len      tokens per target pass (accepted drafts plus the target's own)
+  k̄        mean draft length asked for per step
+  draft    share of the time spent drafting
+  verify   share of the time in the target's decode calls
+  ovh      share of the time outside llama.cpp's decode calls (Speculens' own)
+  same     output identical to plain decoding's"""
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``bench`` sub-command."""
     p = sub.add_parser(
         "bench",
         help="benchmark plain decoding against speculative settings",
-        description="Run plain decoding and each strategy/setting over a prompt suite (warm-up, repeated runs, "
+        description="Run plain decoding and each strategy/setting over a prompt suite (warm-up, repeated runs,\n"
         "same seed and token budget) and report speed, acceptance, time shares, speedup and output identity.",
+        epilog=COLUMNS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(p)
     p.add_argument(
@@ -76,7 +93,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--sweep", type=_sweep, default=[], help="fixed draft lengths to try: n_draft=1,2,4,8,16")
     p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
-    p.add_argument("--n-draft-min", type=int, default=0)
+    p.add_argument("--n-draft-min", type=int, default=0, help="drop drafts shorter than this (default 0)")
     p.add_argument(
         "-n",
         "--max-tokens",
@@ -86,10 +103,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "is measured whole)",
     )
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per setting and prompt (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per setting and prompt (default 1)")
-    p.add_argument("--prompts", type=_comma_list, default=None, help="run only these prompt ids")
+    p.add_argument(
+        "--prompts",
+        type=_comma_list,
+        default=None,
+        help=f"run only these prompt ids (the shipped suite's: {', '.join(q.id for q in load_suite())})",
+    )
     p.add_argument("--suite", type=Path, help="a prompt suite JSON file instead of the shipped one")
     p.add_argument(
         "--fresh-costs",

@@ -47,11 +47,14 @@ _GREEN, _RED_STRIKE, _BLUE, _RESET = "\033[32m", "\033[9;31m", "\033[34m", "\033
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Model and context options shared by commands that load models."""
-    p.add_argument("-m", "--target", required=True, help="target model: a .gguf path or a demo name (qwen-1.5b)")
+    p.add_argument(
+        "-m", "--target", required=True, help="target model: a .gguf path, a demo name (qwen-1.5b) or a library id"
+    )
     p.add_argument(
         "-d",
         "--draft",
-        help="draft model: a .gguf path or a demo name (qwen-0.5b); --strategy draft uses it, auto when it pays",
+        help="draft model: a .gguf path, a demo name (qwen-0.5b) or a library id; --strategy draft uses it, auto "
+        "when it pays",
     )
     p.add_argument("--ctx", type=int, default=DEFAULT_N_CTX, help=f"context size in tokens (default {DEFAULT_N_CTX})")
     p.add_argument(
