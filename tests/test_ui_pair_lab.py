@@ -405,6 +405,9 @@ def test_a_run_without_draft_models_does_not_say_it_loads_drafts(qtbot, lab) -> 
     with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
         lab.run_button.click()
         assert lab.status.text() == "Loading the target…"  # a tour read "… and the drafts…" with none ticked
+    # Nor does its theory chart, with no draft model measured, stretch past the window with a sentence of a title.
+    title = lab.sweep_plot.plotItem.titleLabel.text
+    assert title.startswith("Draft length") and len(title) < 40 and "Tick a draft model" in lab.sweep_plot.toolTip()
 
 
 def test_an_estimate_timed_beside_another_program_says_so(qtbot, lab, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -740,7 +740,12 @@ class PairLabWindow(QMainWindow):
         drafts = [k for k, c in result.candidates.items() if c.strategy is Strategy.DRAFT and c.n_draft is None]
         rows = [(kind, result.rows[kind][k]) for kind in kinds for k in drafts if k in result.rows[kind]]
         if not rows:
-            self.sweep_plot.setTitle("Draft length: measure a draft model on its own (a “Draft …” row) to see this")
+            # A short title: the whole sentence widened the chart past the window's edge (a tour's screenshot).
+            self.sweep_plot.setTitle("Draft length: no draft model measured")
+            self.sweep_plot.setToolTip(
+                "Tick a draft model on its own (a “Draft …” row) and Run: this chart compares the speedup theory "
+                "predicts for each draft length with the one measured."
+            )
             return
         kind, row = max(rows, key=lambda kr: kr[1].speedup or 0.0)
         est = result.estimates.get(row.key)
