@@ -494,6 +494,23 @@ def test_a_step_with_nothing_to_weigh_keeps_the_last_curve_and_the_caption_stays
     assert teach.curve.getData()[1] is None or len(teach.curve.getData()[1]) == 0
 
 
+def test_the_explanation_keeps_most_of_a_short_teach_dock(qtbot) -> None:
+    """From the tour of 2026-12-06: in a 1280×800 window the explanation showed four lines of each step, and its
+    splitter would not move (both sides at their minimum)."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    teach.resize(375, 385)  # the Teach dock of a 1280×800 window beside the Charts dock
+    teach.show()
+    step = declined_step(4, (1.0, 0.93, 0.81, 0.7, 0.62))
+    feed(teach, [step], queued=True)  # type: ignore[arg-type]
+    teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=step)])
+    lines = teach.explanation.fontMetrics().lineSpacing()
+    qtbot.waitUntil(lambda: teach.explanation.height() >= 10 * lines, timeout=3000)
+    assert teach.curve_plot.height() >= teach.curve_plot.minimumHeight()
+
+
 def test_a_plain_step_says_which_kind_of_plain_step_it_is() -> None:
     from speculens.ui.teach_panel import explain_step
 
@@ -967,7 +984,7 @@ def test_teach_text_can_grow_without_the_curve_vanishing(qtbot) -> None:
     assert lines >= 6
     teach.splitter.moveSplitter(10_000, 1)  # the handle dragged to the bottom
     qtbot.wait(20)
-    assert teach.curve_plot.height() >= 150 and teach.curve_plot.isVisible()
+    assert teach.curve_plot.height() >= teach.curve_plot.minimumHeight() >= 120 and teach.curve_plot.isVisible()
 
 
 def test_a_captioned_chart_has_its_caption_written_above_it(qtbot) -> None:

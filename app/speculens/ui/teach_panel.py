@@ -264,8 +264,9 @@ class TeachPanel(QWidget):
         lower_layout.setContentsMargins(0, 0, 0, 0)
         lower_layout.addWidget(self.curve_plot, 1)
         lower_layout.addWidget(self.curve_label)
-        # A long caption under a short dock squeezed the chart to a strip with overlapping labels.
-        self.curve_plot.setMinimumHeight(150)
+        # A long caption under a short dock squeezed the chart to a strip with overlapping labels; at 150 pixels
+        # (and a five-line caption) the explanation kept four lines of a 1280×800 window's dock.
+        self.curve_plot.setMinimumHeight(120)
         # A step's explanation runs to five or six short paragraphs: a tour saw three lines of it, and dragging the
         # splitter down to read the rest made the curve vanish (the splitter collapsed it).
         self.explanation.setMinimumHeight(6 * self.explanation.fontMetrics().lineSpacing())
