@@ -346,7 +346,7 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
     last = StepEvent(4, 2, (d("Al", True), DraftToken(7, b"", 0.9, 0.1, False)), (e("Al", A), e("Xc", C)), "AlXc",
                      0.1, 2.0, 0.1, stats(4, 6, 4, 2))  # fmt: skip
     text = explain_step(last)
-    assert "it is thrown away" in text and "the 0 after it" not in text and "a token with no text" in text
+    assert "it is thrown away" in text and "the 0 after it" not in text and "a special token with no text" in text
 
 
 def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:
@@ -722,6 +722,7 @@ def test_a_rejected_token_with_no_text_and_a_corrected_line_break_can_be_seen(pa
     assert panel.view.toPlainText() == "A∅⏎\n"
     assert [i.kind for i in panel.view.infos] == [K.ACCEPTED, K.REJECTED, K.CORRECTION]
     assert panel.view.token_at(1).kind is K.REJECTED and panel.view.token_at(2).kind is K.CORRECTION
+    assert "∅ (a special token with no text" in panel.view.token_at(1).tooltip()
     assert ">∅</span>" in panel.view.html_fragment() and ">⏎\n</span>" in panel.view.html_fragment()
 
 

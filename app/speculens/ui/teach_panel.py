@@ -44,7 +44,7 @@ MAX_GAMMA = 32
 def _quote(piece: bytes) -> str:
     text = piece.decode("utf-8", errors="replace").replace("\n", "⏎")
     if not text:  # a token with no text of its own ("«»" read as a glitch)
-        return "<code>«»</code> (a token with no text)"
+        return "<code>«»</code> (a special token with no text, such as the end of the answer)"
     return f"<code>«{html.escape(text)}»</code>"
 
 

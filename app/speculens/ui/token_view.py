@@ -134,6 +134,11 @@ def _draft_would_not_pay(rate: float, why: str = "") -> str:
     )
 
 
+# Shown for a rejected draft token with no text (an end-of-answer token, say): counted in the legend, it must be
+# seen in the text too.
+NO_TEXT = "∅"
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     """What the tooltip says about one token.
@@ -156,7 +161,13 @@ class TokenInfo:
 
     def tooltip(self) -> str:
         """A short, plain description for a tooltip."""
-        shown = self.text.replace("\n", "⏎").replace("\t", "⇥") or "(part of a character)"
+        shown = self.text.replace("\n", "⏎").replace("\t", "⇥") or (
+            # A drafted token's own piece: empty only for a special token (the emitted stream's are decoded
+            # together, where a piece can be the first bytes of a character shown with the next).
+            f"{NO_TEXT} (a special token with no text, such as the end of the answer)"
+            if self.kind is TokenKind.REJECTED
+            else "(part of a character)"
+        )
         lines = [f"<b>{html.escape(shown)}</b> — {KIND_STYLE[self.kind][0]}", f"step {self.step}"]
         if self.source is not None:
             lines.append(f"drafted by {SOURCE_NAMES.get(self.source, self.source)}")
@@ -212,11 +223,6 @@ def step_tokens(event: StepEvent) -> list[TokenInfo]:
 
 def _decode(piece: bytes) -> str:
     return piece.decode("utf-8", errors="replace")
-
-
-# Shown for a rejected draft token with no text (an end-of-answer token, say): counted in the legend, it must be
-# seen in the text too.
-NO_TEXT = "∅"
 
 
 def shown_text(info: TokenInfo) -> str:
