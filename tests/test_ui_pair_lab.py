@@ -103,11 +103,18 @@ def test_estimate_rows_grow_when_the_window_narrows_so_no_text_is_cut(qtbot, lab
 def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     progressed: list[object] = []
     lab.worker.lab_progressed.connect(progressed.append)
+    seen: list[int] = []  # rows in the table as the runs come (the window's own slot ran first)
+    lab.worker.lab_progressed.connect(lambda p: seen.append(lab.tabs.widget(0).rowCount() if lab.tabs.count() else 0))
     with qtbot.waitSignal(lab.worker.lab_finished, timeout=120_000):
         lab.run_button.click()
         assert not lab.run_button.isEnabled() and lab.cancel_button.isEnabled()
     assert lab.run_button.isEnabled() and not lab.cancel_button.isEnabled() and lab.progress.isHidden()
     assert progressed  # the progress bar moved
+    # The table filled in while the run went on (a tour's stayed empty to the end), the figures of the runs done.
+    partial = [p.partial for p in progressed if p.partial is not None]  # type: ignore[attr-defined]
+    assert partial and any(seen) and max(seen) <= lab.tabs.widget(0).rowCount()
+    runs = [sum(row.runs for rows in r.rows.values() for row in rows.values()) for r in [*partial, lab.result]]
+    assert runs == sorted(runs) and runs[0] < runs[-1]  # each a part of what the run measured in the end
     assert lab.tabs.count() == 1 and lab.tabs.tabText(0) == "Chat"
     table = lab.tabs.widget(0)
     assert table.rowCount() >= 5 and "Plain decoding" in [table.item(r, 0).text() for r in range(table.rowCount())]
@@ -131,9 +138,16 @@ def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, 
     assert "draft token" in theory and " step" in theory and len(theory) < 45
     saved = load_saved(tiny.target)
     assert saved is not None and "chat" in saved.rows
-    drafts = [r for r in saved.rows["chat"].values() if r.drafted]
+    # The curve's acceptance is the draft model's (where it drafted: a busy machine can leave it idle).
+    drafts = [
+        r
+        for k, r in saved.rows["chat"].items()
+        if saved.candidates[k].strategy.value == "draft" and r.acceptance is not None
+    ]
     if drafts and max(r.drafted for r in drafts) < 100:
         assert " of " in theory  # few tokens: how few
+    elif not drafts:
+        assert theory.startswith("theory: α 0%,")
     lab.apply_button.click()
     best = saved.overall_best()
     assert best is not None and best.label in lab.status.text()

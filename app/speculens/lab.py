@@ -735,6 +735,8 @@ class LabProgress:
         elapsed_s: time since the start.
         eta_s: estimated time left.
         what: the run under way, in words.
+        partial: the figures of the runs done so far (``None`` before the first): a run of several minutes showed
+            an empty table until its end (a tour's).
     """
 
     done: int
@@ -742,6 +744,7 @@ class LabProgress:
     elapsed_s: float
     eta_s: float
     what: str
+    partial: LabResult | None = None
 
 
 @dataclass(frozen=True)
@@ -918,7 +921,12 @@ class PairLab:
                                 total = per_round * planned
                                 eta = (time.monotonic() - t_runs) / done * (total - done) if done else 0.0
                                 what = f"{KINDS.get(prompt.category, prompt.category)}: {cand.label} (round {rnd + 1})"
-                                progress(LabProgress(done, total, elapsed, eta, what))
+                                partial = None
+                                if done:
+                                    partial = replace(
+                                        result, rows=_summarise(self.prompts, self.candidates, runs, result.date)
+                                    )
+                                progress(LabProgress(done, total, elapsed, eta, what, partial))
                             run = self._run_one(engine, cand, drafts, costs, tokens[prompt.id], base)
                             if run is not None:
                                 runs[prompt.id][cand.key].append(run)

@@ -560,6 +560,13 @@ class PairLabWindow(QMainWindow):
                 "of text always runs (tick fewer to shorten it; Esc keeps what was measured)"
             )
         self.status.setText(f"{p.what}{eta}")
+        if p.partial is not None and p.partial.rows:
+            # The runs done so far, as they come; the recommendation waits for the end.
+            self._show_tables(p.partial)
+            self.header.setText(
+                f"<b>{html.escape(p.partial.target)}</b> — measuring: the runs done so far "
+                f"({p.done} of {p.total}); the recommendation comes at the end"
+            )
 
     def _on_worker_lab_finished(self, result: LabResult) -> None:
         if self._request is None:
@@ -662,10 +669,17 @@ class PairLabWindow(QMainWindow):
             )
         self.recommendation.setText("<br>".join(lines))
         self.apply_button.setEnabled(best is not None)
-        for kind in result.rows:
-            self.tabs.addTab(self._table(result, kind), KINDS.get(kind, kind))
+        self._show_tables(result)
         self._plot_speedups(result)
         self._plot_sweep(result)
+
+    def _show_tables(self, result: LabResult) -> None:
+        """A table per kind of text (the tab shown stays shown)."""
+        shown = self.tabs.currentIndex()
+        self.tabs.clear()
+        for kind in result.rows:
+            self.tabs.addTab(self._table(result, kind), KINDS.get(kind, kind))
+        self.tabs.setCurrentIndex(max(0, min(shown, self.tabs.count() - 1)))
 
     def _table(self, result: LabResult, kind: str) -> QTableWidget:
         ranked = result.ranking(kind)
