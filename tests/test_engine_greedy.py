@@ -392,3 +392,23 @@ def test_a_size_measured_once_is_timed_again_at_the_next_loads_so_one_noisy_read
             eights.append(round(float(v.estimate(8) or 0.0) / float(v.estimate(1) or 1.0), 2))
     assert eights == [11.4, 7.6, 3.8, 3.8]
     assert timed == [session.RECHECK_SIZES]  # three samples each: the fourth load re-checks the short sizes only
+
+
+def test_divergence_where_one_answer_ends_before_the_other(tiny: TinyModels) -> None:
+    """From the tour of 2026-12-06: plain decoding ended 20 tokens before the speculative answer, which went on
+    word for word, and Compare said nowhere where they parted: there, the shorter chose the end of the answer."""
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=512)) as engine:
+        prompt = engine.target.tokenize("one two three")
+        a = [int(t) for t in engine.target.tokenize(" four five six seven")]
+        assert engine.divergence(prompt, a, a) is None
+        row = engine.target.prefill(prompt)
+        for token in a[:2]:
+            row = engine.target.decode([token], [0])[0].copy()
+        end = max(engine.target.vocab.eog, key=lambda t: row[t])
+        for shorter_first in (True, False):
+            pair = (a[:2], a) if shorter_first else (a, a[:2])
+            d = engine.divergence(prompt, *pair)
+            assert d is not None and d.index == 2
+            ended, went_on = (d.token_a, d.token_b) if shorter_first else (d.token_b, d.token_a)
+            assert ended == end and went_on == a[2] and engine.target.piece(ended) == b""
+            assert (d.logit_a, d.logit_b) == ((row[end], row[a[2]]) if shorter_first else (row[a[2]], row[end]))

@@ -195,6 +195,36 @@ def test_teach_switches_bit_exact_verification_on_and_off(qtbot, tiny) -> None:
         assert window.settings_panel.exact.isChecked() is exact  # one setting, shown alike everywhere
 
 
+def test_switching_compare_to_bit_exact_runs_the_comparison_again_and_says_its_mode(qtbot, tiny) -> None:
+    """From the tour of 2026-12-06: "press Compare again once it is loaded" in a dock with no Compare button, and
+    then headers that said nothing of the mode, over a plain answer that had changed with it."""
+    factory = FakeFactory()
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "say hello")
+    window.chat.compare_button.click()
+    view = window.compare_view
+    qtbot.waitUntil(lambda: view.comparison is not None, timeout=10_000)
+    assert not view.comparison.exact and "bit-exact" not in view.headers[Lane.PLAIN].text()
+    view.exact_button.show()  # as where greedy outputs differ
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        view.exact_button.click()
+        assert "the comparison runs again once it is loaded" in view.verdict.text()
+    qtbot.waitUntil(lambda: view.comparison is not None and view.comparison.exact, timeout=10_000)
+    assert factory.last.config.exact
+    assert "(bit-exact)" in view.headers[Lane.PLAIN].text() and "bit-exact)" in view.headers[Lane.SPECULATIVE].text()
+    assert "say hello" in view.prompt.text()  # the same message
+
+
+def test_where_one_answer_ends_first_the_verdict_says_it_chose_the_end(qtbot) -> None:
+    view = CompareView()
+    qtbot.addWidget(view)
+    plain = FinishEvent(FinishReason.EOG, "a", (1,), RunningStats())
+    speculative = FinishEvent(FinishReason.EOG, "a b", (1, 3), RunningStats())
+    comparison = Comparison(plain, speculative, True, False, Divergence(1, 0, 3, b"", b" b", 16.9, 16.8))
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    assert "plain decoding chose the end of the answer (the target's logit 16.900" in view.verdict.text()
+
+
 def test_the_verdict_is_shown_whole_in_a_narrow_short_dock(qtbot) -> None:
     """From a new-user tour at 1280×760: the explanation of differing outputs stopped mid-sentence ("switch on
     bit-exact verification to get"), the button beside it taking half the dock's width."""

@@ -534,18 +534,23 @@ class SpeculativeEngine:
     def divergence(self, prompt: Sequence[int], a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         """Where answers ``a`` and ``b`` to ``prompt`` first differ, with the target's logits for both candidates
         there, as plain decoding computes them (the prompt's evaluation for the first token, one-token decoding
-        after it, so this costs plain decoding's time up to there); ``None`` when one is a prefix of the other.
+        after it, so this costs plain decoding's time up to there); ``None`` when they are the same. Where one is a
+        prefix of the other, the shorter ended there: its token is the end-of-generation token the target ranks
+        highest (a tour's plain answer stopped 20 tokens before the speculative one, and Compare said nowhere).
         """
         index = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-        if index is None:
+        if index is None and len(a) == len(b):
             return None
         # Plain decoding's path exactly: the prompt as it evaluates it, then one token per decode call. A cache
         # filled in one batch holds values rounded by other kernels (fast mode), and the logits read after it
         # can even rank the two candidates the other way round from what plain decoding saw.
+        index = min(len(a), len(b)) if index is None else index
         row = self.target.prefill(prompt)
         for token in a[:index]:
             row = self.target.decode([token], [0])[0]
-        ta, tb = int(a[index]), int(b[index])
+        end = max(self.target.vocab.eog, key=lambda t: row[t])  # the answer's end, as the shorter chose it
+        ta = int(a[index]) if index < len(a) else end
+        tb = int(b[index]) if index < len(b) else end
         return Divergence(index, ta, tb, self.target.piece(ta), self.target.piece(tb), float(row[ta]), float(row[tb]))
 
     def close(self) -> None:

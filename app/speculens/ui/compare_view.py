@@ -35,6 +35,8 @@ _WAITING = "waiting…"  # a lane's figures until its answer starts
 
 def _piece(piece: bytes) -> str:
     text = piece.decode("utf-8", errors="replace").replace("\n", "⏎")
+    if not text:  # a special token: where answers part, the end of one of them
+        return "the end of the answer"
     return f"<code>«{html.escape(text)}»</code>"
 
 
@@ -166,12 +168,15 @@ class CompareView(QWidget):
         layout.addWidget(self.verdict)
         layout.addWidget(self.exact_button, 0, Qt.AlignmentFlag.AlignLeft)  # below: the verdict takes the width
 
-    def describe(self, message: str, strategy: str) -> None:
-        """Say what is being compared (before the records arrive)."""
+    def describe(self, message: str, strategy: str, exact: bool = False) -> None:
+        """Say what is being compared (before the records arrive), and in which mode: bit-exact changes plain
+        decoding's kernels too (a tour saw the plain answer change, under headers that said nothing of it)."""
         short = message if len(message) < 200 else message[:200] + "…"
         lines = html.escape(short).replace("\n", " ⏎ ")  # a pasted function's lines, not run together
         self.prompt.setText(f"Message: <i>{lines}</i>")
-        self.headers[Lane.SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)})")
+        mode = ", bit-exact" if exact else ""
+        self.headers[Lane.PLAIN].setText(f"<b>Plain decoding</b>{' (bit-exact)' if exact else ''}")
+        self.headers[Lane.SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)}{mode})")
 
     def on_records(self, records: Sequence[Record]) -> None:
         """Show a comparison's records."""
@@ -224,7 +229,7 @@ class CompareView(QWidget):
     def _on_exact_button_clicked(self) -> None:
         self.exact_button.hide()
         self.verdict.setText(
-            "Reloading the target for bit-exact verification; press <b>Compare</b> again once it is loaded."
+            "Reloading the target for bit-exact verification; the comparison runs again once it is loaded."
         )
         self.exact_requested.emit()
 

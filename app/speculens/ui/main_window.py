@@ -99,6 +99,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Speculens")
         self.setObjectName("MainWindow")
         self._closing = False
+        self._compared: list[dict[str, str]] = []  # the last comparison's messages
+        self._compare_again: list[dict[str, str]] | None = None  # run again once bit-exact is loaded
         self._primer: QDialog | None = None  # Help ▸ How speculative decoding works, while open
 
         self.store = SettingsStore(
@@ -327,7 +329,8 @@ class MainWindow(QMainWindow):
         self.conversation_list.conversation_activated.connect(self._on_conversation_activated)
         self.conversation_list.conversation_deleted.connect(self._on_conversation_deleted)
         self.compare_view.stop_requested.connect(self.stop)
-        self.compare_view.exact_requested.connect(lambda: self._on_exact_toggled(True))
+        self.compare_view.exact_requested.connect(self._on_compare_exact_requested)
+        self.models.changed.connect(self._compare_again_once_loaded)
         self.settings_panel.reload_requested.connect(self.load_models)
         self.teach_panel.step_mode_toggled.connect(self.router.set_step_mode)
         self.teach_panel.step_mode_toggled.connect(self.chat.step_mode_changed)
@@ -363,6 +366,7 @@ class MainWindow(QMainWindow):
         if self.router.running:
             return
         settings = self.store.settings
+        self._compared = list(messages)
         if not self.compare_view.with_history.isChecked():
             messages = messages[-1:]
         system = settings.system_prompt.strip()
@@ -370,7 +374,7 @@ class MainWindow(QMainWindow):
             messages = [{"role": "system", "content": system}, *messages]
         plain = generation_config(settings, Strategy.NONE)
         speculative = generation_config(settings)
-        self.compare_view.describe(messages[-1]["content"], Strategy(settings.strategy).label)
+        self.compare_view.describe(messages[-1]["content"], Strategy(settings.strategy).label, settings.exact)
         # The live panel, its charts and the figures above the chat follow the speculative half, as they follow an
         # answer (they kept showing the last answer's while Compare ran), once the comparison ends (see LaneSink).
         live = LaneSink(self.live_panel, Lane.SPECULATIVE)
@@ -426,6 +430,19 @@ class MainWindow(QMainWindow):
         path = file_dialogs.open_file(self, Kind.MODELS, "Choose a draft model", "GGUF models (*.gguf)")
         if path:
             self.store.update(draft_path=str(path))
+
+    def _on_compare_exact_requested(self) -> None:
+        """Compare's "Switch to bit-exact verification": reload, then run the same comparison again (a tour was
+        told to press Compare again in a dock with no Compare button)."""
+        self._compare_again = self._compared
+        self._on_exact_toggled(True)
+
+    def _compare_again_once_loaded(self) -> None:
+        if self._compare_again is None or self.models.loading:
+            return
+        messages, self._compare_again = self._compare_again, None
+        if self.models.loaded is not None and self.models.loaded.info.exact:  # not after a failed or cancelled load
+            QTimer.singleShot(0, lambda: self.compare(messages))
 
     def _on_exact_toggled(self, exact: bool) -> None:
         """Switch bit-exact verification (Compare, Teach): the target reloads in the chosen mode."""
