@@ -65,6 +65,7 @@ def test_panel_edits_go_to_the_store_and_only_loading_fields_flag_a_reload(qtbot
 
 def test_a_number_typed_beyond_a_field_s_range_is_brought_to_its_nearer_end(qtbot, store: SettingsStore) -> None:
     """Qt's spin boxes refuse the keystroke that leaves the range: 9999 read 9, and 5 in p_min was undone."""
+    store.update(draft_path="/d.gguf")  # the draft model's confidence is editable where one drafts
     panel = SettingsPanel(store)
     qtbot.addWidget(panel)
     panel.show()
@@ -267,6 +268,40 @@ def test_sampling_fields_are_greyed_while_decoding_is_greedy(qtbot, store: Setti
     assert not any(w.isEnabled() for w in sampling)
     panel.temperature.setValue(0.7)
     assert all(w.isEnabled() for w in sampling) and store.settings.temperature == 0.7
+
+
+def test_draft_settings_are_greyed_where_nothing_uses_them(qtbot, store: SettingsStore) -> None:
+    """From the tour of 2026-12-06: with plain decoding chosen, the draft length, Adaptive and the draft
+    confidence stayed editable, to no effect (the sampling fields were greyed at temperature 0)."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    drafting = [panel.n_draft, panel.adaptive, panel.n_draft_min]
+    store.update(strategy="none")
+    assert not any(w.isEnabled() for w in [*drafting, panel.p_min])
+    store.update(strategy="lookup", draft_path="/d.gguf")  # draft-free: no draft model's confidence to weigh
+    assert all(w.isEnabled() for w in drafting) and not panel.p_min.isEnabled()
+    store.update(strategy="auto")
+    assert panel.p_min.isEnabled()
+    store.update(draft_path="")
+    assert not panel.p_min.isEnabled()
+
+
+def test_values_that_will_hurt_are_said_and_ranges_read_as_numbers(qtbot, store: SettingsStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """From the tour of 2026-12-06: 99 threads on 2 cores ran at a third of the speed, and a context as long as Max
+    tokens was taken without a word; the context's tooltip read "(256 to 1.04858e+06)"."""
+    import speculens.engine.backend
+
+    monkeypatch.setattr(speculens.engine.backend, "usable_cpus", lambda: 2)
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    assert panel.advice.isHidden()
+    panel.threads.setValue(99)
+    assert not panel.advice.isHidden() and "99 threads on this machine's 2 CPU cores" in panel.advice.text()
+    panel.threads.setValue(2)
+    assert panel.advice.isHidden()
+    panel.max_tokens.setValue(panel.n_ctx.value())
+    assert "no longer than Max tokens" in panel.advice.text() and not panel.advice.isHidden()
+    assert "e+" not in panel.n_ctx.toolTip() and "1,048,576" in panel.n_ctx.toolTip()
 
 
 def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot, store: SettingsStore) -> None:

@@ -470,13 +470,17 @@ def _cap_outputs(sizes: Sequence[int], rows: Sequence[int]) -> list[int]:
     return out
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def default_threads() -> int:
     """A sensible thread count: the CPUs this process may use, at most 8."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
+    return min(usable_cpus(), 8)
 
 
 class LlamaBackend:

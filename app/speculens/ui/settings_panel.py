@@ -212,6 +212,14 @@ class SettingsPanel(QWidget):
             form.addRow(SPECS[name].label, self.fields[name])
         form.addRow(self.flash_note)
         form.addRow(self.gpu_note)
+        # Values the panel takes but that will hurt, said beside them (a tour set 99 threads on 2 cores and read a
+        # third of the speed, and a context no longer than Max tokens, without a word).
+        self.advice = QLabel()
+        self.advice.setWordWrap(True)
+        self.advice.setAccessibleName("Settings advice")
+        self.advice.setStyleSheet("QLabel { color: #b35900 }")
+        self.advice.hide()
+        form.addRow(self.advice)
 
         body = QWidget()
         column = QVBoxLayout(body)
@@ -233,10 +241,28 @@ class SettingsPanel(QWidget):
 
     # ---- construction -------------------------------------------------------------------------------
 
+    def _update_advice(self, s: Settings) -> None:
+        from speculens.engine.backend import usable_cpus
+
+        cores = usable_cpus()
+        said = []
+        if s.threads > cores:
+            said.append(
+                f"{s.threads} threads on this machine's {cores} CPU cores: llama.cpp's threads wait for each other, "
+                "so decoding runs slower, not faster. Automatic (0) uses the cores there are."
+            )
+        if s.max_tokens >= s.n_ctx:
+            said.append(
+                f"The context ({s.n_ctx:,} tokens) is no longer than Max tokens ({s.max_tokens:,}): the prompt and the "
+                "answer share it, so an answer stops short of Max tokens."
+            )
+        self.advice.setText("\n".join(said))
+        self.advice.setVisible(bool(said))
+
     def _add(self, name: str, widget: QWidget) -> QWidget:
         spec = SPECS[name]
         if spec.low is not None and spec.high is not None:  # the range (a number typed beyond it is clamped)
-            widget.setToolTip(f"{spec.tip} ({spec.low:g} to {spec.high:g})")
+            widget.setToolTip(f"{spec.tip} ({_number(spec.low)} to {_number(spec.high)})")
         else:
             widget.setToolTip(spec.tip)
         widget.setAccessibleName(spec.label)
@@ -312,6 +338,11 @@ class SettingsPanel(QWidget):
             # Used only when sampling: greyed at temperature 0, where a tour edited them to no effect.
             for name in ("top_k", "top_p", "min_p", "seed"):
                 self.fields[name].setEnabled(s.temperature > 0)
+            # Likewise the draft settings under plain decoding, and the draft model's confidence where none drafts.
+            speculating = s.strategy != Strategy.NONE.value
+            for name in ("n_draft", "adaptive", "n_draft_min"):
+                self.fields[name].setEnabled(speculating)
+            self.p_min.setEnabled(speculating and s.uses_draft and bool(s.draft_path))
             self.exact.setChecked(s.exact)
             self.flash_attn.setCurrentIndex(max(0, self.flash_attn.findData(s.flash_attn)))
             if self.ngram_map.text() != s.ngram_map_path:
@@ -328,6 +359,7 @@ class SettingsPanel(QWidget):
             self._updating = False
         self._update_reload_note()
         self._update_flash_note()
+        self._update_advice(s)
 
     def _read(self) -> dict[str, object]:
         n_draft = self.n_draft.value()
@@ -467,3 +499,8 @@ class SettingsPanel(QWidget):
             )
         self.reload_note.setVisible(bool(fields))
         self.reload_button.setVisible(bool(fields))
+
+
+def _number(value: float) -> str:
+    """A range's end as people write it: "1,048,576", not "1.04858e+06"."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
