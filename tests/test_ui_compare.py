@@ -215,6 +215,24 @@ def test_switching_compare_to_bit_exact_runs_the_comparison_again_and_says_its_m
     assert "say hello" in view.prompt.text()  # the same message
 
 
+def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> None:
+    """From the tour of 2026-12-06: an old verdict, made in another mode, stood under a conversation that had moved
+    on, with nothing to say so."""
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "first")
+    view = window.compare_view
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
+    assert "An earlier comparison" not in view.prompt.text()
+    send(qtbot, window, "second")
+    assert "An earlier comparison" in view.prompt.text() and "first" in view.prompt.text()
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
+    assert "An earlier comparison" not in view.prompt.text() and "second" in view.prompt.text()
+    window.new_chat()
+    assert view.prompt.text().count("An earlier comparison") == 1
+
+
 def test_where_one_answer_ends_first_the_verdict_says_it_chose_the_end(qtbot) -> None:
     view = CompareView()
     qtbot.addWidget(view)

@@ -118,6 +118,7 @@ class CompareView(QWidget):
         # pasted function pushed it past a 1280-pixel screen, for good).
         self.prompt.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.prompt.setText("Press <b>Compare</b> in the chat: the last message is answered both ways.")
+        self._outdated = False
         # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
         self.with_history = QCheckBox("Whole conversation", self)
         self.with_history.setAccessibleName("Compare with the earlier conversation")
@@ -217,7 +218,19 @@ class CompareView(QWidget):
                     if label.text() == _WAITING:  # a lane the comparison never reached
                         label.setText("not run")
 
+    def mark_outdated(self) -> None:
+        """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
+        mode, under a conversation that had moved on)."""
+        if self.comparison is None or self.running or self._outdated:
+            return
+        self._outdated = True
+        self.prompt.setText(
+            f"{self.prompt.text()}<br><span style='color:gray'>An earlier comparison: the chat has moved on since. "
+            "Press <b>Compare</b> (Ctrl+Shift+C) for its last message.</span>"
+        )
+
     def _start(self) -> None:
+        self._outdated = False
         self.comparison = None
         for lane, view in self.views.items():
             view.clear_tokens()
