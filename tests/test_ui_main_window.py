@@ -622,6 +622,23 @@ def test_help_lists_every_menu_shortcut(qtbot, tiny) -> None:
         assert key and key in text
     assert "Pair lab" in text and "Ctrl+Shift+L" in text and "Shift+Enter" in text
     assert "Models window: close it" in text and "stop a run" in text  # the tool windows' Esc
+    # From the tour of 2026-12-06: the list's F2 and Delete were missing, and Copy answer was a button alone.
+    assert "<b>F2</b></td><td>In the conversation list: rename" in text and "<b>Delete</b>" in text
+    assert "Ctrl+Shift+Y" in text and "Copy the last answer" in text
+
+
+def test_the_last_answer_is_copied_from_the_keyboard(qtbot, tiny) -> None:
+    from PySide6.QtGui import QGuiApplication
+
+    from fake_engine import FakeFactory
+    from gui_support import send
+
+    window = make_window(qtbot, tiny, FakeFactory())
+    send(qtbot, window, "say hello")
+    QGuiApplication.clipboard().setText("")
+    keys = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Y, keys)
+    assert QGuiApplication.clipboard().text() == window.chat.conversation.messages[-1]["content"] != ""
 
 
 def test_the_settings_command_brings_back_a_closed_settings_panel(qtbot, tiny) -> None:

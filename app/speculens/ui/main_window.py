@@ -257,6 +257,7 @@ class MainWindow(QMainWindow):
         self._add(chat_menu, "&New chat", self.new_chat, QKeySequence.StandardKey.New)
         self._add(chat_menu, "&Regenerate", self.chat.regenerate, "Ctrl+R")
         self._add(chat_menu, "&Edit last message", self.chat.edit_last, "Ctrl+E")
+        self._add(chat_menu, "Cop&y the last answer", self.chat.copy_answer, "Ctrl+Shift+Y")  # a button alone before
         self._add(chat_menu, "&Compare plain vs speculative", self.chat.compare, "Ctrl+Shift+C")
         self.next_step_action = self._add(chat_menu, "Next &step (Teach)", self.teach_panel.next_button.click, "F10")
 
@@ -811,6 +812,8 @@ class MainWindow(QMainWindow):
             "<tr><td><b>Esc</b></td><td>In the Models window: close it. In the Pair lab: stop a run, or close "
             "the lab when none is running</td></tr>"
             "<tr><td><b>Ctrl+Return</b></td><td>In the Pair lab: run</td></tr>"
+            "<tr><td><b>F2</b></td><td>In the conversation list: rename the selected conversation</td></tr>"
+            "<tr><td><b>Delete</b></td><td>In the conversation list: delete the selected conversation</td></tr>"
         )
         return f"<table cellspacing='6'>{''.join(rows)}</table>"
 
