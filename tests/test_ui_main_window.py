@@ -191,7 +191,7 @@ def test_a_greedy_answer_shows_no_seed_whatever_the_temperature_later(qtbot, tin
 
 
 def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Path) -> None:
-    window = make_window(qtbot, tiny, temperature=0.7)
+    window = make_window(qtbot, tiny, temperature=0.7, system_prompt="Answer briefly.")
     for export in (window.export_json, window.export_csv, window.export_png):  # before any answer: said, no file
         assert export(tmp_path / "early") is None and not (tmp_path / "early").exists()
         assert "Nothing to export yet" in window.statusBar().currentMessage()
@@ -201,6 +201,7 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     html = window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")
     assert f"seed {seed}" in html
     assert f"Target {tiny.target.name}" in html and "strategy " in html and "temperature 0.7" in html  # a tour's
+    assert "strategy of the last answer" in html and "System prompt: <i>Answer briefly.</i>" in html  # another tour's
     assert "line-through" in html or finish.stats.n_accepted == finish.stats.n_drafted
     s = finish.stats  # the answer's figures, as the app showed them (a tour found none in the export)
     ended = " and the end of the answer" if s.n_ended else ""
@@ -210,6 +211,7 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
     assert events[0]["type"] == "start" and events[0]["seed"] == seed and events[-1]["type"] == "finish"
     assert events[0]["target"] == tiny.target.name and events[0]["draft"] == tiny.perturbed.name  # a tour's
+    assert events[0]["system_prompt"] == "Answer briefly."
     used = window.store.settings.strategy
     window.store.update(strategy="lookup")  # changed since: the export still names what made the answer
     again = json.loads(window.export_json(tmp_path / "e2.json").read_text(encoding="utf-8"))

@@ -670,6 +670,7 @@ class MainWindow(QMainWindow):
             "draft": Path(s.draft_path).name if s.draft_path and drafting else None,
             "strategy": start.strategy if start is not None else s.strategy,
             "temperature": s.temperature,
+            "system_prompt": s.system_prompt.strip() or None,  # it shapes every answer (a tour found it missing)
             "exported": time.strftime("%Y-%m-%d %H:%M"),
         }
 
@@ -677,9 +678,11 @@ class MainWindow(QMainWindow):
         """:meth:`_export_fields` as plain text: the HTML export's first line, the PNG's caption."""
         f = self._export_fields()
         draft = f", draft {f['draft']}" if f["draft"] else ""
+        # The last answer's strategy: earlier answers may have had another (a tour's header named the last one's
+        # for an answer regenerated with plain decoding).
         return (
-            f"Target {f['target'] or 'no target'}{draft}; strategy {f['strategy']}; temperature {f['temperature']:g}; "
-            f"exported {f['exported']} by Speculens."
+            f"Target {f['target'] or 'no target'}{draft}; strategy of the last answer {f['strategy']}; temperature "
+            f"{f['temperature']:g}; exported {f['exported']} by Speculens."
         )
 
     def export_html(self, path: Path | None = None) -> Path | None:
@@ -693,6 +696,8 @@ class MainWindow(QMainWindow):
         if path:
             title = conversation.title or "Speculens conversation"
             body = render_transcript(conversation.messages, shade=EXPORT_CODE_SHADE)
+            prompt = self.store.settings.system_prompt.strip()
+            system = f"<p style='color:gray'>System prompt: <i>{html.escape(prompt)}</i></p>\n" if prompt else ""
             if view.infos:  # the answer generated last, in this conversation (opening another one clears it)
                 body += (
                     f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{self._answer_figures()}"
@@ -702,7 +707,7 @@ class MainWindow(QMainWindow):
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<title>{html.escape(title)}</title></head>\n<body style='font-family: sans-serif'>"
                 f"<h1>{html.escape(title)}</h1>\n<p style='color:gray'>{html.escape(self._export_context())}</p>\n"
-                f"{body}</body></html>\n",
+                f"{system}{body}</body></html>\n",
                 encoding="utf-8",
             )
             self.statusBar().showMessage(f"Wrote {path}")
