@@ -284,6 +284,11 @@ def test_draft_settings_are_greyed_where_nothing_uses_them(qtbot, store: Setting
     assert panel.p_min.isEnabled()
     store.update(draft_path="")
     assert not panel.p_min.isEnabled()
+    assert panel.map_needed.isHidden()
+    store.update(strategy="ngram-map")  # and no map chosen: said by the field (a tour found it in the toolbar)
+    assert not panel.map_needed.isHidden() and "Browse…" in panel.map_needed.text()
+    store.update(ngram_map_path="/code.npz")
+    assert panel.map_needed.isHidden()
 
 
 def test_values_that_will_hurt_are_said_and_ranges_read_as_numbers(qtbot, store: SettingsStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]

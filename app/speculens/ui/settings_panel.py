@@ -178,6 +178,12 @@ class SettingsPanel(QWidget):
         self.map_error.setAccessibleName("N-gram map error")
         self.map_error.setStyleSheet("QLabel { color: #d73a49 }")
         self.map_error.hide()
+        # The n-gram map strategy with no map chosen, said by the field (a tour found it only in the toolbar).
+        self.map_needed = QLabel("The n-gram map strategy drafts from a map: Browse… for one, or Build… one.")
+        self.map_needed.setWordWrap(True)
+        self.map_needed.setAccessibleName("N-gram map needed")
+        self.map_needed.setStyleSheet("QLabel { color: #b35900 }")
+        self.map_needed.hide()
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("optional system message for the chat")
         self.system_prompt.setMaximumHeight(60)
@@ -200,6 +206,7 @@ class SettingsPanel(QWidget):
         form.addRow(SPECS["ngram_map_path"].label, self.ngram_map)
         form.addRow("", map_buttons)
         form.addRow(self.map_error)
+        form.addRow(self.map_needed)
         sampling = QGroupBox("Sampling")
         form = QFormLayout(sampling)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -343,6 +350,7 @@ class SettingsPanel(QWidget):
             for name in ("n_draft", "adaptive", "n_draft_min"):
                 self.fields[name].setEnabled(speculating)
             self.p_min.setEnabled(speculating and s.uses_draft and bool(s.draft_path))
+            self.map_needed.setVisible(s.strategy == Strategy.NGRAM_MAP.value and not s.ngram_map_path)
             self.exact.setChecked(s.exact)
             self.flash_attn.setCurrentIndex(max(0, self.flash_attn.findData(s.flash_attn)))
             if self.ngram_map.text() != s.ngram_map_path:
