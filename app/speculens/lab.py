@@ -322,12 +322,13 @@ def lab_prompts(kinds: Sequence[str], own_text: str | None = None) -> list[Bench
     # A kind by its id or by the name the app shows ("summary", "Code rewrite"): a tour typed the app's name.
     names = {key: key for key in KINDS if key != "custom"}
     names |= {label.lower().replace(" ", "-"): key for key, label in KINDS.items() if key != "custom"}
-    unknown = [k for k in kinds if k.strip().lower().replace(" ", "-") not in names]
+    asked = {k: k.strip().lower().replace(" ", "-") for k in kinds}
+    unknown = [k for k, name in asked.items() if name not in names]
     if unknown:
         raise InvalidInputError(
             f"unknown kinds of text: {', '.join(unknown)} (known: {', '.join(k for k in KINDS if k != 'custom')})"
         )
-    kinds = [names[k.strip().lower().replace(" ", "-")] for k in kinds]
+    kinds = [names[name] for name in asked.values()]
     prompts = [p for p in load_suite() if p.category in kinds]
     if own_text and own_text.strip():
         prompts.append(BenchPrompt("your-text", "custom", ({"role": "user", "content": own_text.strip()},)))
