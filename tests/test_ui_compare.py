@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
-from speculens.engine.events import Divergence, FinishEvent, FinishReason, RunningStats
+from speculens.engine.events import Divergence, EmittedToken, FinishEvent, FinishReason, Origin, RunningStats, StepEvent
 from speculens.ui.compare_view import CompareView
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 
@@ -172,7 +172,8 @@ def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it
     said = view.verdict.text()
     assert "different answers" not in said  # as long as each other
     # Which logit is whose, and which run chose which token.
-    assert "from token 2: plain decoding chose <code>« that»</code> (the target's logit 16.961" in said
+    assert "from token 2 (underlined in red): plain decoding chose <code>« that»</code>" in said
+    assert "(the target's logit 16.961" in said
     assert "over <code>«,»</code> (16.888), a margin of 0.073; speculation chose <code>«,»</code>" in said
     assert view.exact_button.isVisibleTo(view)
     with qtbot.waitSignal(view.exact_requested, timeout=1_000):
@@ -180,6 +181,31 @@ def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it
     # The old verdict and its button go: the target reloads, and the next comparison is bit-exact.
     assert not view.exact_button.isVisibleTo(view)
     assert "outputs differ" not in view.verdict.text() and "Reloading" in view.verdict.text()
+
+
+def test_where_the_answers_part_both_views_underline_the_token(qtbot) -> None:
+    view = CompareView()
+    qtbot.addWidget(view)
+
+    def step(lane: Lane, *pieces: bytes) -> Record:
+        emitted = tuple(EmittedToken(i, piece, Origin.TARGET) for i, piece in enumerate(pieces))
+        text = b"".join(pieces).decode()
+        return Record(1, lane, RecordKind.STEP, event=StepEvent(1, 0, (), emitted, text, 0.0, 1.0, 0.0, RunningStats()))
+
+    view.on_records([step(Lane.PLAIN, b"a", b" that"), step(Lane.SPECULATIVE, b"a", b",")])
+    comparison = Comparison(
+        FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats()),
+        FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats()),
+        greedy=True,
+        exact=False,
+        divergence=Divergence(1, 2, 3, b" that", b",", 16.961, 16.888),
+    )
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    for lane in (Lane.PLAIN, Lane.SPECULATIVE):
+        cursor = view.views[lane].textCursor()
+        assert cursor.position() == 1  # at the second token, scrolled to
+        cursor.setPosition(2)
+        assert cursor.charFormat().fontUnderline()
 
 
 def test_teach_switches_bit_exact_verification_on_and_off(qtbot, tiny) -> None:

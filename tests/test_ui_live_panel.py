@@ -726,6 +726,25 @@ def test_a_rejected_token_with_no_text_and_a_corrected_line_break_can_be_seen(pa
     assert ">∅</span>" in panel.view.html_fragment() and ">⏎\n</span>" in panel.view.html_fragment()
 
 
+def test_the_answer_token_where_two_answers_part_is_underlined(panel: LivePanel) -> None:
+    """From the tour of 2026-12-06: Compare named the token where the answers part, and the reader searched two long
+    answers for it by eye. The n-th token of the answer is the n-th emitted one: rejected drafts are not counted."""
+    step = StepEvent(1, 2, (d("A", True), d("Bx", False)), (e("A", A), e("C", C)), "AC",
+                     1.0, 2.0, 0.1, stats(1, 2, 2, 1))  # fmt: skip
+    feed(panel, [step])
+    view = panel.view
+    assert view.toPlainText() == "ABxC"
+    assert view.mark_answer_token(1) and not view.mark_answer_token(2)  # the answer has two tokens
+
+    def underlined(position: int) -> bool:
+        cursor = QTextCursor(view.document())
+        cursor.setPosition(position + 1)  # the format of the character before the cursor
+        return cursor.charFormat().fontUnderline()
+
+    assert underlined(3) and not any(underlined(i) for i in range(3))  # "C", not the rejected "Bx"
+    assert view.textCursor().position() == 3
+
+
 def test_the_charts_paint_within_their_budget_of_the_gui_thread(qtbot) -> None:
     """Every paint counts, in processor time, and the next refresh waits until they fit the charts' budget: while
     the window paints, it takes a core from llama.cpp's threads."""

@@ -77,8 +77,8 @@ def verdict_html(c: Comparison) -> str:
     where = ""
     if d is not None:
         where = (
-            f" from token {d.index + 1}: plain decoding chose {_piece(d.piece_a)} (the target's logit "
-            f"{d.logit_a:.3f}, one token at a time) over {_piece(d.piece_b)} ({d.logit_b:.3f}), a margin of "
+            f" from token {d.index + 1} (underlined in red): plain decoding chose {_piece(d.piece_a)} (the target's "
+            f"logit {d.logit_a:.3f}, one token at a time) over {_piece(d.piece_b)} ({d.logit_b:.3f}), a margin of "
             f"{d.margin:.3f}; speculation chose {_piece(d.piece_b)}"
         )
     if c.exact:
@@ -209,6 +209,9 @@ class CompareView(QWidget):
                 self._set_running(False)
                 self.comparison = record.comparison
                 self.verdict.setText(verdict_html(record.comparison))
+                if record.comparison.divergence is not None and record.comparison.greedy:
+                    for view in self.views.values():  # underlined where they part, in both answers
+                        view.mark_answer_token(record.comparison.divergence.index)
                 differs = record.comparison.greedy and not record.comparison.identical
                 self.exact_button.setVisible(differs and not record.comparison.exact)
             elif record.kind is RecordKind.FAILED:

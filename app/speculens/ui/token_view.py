@@ -328,6 +328,30 @@ class TokenView(QPlainTextEdit):
             # Document positions count UTF-16 units (an emoji is two); a paragraph break is one, like "\n".
             self._end += len(text.encode("utf-16-le")) // 2
 
+    def mark_answer_token(self, n: int) -> bool:
+        """Underline the answer's ``n``-th token (0-based; rejected drafts are not the answer's) in red and scroll to
+        it: where Compare's two answers part (a tour searched two long answers for it by eye). ``False`` where the
+        answer has no such token (it ended there)."""
+        emitted = [i for i, info in enumerate(self._infos) if info.kind is not TokenKind.REJECTED]
+        if not 0 <= n < len(emitted):
+            return False
+        i = emitted[n]
+        start = self._starts[i]
+        end = self._starts[i + 1] if i + 1 < len(self._starts) else self._end
+        end = max(end, min(start + 1, self._end))  # the first bytes of a character: shown with the next token
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        fmt = QTextCharFormat()
+        fmt.setFontUnderline(True)
+        fmt.setUnderlineColor(QColor("#d73a49"))
+        fmt.setFontWeight(QFont.Weight.Bold)
+        cursor.mergeCharFormat(fmt)
+        cursor.setPosition(start)
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
+        return True
+
     def token_at(self, position: int) -> TokenInfo | None:
         """The token covering a document position, or ``None``."""
         if not self._starts or position >= self._end:
