@@ -238,7 +238,7 @@ def consume(
         if log is not None:
             record = event_to_dict(event)
             if isinstance(event, StartEvent) and models is not None:
-                draft = models.draft if "draft" in event.strategy.split("+") else None
+                draft = models.draft if event.uses_draft_model else None
                 record.update(target=models.target.name, draft=draft.name if draft else None)
             log.write(json.dumps(record) + "\n")
         if isinstance(event, StartEvent):

@@ -170,6 +170,11 @@ class StartEvent:
     sampled: bool = False
 
     @property
+    def uses_draft_model(self) -> bool:
+        """Whether the draft model was among the answer's sources (``strategy`` joins their names with "+")."""
+        return "draft" in self.strategy.split("+")
+
+    @property
     def flash_text(self) -> str:
         """The flash-attention setting in words: "on", "off" or "as llama.cpp decides"."""
         return "as llama.cpp decides" if self.flash_attn is None else ("off", "on")[self.flash_attn]
