@@ -452,10 +452,14 @@ class LabResult:
                 scores[key] = math.exp(statistics.fmean(math.log(r.speedup or 0.0) for r in rows))
         return kinds, scores, [r for k in kinds for r in self.rows[k].values()]
 
+    @staticmethod
+    def _margin(scores: dict[str, float], rows: Iterable[Row]) -> float:
+        """How much better than another a score must be to count: more where a figure rests on a single run."""
+        return NOISY_SPREAD if any(r.runs < 2 for r in rows if r.key in scores) else RECOMMEND_MARGIN
+
     def _close(self, scores: dict[str, float], rows: Iterable[Row]) -> list[str]:
         """The candidates other than plain decoding within the noise margin of the best score."""
-        single = any(r.runs < 2 for r in rows if r.key in scores)
-        margin = NOISY_SPREAD if single else RECOMMEND_MARGIN
+        margin = self._margin(scores, rows)
         top = max(scores.values())
         return sorted(
             (k for k, v in scores.items() if v >= top / (1.0 + margin) and k != PLAIN.key), key=lambda k: -scores[k]
@@ -471,9 +475,7 @@ class LabResult:
         rows = list(rows)
         if not scores or (set(scores) == {PLAIN.key} and any(r.noisy for r in rows)):
             return None
-        single = any(r.runs < 2 for r in rows if r.key in scores)
-        margin = NOISY_SPREAD if single else RECOMMEND_MARGIN
-        if max(scores.values()) < 1.0 + margin and PLAIN.key in scores:
+        if max(scores.values()) < 1.0 + self._margin(scores, rows) and PLAIN.key in scores:
             return PLAIN.key
         return min(self._close(scores, rows), key=lambda k: (self._weight(k), -scores[k]))
 

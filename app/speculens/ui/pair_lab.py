@@ -653,14 +653,12 @@ class PairLabWindow(QMainWindow):
                 head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (Apply sets it; each kind's own best is below)"
-            ties = result.overall_ties()
-            if ties:
-                level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)
-                head += (
-                    f"</b><br>As fast within this machine's noise: {html.escape(level)}. "
-                    "The simplest to run is recommended.<b>"
-                )
             lines.insert(0, f"<b>{head}</b>")
+            if ties := result.overall_ties():
+                level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)
+                lines.insert(
+                    1, f"As fast within this machine's noise: {html.escape(level)}. The simplest to run is recommended."
+                )
         differ = sorted({r.label for rows in result.rows.values() for r in rows.values() if r.identical is False})
         if differ:  # said where it is read, not only in the cells' tooltips
             lines.append(
