@@ -152,10 +152,7 @@ class SettingsPanel(QWidget):
             self.flash_attn.addItem(FlashAttention(key).label, key)
         self._add("flash_attn", self.flash_attn)
         # What the choice does, in the panel (the tooltip says more): a user deciding sees it without hovering.
-        self.flash_note = QLabel()
-        self.flash_note.setWordWrap(True)
-        self.flash_note.setAccessibleName("About flash attention")
-        self.flash_note.setStyleSheet("QLabel { color: palette(placeholder-text) }")
+        self.flash_note = _note("About flash attention", "palette(placeholder-text)", hidden=False)
         self._flash_measured = ""
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
@@ -173,17 +170,11 @@ class SettingsPanel(QWidget):
         map_buttons.addWidget(browse)
         map_buttons.addWidget(self.build_map)
         map_buttons.addStretch(1)
-        self.map_error = QLabel()  # a file that is no n-gram map, said when chosen (not at the next answer)
-        self.map_error.setWordWrap(True)
-        self.map_error.setAccessibleName("N-gram map error")
-        self.map_error.setStyleSheet("QLabel { color: #d73a49 }")
-        self.map_error.hide()
+        # A file that is no n-gram map, said when chosen (not at the next answer).
+        self.map_error = _note("N-gram map error", "#d73a49")
         # The n-gram map strategy with no map chosen, said by the field (a tour found it only in the toolbar).
-        self.map_needed = QLabel("The n-gram map strategy drafts from a map: Browse… for one, or Build… one.")
-        self.map_needed.setWordWrap(True)
-        self.map_needed.setAccessibleName("N-gram map needed")
-        self.map_needed.setStyleSheet("QLabel { color: #b35900 }")
-        self.map_needed.hide()
+        self.map_needed = _note("N-gram map needed", WARNING)
+        self.map_needed.setText("The n-gram map strategy drafts from a map: Browse… for one, or Build… one.")
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("optional system message for the chat")
         self.system_prompt.setMaximumHeight(60)
@@ -221,11 +212,7 @@ class SettingsPanel(QWidget):
         form.addRow(self.gpu_note)
         # Values the panel takes but that will hurt, said beside them (a tour set 99 threads on 2 cores and read a
         # third of the speed, and a context no longer than Max tokens, without a word).
-        self.advice = QLabel()
-        self.advice.setWordWrap(True)
-        self.advice.setAccessibleName("Settings advice")
-        self.advice.setStyleSheet("QLabel { color: #b35900 }")
-        self.advice.hide()
+        self.advice = _note("Settings advice", WARNING)
         form.addRow(self.advice)
 
         body = QWidget()
@@ -507,6 +494,19 @@ class SettingsPanel(QWidget):
             )
         self.reload_note.setVisible(bool(fields))
         self.reload_button.setVisible(bool(fields))
+
+
+WARNING = "#b35900"  # the colour of a note on a value that will hurt
+
+
+def _note(name: str, color: str, hidden: bool = True) -> QLabel:
+    """A wrapped note in the panel, in ``color``, named ``name`` for screen readers (hidden until it has news)."""
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setAccessibleName(name)
+    label.setStyleSheet(f"QLabel {{ color: {color} }}")
+    label.setVisible(not hidden)
+    return label
 
 
 def _number(value: float) -> str:
