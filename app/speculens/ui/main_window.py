@@ -664,7 +664,7 @@ class MainWindow(QMainWindow):
         s = self.store.settings
         # The draft model only where the answer's sources had it (a tour's lookup answer was captioned with the
         # draft, under settings changed since).
-        drafting = "draft" in start.strategy.split("+") if start is not None else s.uses_draft
+        drafting = start.uses_draft_model if start is not None else s.uses_draft
         return {
             "target": Path(s.target_path).name if s.target_path else None,
             "draft": Path(s.draft_path).name if s.draft_path and drafting else None,
@@ -696,8 +696,8 @@ class MainWindow(QMainWindow):
         if path:
             title = conversation.title or "Speculens conversation"
             body = render_transcript(conversation.messages, shade=EXPORT_CODE_SHADE)
-            prompt = self.store.settings.system_prompt.strip()
-            system = f"<p style='color:gray'>System prompt: <i>{html.escape(prompt)}</i></p>\n" if prompt else ""
+            prompt = self._export_fields()["system_prompt"]
+            system = f"<p style='color:gray'>System prompt: <i>{html.escape(str(prompt))}</i></p>\n" if prompt else ""
             if view.infos:  # the answer generated last, in this conversation (opening another one clears it)
                 body += (
                     f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{self._answer_figures()}"

@@ -401,9 +401,8 @@ class TeachPanel(QWidget):
         if step is not None and len(step.expected_speedup) > 1:
             speedup = np.asarray(step.expected_speedup, dtype=float)
             source = SOURCE_NAMES.get(step.considered or "", "the drafter")
-            shown = self.last_step is not None and step.step == self.last_step.step
             lead = f"{upper_first(source)} at step {step.step}"
-            if not shown:
+            if step is not self.last_step:
                 lead += " (the last step with a draft to weigh)"
             how = (
                 f"Expected speedup by draft length: the adaptive controller's estimate for {source} at step "
