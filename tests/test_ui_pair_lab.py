@@ -261,6 +261,31 @@ def test_the_window_opens_within_the_screen(lab) -> None:  # type: ignore[no-unt
     assert lab.width() <= area.width() and lab.height() <= area.height()
 
 
+def test_the_charts_stack_rather_than_cut_in_a_narrow_window(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    """Seen on a 1024×768 screen: side by side in a narrow results pane, each plot was narrower than its title
+    and axes, which it cut off ("Speedup over plain, by", half of the other chart)."""
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row
+
+    def row(key: str, speedup: float, acceptance: float | None) -> Row:
+        return Row(key, key, 10.0 * speedup, speedup, acceptance, 1.0, 0.0, True, 3, "2026-01-01")
+
+    candidates = {"none": PLAIN, "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP)}
+    lab.show_result(
+        LabResult("t.gguf", rows={"chat": {"none": row("none", 1.0, None), "lookup": row("lookup", 1.3, 0.6)}},
+                  candidates=candidates)
+    )
+    plots = (lab.speedup_plot, lab.sweep_plot)
+    for width, side_by_side in ((760, False), (2400, True)):
+        lab.resize(width, 700)
+        qtbot.waitUntil(lambda: lab.charts.side_by_side() is side_by_side, timeout=2_000)  # noqa: B023
+        qtbot.wait(20)
+        for plot in plots:  # every plot is as wide as what it draws needs
+            need = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+            assert plot.width() >= need, (width, plot.width(), need)
+        assert (plots[0].y() == plots[1].y()) is side_by_side
+    assert lab.minimumSizeHint().width() <= 800  # still fits an 800-pixel screen
+
 def test_esc_closes_an_idle_lab(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
     """From a new-user tour: Esc did nothing in an idle lab, while it closes the model manager."""
     assert lab.isVisible()

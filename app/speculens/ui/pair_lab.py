@@ -14,6 +14,7 @@ and PNG.
 from __future__ import annotations
 
 import html
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QCloseEvent, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QFormLayout,
@@ -67,7 +69,7 @@ from speculens.ui import file_dialogs
 from speculens.ui.charts import captioned, solid_grid, solid_grid_axes
 from speculens.ui.file_dialogs import Kind
 from speculens.ui.model_controller import ModelController
-from speculens.ui.screen import resize_within_screen
+from speculens.ui.screen import resize_within_screen, scrolled
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
@@ -127,6 +129,51 @@ def _item(text: str, tip: str = "", align_right: bool = False) -> QTableWidgetIt
     if align_right:
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return item
+
+
+class _ChartRow(QWidget):
+    """The lab's charts side by side where the room holds them whole, else one above the other: a plot narrower
+    than its title and axes cuts them off (a 1024×768 screen showed "Speedup over plain, by" and half of the
+    other chart), and a row that may not shrink below both charts would push the window past a small screen."""
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__(parent)
+        self._layout = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._plots: list[pg.PlotWidget] = []
+
+    def add(self, plot: pg.PlotWidget) -> None:
+        plot.setMinimumHeight(240)
+        self._plots.append(plot)
+        self._layout.addWidget(plot)
+        self.refit()
+
+    def refit(self) -> None:
+        """Make each plot as wide as its title, axes and legend need (call after they change)."""
+        for plot in self._plots:
+            least = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+            plot.setMinimumWidth(math.ceil(least) + 2 * plot.frameWidth())
+        self._arrange(self.width())
+        self.updateGeometry()
+
+    def side_by_side(self) -> bool:
+        return self._layout.direction() is QBoxLayout.Direction.LeftToRight
+
+    def minimumSizeHint(self) -> QSize:
+        """As narrow as the widest chart: narrower than both, they stack."""
+        hint = super().minimumSizeHint()
+        return QSize(max((p.minimumWidth() for p in self._plots), default=0), hint.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._arrange(event.size().width())
+
+    def _arrange(self, width: int) -> None:
+        both = sum(p.minimumWidth() for p in self._plots) + self._layout.spacing() * (len(self._plots) - 1)
+        direction = QBoxLayout.Direction.LeftToRight if width >= both else QBoxLayout.Direction.TopToBottom
+        if direction is not self._layout.direction():
+            self._layout.setDirection(direction)
+            self.updateGeometry()
 
 
 class PairLabWindow(QMainWindow):
@@ -264,7 +311,7 @@ class PairLabWindow(QMainWindow):
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         left.addWidget(self.status)
 
-        results = QWidget(splitter)
+        results = QWidget()
         right = QVBoxLayout(results)
         self.header = QLabel("No results for this target on this machine yet.", results)
         self.header.setWordWrap(True)
@@ -287,8 +334,7 @@ class PairLabWindow(QMainWindow):
         right.addLayout(apply_row)
         self.tabs = QTabWidget(results)
         right.addWidget(self.tabs, 3)
-        charts = QWidget(results)
-        charts_layout = QHBoxLayout(charts)
+        charts = self.charts = _ChartRow(results)
         # Short enough for half the results pane at 1280 pixels (a walk saw "per kind of text" cut off there).
         title = "Speedup over plain, by kind of text"
         self.speedup_plot = pg.PlotWidget(charts, title=title, axisItems=solid_grid_axes())
@@ -307,12 +353,12 @@ class PairLabWindow(QMainWindow):
         self.sweep_plot.setLabel("left", "speedup ×")
         self.sweep_plot.addLegend(offset=(-10, 10))
         for plot in (self.speedup_plot, self.sweep_plot):
-            plot.setMinimumHeight(240)
-            charts_layout.addWidget(plot)
-        self.charts = charts
+            charts.add(plot)
         right.addWidget(charts, 2)
         splitter.addWidget(setup)
-        splitter.addWidget(results)
+        # The results scroll up and down where the window is too short for them and the charts stacked (a
+        # 1024×768 screen); they never scroll sideways: the charts stack instead.
+        splitter.addWidget(scrolled(results))
         splitter.setStretchFactor(1, 2)
         splitter.setSizes([520, 880])
         self.setCentralWidget(splitter)
@@ -670,6 +716,7 @@ class PairLabWindow(QMainWindow):
         self._show_tables(result)
         self._plot_speedups(result)
         self._plot_sweep(result)
+        self.charts.refit()  # the titles changed
 
     def _show_tables(self, result: LabResult) -> None:
         """A table per kind of text (the tab shown stays shown)."""
