@@ -7,7 +7,16 @@ from PySide6.QtCore import Qt
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
-from speculens.engine.events import Divergence, EmittedToken, FinishEvent, FinishReason, Origin, RunningStats, StepEvent
+from speculens.engine.events import (
+    Divergence,
+    DraftToken,
+    EmittedToken,
+    FinishEvent,
+    FinishReason,
+    Origin,
+    RunningStats,
+    StepEvent,
+)
 from speculens.ui.compare_view import CompareView
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 
@@ -363,3 +372,33 @@ def test_teach_does_not_explain_the_last_answer_s_step_while_the_next_runs(qtbot
     assert "Step" not in teach.explanation.toPlainText() and "being generated" in teach.explanation.toPlainText()
     window.chat.stop()
     wait_idle(qtbot, window)
+
+
+def test_the_two_answers_scroll_together_token_by_token(qtbot) -> None:
+    """A tour scrolled two long answers one at a time to find the same place in both; the speculative one also
+    shows its rejected drafts, so the same token is on another line there."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+
+    def step(lane: Lane, i: int) -> Record:
+        words = [f"word{i}.{k} ".encode() for k in range(4)] + [b"\n"]
+        emitted = tuple(EmittedToken(k, piece, Origin.TARGET) for k, piece in enumerate(words))
+        # Rejected drafts on the speculative side: one more line every step.
+        pieces = [f"rejected{i}.{k} ".encode() for k in range(6)] + [b"\n"] if lane is Lane.SPECULATIVE else []
+        drafted = tuple(DraftToken(k, piece, None, None, False) for k, piece in enumerate(pieces))
+        event = StepEvent(i, len(drafted), drafted, emitted, b"".join(words).decode(), 0.0, 1.0, 0.0, RunningStats())
+        return Record(1, lane, RecordKind.STEP, event=event)
+
+    for lane in (Lane.PLAIN, Lane.SPECULATIVE):
+        view.on_records([step(lane, i) for i in range(200)])
+    plain, speculative = view.views[Lane.PLAIN], view.views[Lane.SPECULATIVE]
+    assert speculative.verticalScrollBar().maximum() > plain.verticalScrollBar().maximum() + 20  # not line by line
+    for scrolled, other in ((plain, speculative), (speculative, plain), (plain, speculative)):
+        bar = scrolled.verticalScrollBar()
+        bar.setValue(bar.maximum() // 3 if scrolled is plain else bar.maximum() // 2)
+        top = scrolled.answer_token_at_top()
+        assert top is not None and top > 100
+        assert other.answer_token_at_top() == top  # the same token on top in both
+        assert plain.toPlainText().split()[top] in other.toPlainText()

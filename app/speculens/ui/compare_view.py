@@ -10,6 +10,7 @@ round a batch differently from one token at a time, which can tip a near-tie; bi
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 
@@ -146,6 +147,11 @@ class CompareView(QWidget):
         self.figures = {Lane.PLAIN: QLabel(self), Lane.SPECULATIVE: QLabel(self)}
         for label in (*self.headers.values(), *self.figures.values()):
             label.setWordWrap(True)  # a long strategy name or figure wraps; it must not widen the window
+        # The two answers scroll together, token by token: a tour scrolled two long answers one at a time to find
+        # the same place in both (rejected drafts make the speculative one longer, so not line by line).
+        self._scrolling = False
+        for lane, view in self.views.items():
+            view.verticalScrollBar().valueChanged.connect(functools.partial(self._scroll_with, lane))
         self.views[Lane.PLAIN].setAccessibleName("Plain decoding answer")
         self.views[Lane.SPECULATIVE].setAccessibleName("Speculative decoding answer")
         self.verdict = WrappedLabel(self)  # the result: all of it shown, the answers' views give way
@@ -248,6 +254,17 @@ class CompareView(QWidget):
             "Reloading the target for bit-exact verification; the comparison runs again once it is loaded."
         )
         self.exact_requested.emit()
+
+    def _scroll_with(self, lane: Lane, _value: int) -> None:
+        """Scroll the other answer to the token at the top of ``lane``'s."""
+        if self._scrolling or (n := self.views[lane].answer_token_at_top()) is None:
+            return
+        self._scrolling = True
+        try:
+            other = Lane.SPECULATIVE if lane is Lane.PLAIN else Lane.PLAIN
+            self.views[other].scroll_to_answer_token(n)
+        finally:
+            self._scrolling = False
 
     def _set_running(self, running: bool) -> None:
         self.running = running

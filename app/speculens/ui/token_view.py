@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
@@ -258,6 +258,7 @@ class TokenView(QPlainTextEdit):
         self._alt_formats = {kind: self._make_format(kind, alternate=True) for kind in TokenKind}
         self._starts: list[int] = []
         self._infos: list[TokenInfo] = []
+        self._answer: list[int] = []  # the index in _infos of each of the answer's tokens (rejected drafts are not)
         self._counts = dict.fromkeys(TokenKind, 0)
         self._end = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -290,6 +291,7 @@ class TokenView(QPlainTextEdit):
         self.clear()
         self._starts.clear()
         self._infos.clear()
+        self._answer.clear()
         self._counts = dict.fromkeys(TokenKind, 0)
         self._end = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -321,6 +323,8 @@ class TokenView(QPlainTextEdit):
         index = len(self._infos)
         fmt = (self._alt_formats if index % 2 else self._formats)[info.kind]
         self._starts.append(self._end)
+        if info.kind is not TokenKind.REJECTED:
+            self._answer.append(index)
         self._infos.append(info)
         self._counts[info.kind] += 1
         if text:
@@ -332,10 +336,9 @@ class TokenView(QPlainTextEdit):
         """Underline the answer's ``n``-th token (0-based; rejected drafts are not the answer's) in red and scroll to
         it: where Compare's two answers part (a tour searched two long answers for it by eye). ``False`` where the
         answer has no such token (it ended there)."""
-        emitted = [i for i, info in enumerate(self._infos) if info.kind is not TokenKind.REJECTED]
-        if not 0 <= n < len(emitted):
+        if not 0 <= n < len(self._answer):
             return False
-        i = emitted[n]
+        i = self._answer[n]
         start = self._starts[i]
         end = self._starts[i + 1] if i + 1 < len(self._starts) else self._end
         end = max(end, min(start + 1, self._end))  # the first bytes of a character: shown with the next token
@@ -351,6 +354,24 @@ class TokenView(QPlainTextEdit):
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
         return True
+
+    def answer_token_at_top(self) -> int | None:
+        """The answer's token (0-based, as :meth:`mark_answer_token` counts) on the view's top line, or ``None``
+        when the view is empty."""
+        if not self._answer:
+            return None
+        i = bisect.bisect_right(self._starts, self.cursorForPosition(QPoint(0, 0)).position()) - 1
+        return min(bisect.bisect_left(self._answer, i), len(self._answer) - 1)
+
+    def scroll_to_answer_token(self, n: int) -> None:
+        """Scroll so that the line of the answer's ``n``-th token (the last one, past the end) is the top one."""
+        if not self._answer:
+            return
+        position = self._starts[self._answer[min(n, len(self._answer) - 1)]]
+        block = self.document().findBlock(position)
+        line = block.layout().lineForTextPosition(position - block.position())
+        # A plain text view scrolls by lines of its layout, wrapped lines included.
+        self.verticalScrollBar().setValue(block.firstLineNumber() + max(line.lineNumber(), 0))
 
     def token_at(self, position: int) -> TokenInfo | None:
         """The token covering a document position, or ``None``."""
