@@ -643,6 +643,31 @@ def test_the_last_answer_is_copied_from_the_keyboard(qtbot, tiny) -> None:
     assert QGuiApplication.clipboard().text() == window.chat.conversation.messages[-1]["content"] != ""
 
 
+
+
+def test_the_transcript_and_the_step_events_are_exported_from_the_keyboard(qtbot, tiny, tmp_path, monkeypatch) -> None:
+    """A tour found the exports a mouse's alone: Ctrl+S saves the transcript, Ctrl+Shift+S the step events."""
+    from fake_engine import FakeFactory
+    from gui_support import send
+    from speculens.ui import file_dialogs
+
+    window = make_window(qtbot, tiny, FakeFactory())
+    send(qtbot, window, "say hello")
+    asked: list[str] = []
+
+    def save_file(_parent, _kind, title: str, name: str, _pattern: str) -> Path:
+        asked.append(title)
+        return tmp_path / name
+
+    monkeypatch.setattr(file_dialogs, "save_file", save_file)
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)
+    keys = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_S, keys)
+    saved = sorted(p.suffix for p in tmp_path.glob("speculens-*"))
+    assert saved == [".html", ".json"], (asked, saved)
+    assert "Ctrl+Shift+S" in window.shortcuts_html() and "Export step events as JSON" in window.shortcuts_html()
+
+
 def test_the_settings_command_brings_back_a_closed_settings_panel(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, load=False)
     window.show()

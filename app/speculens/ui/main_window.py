@@ -242,8 +242,9 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        self._add(file_menu, "Export transcript as &HTML…", self.export_html)
-        self._add(file_menu, "Export step events as &JSON…", self.export_json)
+        # Save keys for the two exports users make most (a tour found the exports a mouse's alone).
+        self._add(file_menu, "Export transcript as &HTML…", self.export_html, QKeySequence.StandardKey.Save)
+        self._add(file_menu, "Export step events as &JSON…", self.export_json, "Ctrl+Shift+S")
         self._add(file_menu, "Export step events as &CSV…", self.export_csv)
         self._add(file_menu, "Export charts as &PNG…", self.export_png)
         file_menu.addSeparator()
@@ -813,10 +814,12 @@ class MainWindow(QMainWindow):
                     rows.append(f"<tr><td><b>{html.escape(key)}</b></td><td>{html.escape(what)}</td></tr>")
 
         walk(self.menuBar().actions(), "")
+        save = QKeySequence(QKeySequence.StandardKey.Save).toString(QKeySequence.SequenceFormat.NativeText)
         rows.append(  # the tool windows' own shortcuts (not in the menus)
             "<tr><td><b>Esc</b></td><td>In the Models window: close it. In the Pair lab: stop a run, or close "
             "the lab when none is running</td></tr>"
             "<tr><td><b>Ctrl+Return</b></td><td>In the Pair lab: run</td></tr>"
+            f"<tr><td><b>{html.escape(save)}</b></td><td>In the Pair lab: export the results as JSON</td></tr>"
             "<tr><td><b>F2</b></td><td>In the conversation list: rename the selected conversation</td></tr>"
             "<tr><td><b>Delete</b></td><td>In the conversation list: delete the selected conversation</td></tr>"
         )

@@ -364,7 +364,8 @@ class PairLabWindow(QMainWindow):
         self.setCentralWidget(splitter)
 
         file_menu = self.menuBar().addMenu("&File")
-        self.export_json_action = file_menu.addAction("Export results as &JSON…", self.export_json)
+        save = QKeySequence.StandardKey.Save
+        self.export_json_action = file_menu.addAction("Export results as &JSON…", save, self.export_json)
         self.export_csv_action = file_menu.addAction("Export results as &CSV…", self.export_csv)
         self.export_png_action = file_menu.addAction("Export charts as &PNG…", self.export_png)
         for action in (self.export_json_action, self.export_csv_action, self.export_png_action):
