@@ -116,3 +116,50 @@ def test_the_engine_governs_an_automatic_thread_count_only_and_threads_never_cha
         # Steps off the settled count (2) are trials: the figures do not call them a busy machine.
         assert all(e.thread_trial == (e.threads == 1) for e in steps)
         assert next(e for e in events if isinstance(e, FinishEvent)).tokens == plain
+
+
+def test_other_programs_share_of_the_cpus_is_measured_and_excludes_our_own_work() -> None:
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from speculens.engine.threads import CpuWindow
+
+    window = CpuWindow()
+    deadline = time.perf_counter() + 0.4
+    while time.perf_counter() < deadline:  # our own work is not another program's
+        pass
+    own = window.others_share()
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.3)  # the interpreter starts
+        window = CpuWindow()
+        time.sleep(0.6)
+        other = window.others_share()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert own is not None and other is not None
+    # One core of the machine's, busy in another program (whatever else this machine runs meanwhile).
+    cores = psutil.cpu_count() or 1
+    assert other >= 0.7 / cores and other > own, (own, other, cores)
+
+
+def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A tour's first load, beside another model's run, read the draft model ×0.06 of plain decoding and said
+    nothing of why; the next load times it again."""
+    from speculens.engine import session, threads
+    from speculens.engine.adaptive import AdaptiveController
+    from speculens.engine.config import ModelConfig
+    from speculens.engine.session import SpeculativeEngine
+
+    monkeypatch.setattr(AdaptiveController, "draft_idle", lambda self: "the draft model cannot pay here")
+    busy_note = " (timed while other programs used 62% of the CPUs: load again once they are done)"
+    for busy, said in ((0.62, busy_note), (0.1, ""), (None, "")):
+        monkeypatch.setattr(threads.CpuWindow, "others_share", lambda self, busy=busy: busy)
+        assert session.CpuWindow is threads.CpuWindow
+        with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as engine:
+            assert engine.draft_idle == "the draft model cannot pay here" + said
+            assert engine.info().draft_idle == engine.draft_idle

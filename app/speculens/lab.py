@@ -51,6 +51,7 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine, calibrate_draft
+from speculens.engine.threads import BUSY_SHARE, CpuWindow
 from speculens.engine.vocab import vocab_mismatch
 from speculens.errors import InvalidInputError, OperationError
 from speculens.logging_setup import backend_description
@@ -77,8 +78,6 @@ NOISY_SPREAD = 0.15
 # A candidate faster than plain decoding by more than this factor times its tokens per target pass marks its row
 # noisy (see _impossible).
 IMPOSSIBLE_MARGIN = 1.15
-# Other programs using more than this share of the CPUs when a run begins make it noisy.
-BUSY_SHARE = 0.3
 
 
 # ---- candidates ------------------------------------------------------------------------------------------
@@ -1061,36 +1060,10 @@ def _profile(engine: SpeculativeEngine, costs: dict[str, CostModel]) -> CostProf
 
 
 def _others_busy(window_s: float = 0.5) -> float | None:
-    """The share of the CPUs that *other* processes used over a short window, on Linux (``/proc``); elsewhere the
-    1-minute load average per CPU, which also counts this process (so an answer just generated shows as load)."""
-    try:
-        t0, own0 = _cpu_ticks(), _own_ticks()
-        time.sleep(window_s)
-        t1, own1 = _cpu_ticks(), _own_ticks()
-    except (OSError, ValueError, IndexError):
-        try:
-            return os.getloadavg()[0] / (os.cpu_count() or 1)
-        except (OSError, AttributeError):
-            return None
-    busy = (t1[0] - t0[0]) - (own1 - own0)
-    total = t1[1] - t0[1]
-    return max(0.0, busy / total) if total > 0 else None
-
-
-def _cpu_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot."""
-    with open("/proc/stat", encoding="ascii") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
-    return total - idle, total
-
-
-def _own_ticks() -> int:
-    """This process's user + system jiffies."""
-    with open("/proc/self/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    """The share of the CPUs that *other* programs used over a short window (see :class:`CpuWindow`)."""
+    window = CpuWindow()
+    time.sleep(window_s)
+    return window.others_share()
 
 
 def _drafted(row: Row) -> bool:

@@ -50,7 +50,7 @@ from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent
 from speculens.engine.generate import generate
 from speculens.engine.protocol import EngineInfo, Messages
-from speculens.engine.threads import ThreadGovernor
+from speculens.engine.threads import BUSY_SHARE, CpuWindow, ThreadGovernor
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
 from speculens.errors import InvalidInputError
 
@@ -124,6 +124,7 @@ class SpeculativeEngine:
             self.target.close()
             raise
         self.draft: LlamaBackend | None = None
+        self._draft_timed_busy: float | None = None  # other programs' share of the CPUs while the draft was timed
         # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
         # measured its invariance with its own count).
         self.threads: ThreadGovernor | None = None
@@ -260,7 +261,9 @@ class SpeculativeEngine:
         if not self.costs.draft_catchup.count:  # timed in the old way (every row's logits): measured afresh
             self.costs.forget_draft()
         loading.report(f"Timing {self.draft.path.name} on this machine")
+        window = CpuWindow()
         calibrate_draft(self.draft, self.costs)  # every load: saved costs are checked against this machine now
+        self._draft_timed_busy = window.others_share()
 
     def _flash_path(self) -> Path | None:
         c = self.config
@@ -522,7 +525,13 @@ class SpeculativeEngine:
         default draft length; ``None`` when it could, or when none is loaded."""
         if self.draft is None:
             return None
-        return AdaptiveController(GenerationConfig().n_draft, [MODEL], self.costs).draft_idle()
+        idle = AdaptiveController(GenerationConfig().n_draft, [MODEL], self.costs).draft_idle()
+        busy = self._draft_timed_busy
+        if idle is not None and busy is not None and busy > BUSY_SHARE:
+            # Said, not hidden: a draft model timed beside a busy program looks dearer than it is (a tour's first
+            # load, beside another model's run, read ×0.06), and the next load times it again.
+            idle += f" (timed while other programs used {busy:.0%} of the CPUs: load again once they are done)"
+        return idle
 
     @property
     def speculation_off(self) -> str | None:

@@ -23,7 +23,43 @@ import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+import psutil
+
 from speculens.engine.events import StepEvent
+
+# Other programs using more than this share of the CPUs make timings slower and noisier than the machine can do.
+BUSY_SHARE = 0.3
+
+
+class CpuWindow:
+    """What share of the CPUs *other* programs used between its creation and :meth:`others_share`: the system's
+    busy time less this process's, over the CPUs' total (psutil reads it on Linux, macOS and Windows alike). The
+    pair lab flags its figures with it, and a load its draft model's verdict: a model timed while something else
+    held the cores looks dearer than it is."""
+
+    def __init__(self) -> None:
+        self._process = psutil.Process()
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, float, float] | None:
+        """(busy, total) seconds of all CPUs and this process's CPU seconds, or ``None`` where unreadable."""
+        try:
+            times = psutil.cpu_times()._asdict()
+            own = self._process.cpu_times()
+        except (psutil.Error, OSError):
+            return None
+        # Guest time is inside user time already (Linux counts it twice over).
+        total = sum(v for k, v in times.items() if k not in ("guest", "guest_nice"))
+        idle = times["idle"] + times.get("iowait", 0.0)
+        return total - idle, total, own.user + own.system
+
+    def others_share(self) -> float | None:
+        """Other programs' share of the CPUs since the window opened (0 to 1), or ``None`` where unknown."""
+        end = self._read()
+        if self._start is None or end is None or end[1] <= self._start[1]:
+            return None
+        busy = (end[0] - self._start[0]) - (end[2] - self._start[2])
+        return min(1.0, max(0.0, busy / (end[1] - self._start[1])))
 
 
 class ThreadGovernor:
