@@ -399,7 +399,7 @@ class ChartsPanel(QWidget):
             0,
             2,
             _title(
-                "Draft length and tokens per pass",
+                "Draft length, tokens per pass",
                 ("tokens per pass", "#3884ff"),
                 ("draft length chosen", "#d29922"),
                 ("▲ probe", "#d29922"),
@@ -417,7 +417,7 @@ class ChartsPanel(QWidget):
             pen=None, symbol="t1", symbolSize=7, symbolBrush="#d29922", symbolPen=None, name="probe"
         )
 
-        self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by draft position", "rate", "position")
+        self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by position", "rate", "position in the draft")
         self.position_plot.setYRange(0, 1.05)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(*BAR_GREEN, 170))
         self.position_plot.addItem(self.position_bars)
