@@ -181,3 +181,19 @@ def test_token_texts_are_kept_compactly_and_compared_by_boundaries_too() -> None
     shifted = [*words[:5], "a", "bc", "Ġx"]
     problem = vocab_mismatch(vocab(words), vocab(shifted))
     assert problem is not None and "from id 5" in problem and "'ab'" in problem
+
+
+def test_catalog_drafts_no_smaller_than_the_target_are_not_suggested(tmp_path: Path) -> None:
+    """A tour's 268 MB Gemma 3 target was offered the 292 MB and 806 MB drafts of larger Gemma 3 targets."""
+    import dataclasses
+
+    target = read_gguf_info(write_tiny_model(tmp_path / "g.gguf", TinyModelSpec(name="gemma-3-270m-it")))
+    assert target.family == "gemma-3"
+    library = Library(tmp_path / "library.json", include_demo=False)
+
+    def suggested(file_size: int) -> list[str]:
+        return [s.filename or "" for s in suggest_drafts(dataclasses.replace(target, file_size=file_size), library)]
+
+    assert suggested(268_000_000) == []
+    assert suggested(1_000_000_000) == ["gemma-3-270m-it-Q8_0.gguf"]  # the 806 MB one would cost nearly as much
+    assert suggested(2_500_000_000) == ["gemma-3-270m-it-Q8_0.gguf", "gemma-3-1b-it-Q4_K_M.gguf"]

@@ -505,7 +505,8 @@ def suggest_drafts(
     """Drafts for ``target``: compatible, smaller models from the library, then catalog recommendations.
 
     Library models are checked with :func:`check_pair` and kept when compatible and smaller; those of the
-    target's family and with fewer warnings come first. Catalog drafts already in the library are left out.
+    target's family and with fewer warnings come first. Catalog drafts already in the library, or not
+    :data:`MIN_USEFUL_SIZE_RATIO` times smaller than the target, are left out.
 
     Args:
         target: the target (metadata or path).
@@ -564,6 +565,10 @@ def suggest_drafts(
         for pair in pairs_for_target(t, repo=source.repo if source else None):
             key = (pair.draft.repo, pair.draft.file.lower())
             if key in seen or key in have or pair.draft.file.lower() in have_names:
+                continue
+            # A pair of the same family may have a larger target, and a draft too large to pay for this one (a
+            # tour's 268 MB Gemma was offered the 292 MB and 806 MB drafts): recommended ones are useful here.
+            if pair.draft.size * MIN_USEFUL_SIZE_RATIO > t.file_size:
                 continue
             seen.add(key)
             out.append(
