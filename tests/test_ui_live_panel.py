@@ -261,6 +261,13 @@ def test_the_status_says_why_a_loaded_draft_model_never_drafted(panel: LivePanel
     by_draft = replace(second, source="draft")
     feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7), first, by_draft, plain, end])
     assert "would not pay" not in panel.status.text()  # it drafted
+    # A draft model that only probed (to re-measure its cost) did not draft because it paid: a tour read "drafted by
+    # the draft model and prompt lookup" under 0% accepted and took the pair for broken.
+    probed = replace(by_draft, probe=True)
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7), first, probed, plain, end])
+    said = panel.status.text()
+    assert "drafted by the draft model (only to re-measure its cost) and prompt lookup" in said
+    assert "; the draft model would not pay on this answer (×0.73" in said
 
 
 def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_too() -> None:

@@ -217,8 +217,12 @@ class LivePanel(QWidget):
         self.legend.set_counts(self.view.counts)
         self.stats_strip.show_stats(event.stats)
         s = event.stats
-        sources = {st.source for st in self.steps if st.source}
-        drafted_by = f", drafted by {' and '.join(SOURCE_NAMES.get(x, x) for x in sorted(sources))}" if sources else ""
+        names = []
+        for source in sorted({st.source for st in self.steps if st.source}):
+            names.append(SOURCE_NAMES.get(source, source))
+            if all(st.probe for st in self.steps if st.source == source):  # to re-measure it, not because it paid
+                names[-1] += " (only to re-measure its cost)"
+        drafted_by = f", drafted by {' and '.join(names)}" if names else ""
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         strategy = start.strategy if start is not None else ""
         acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by)

@@ -96,10 +96,12 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
 
 
 def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
-    """Why the draft model drafted nothing in an answer where other sources did, in a phrase for its figures (a
-    tour read "drafted by prompt lookup" under every answer of the demo pair and could not tell why the draft model
-    it had loaded never drafted); empty when it drafted, or was not loaded."""
-    if "draft" not in strategy.split("+") or any(step.source == "draft" for step in steps):
+    """Why the draft model drafted nothing (or only probed) in an answer where other sources did, in a phrase for its
+    figures (a tour read "drafted by prompt lookup" under every answer of the demo pair and could not tell why the
+    draft model it had loaded never drafted); empty when it drafted, or was not loaded."""
+    # Probes draft to re-measure, not because drafting paid (a tour read "drafted by the draft model" under an
+    # answer whose draft model had only probed, 0% accepted, and took the pair for broken).
+    if "draft" not in strategy.split("+") or any(step.source == "draft" and not step.probe for step in steps):
         return ""
     best = None
     for step in steps:
