@@ -100,3 +100,25 @@ def test_suggest_and_catalog(capsys: pytest.CaptureFixture[str], tiny) -> None:
 def test_demo_without_the_extra(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "demo")
     assert rc == 1 and "pip install 'speculens[demo]'" in err
+
+
+def test_a_demo_model_built_on_first_use_is_said_and_listed_as_not_built_before(
+    capsys: pytest.CaptureFixture[str], tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tour ran ``models check-pair qwen-1.5b gemma-270m`` in a fresh home: 1.4 GB of files appeared and nothing
+    said so; and ``models list`` said "not-assembled" where the app says "Not built yet"."""
+    import hashlib
+
+    data = tiny.target.read_bytes()
+    fake = demo.DemoModel("tiny-demo", "Tiny Demo", "target", "tiny-demo.gguf", ("tiny_demo_chunk",), len(data),
+                          hashlib.sha256(data).hexdigest(), "someone/tiny")
+    monkeypatch.setattr(demo, "DEMO_MODELS", (fake,))
+    monkeypatch.setattr(demo, "is_installed", lambda model: True)
+    monkeypatch.setattr(demo, "chunk_files", lambda model: [tiny.target])
+    rc, out, _ = run(capsys, "list")
+    assert rc == 0 and "not-built" in out and "not-assembled" not in out
+    assert "built from their packages on first use, or now with: models demo" in out
+    rc, out, err = run(capsys, "info", "tiny-demo")
+    assert rc == 0 and "built the demo model Tiny Demo" in err, err
+    rc, out, err = run(capsys, "info", "tiny-demo")  # built already: nothing to say
+    assert rc == 0 and "built" not in err

@@ -25,7 +25,7 @@ from speculens.models.compat import DEFAULT_SESSION_CTX, Level, check_pair, sugg
 from speculens.models.demo import DemoModelError, is_installed
 from speculens.models.gguf_info import format_bytes, format_params, read_gguf_info
 from speculens.models.hub import DownloadProgress, HubClient
-from speculens.models.library import Library, LibraryEntry
+from speculens.models.library import EntryStatus, Library, LibraryEntry
 
 EXIT_OK, EXIT_FAILED, EXIT_INCOMPATIBLE = 0, 1, 3
 
@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.add_argument("target", help="target: a .gguf path, a demo name or a library id/name")
     a.add_argument("--ctx", type=int, default=DEFAULT_SESSION_CTX, help="the session's context size")
     action("catalog", "list the recommended target/draft pairs", run_catalog)
-    action("demo", "assemble the installed demo models and add them to the library", run_demo)
+    action("demo", "build the installed demo models from their packages and add them to the library", run_demo)
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -122,7 +122,7 @@ def run_list(args: argparse.Namespace) -> int:
     rows = [
         [
             e.id,
-            e.status.value,
+            "not-built" if e.status is EntryStatus.NOT_ASSEMBLED else e.status.value,  # the app's words
             e.quantization or "?",
             format_params(e.parameter_count),
             format_bytes(e.size),
@@ -135,6 +135,8 @@ def run_list(args: argparse.Namespace) -> int:
     missing = [e for e in entries if e.status.value == "missing"]
     if missing:
         print(f"\n{len(missing)} model file(s) are missing (moved or deleted); import them again from their new place.")
+    if any(e.status is EntryStatus.NOT_ASSEMBLED for e in entries):
+        print("\nDemo models marked not-built are built from their packages on first use, or now with: models demo")
     return EXIT_OK
 
 
