@@ -670,20 +670,22 @@ class ModelManagerWindow(QMainWindow):
             # A pair is chosen for its draft: under a draft-free strategy it would be loaded without it, unused
             # (a tour chose a pair with prompt lookup set and got the target alone, with no word why).
             store.update(strategy=Strategy.AUTO.value)
-            note = " The strategy is now Automatic, which drafts with it when that pays."
-        self._choose(self.target_combo.currentData() or "", draft)
-        self._say("Pair chosen; loading it in the main window." + note)
+            note = "The strategy is now Automatic, which drafts with the draft model when that pays."
+        self._choose(self.target_combo.currentData() or "", draft, note)
 
     def _on_use_target_only_clicked(self) -> None:
-        # The picker shows what is chosen (a tour's kept showing the draft just dropped), and says so, as Use this
-        # pair does.
+        # The picker shows what is chosen (a tour's kept showing the draft just dropped).
         self.draft_combo.setCurrentIndex(0)
         self._choose(self.target_combo.currentData() or "", "")
-        self._say("Target chosen without a draft; loading it in the main window.")
 
-    def _choose(self, target: str, draft: str) -> None:
-        self.models.set_pair(target, draft or None)
+    def _choose(self, target: str, draft: str, note: str = "") -> None:
+        """Choose and load a pair, and close: a tour's manager, left open over the main window, hid the load and
+        kept saying "loading it in the main window" long after it had loaded. The main window's status bar says
+        the load (with ``note``)."""
+        self._say("")
+        self.models.set_pair(target, draft or None, note=note)
         self.pair_chosen.emit(target, draft)
+        self.close()
 
     def _on_store_changed(self, _settings: object) -> None:
         self._mark_pair_rows()
