@@ -1030,3 +1030,24 @@ def test_a_captioned_chart_has_its_caption_written_above_it(qtbot) -> None:
     dark = sum(image.pixelColor(x, y).value() < 128 for x in range(300) for y in range(band))
     assert dark > 100  # text drawn in the band
     assert image.pixelColor(150, band + 50) == QColor("blue")  # the plots below it, whole
+
+
+def test_a_lone_rate_point_then_none_never_hands_the_plot_a_point_without_a_value(qtbot, monkeypatch) -> None:
+    """One rate is drawn as a point (a scatter). The next answer's first step has no rate: the point's scatter was
+    handed the NaN before its symbol went, and pyqtgraph's bounds of an all-NaN scatter warn inside Qt's call of
+    boundingRect(). Under the tests' warnings-as-errors that exception reached a PySide error path that freed a
+    method still in use, and the suite crashed in 1 of 5 runs of a file."""
+    series, charts = shown_charts(qtbot)
+    rates = {
+        "one": (np.array([0.1, 0.2]), np.array([np.nan, 5.0]), np.array([np.nan, 5.0])),
+        "none": (np.array([0.1]), np.array([np.nan]), np.array([np.nan])),
+    }
+    for case in ("one", "none", "one"):
+        monkeypatch.setattr(series, "tokens_per_second", lambda case=case: rates[case])
+        series.version += 1
+        charts.refresh()
+        charts.graphics.grab()  # painted, bounds and all
+        for curve in (charts.speed_rolling, charts.speed_average):
+            x, y = curve.scatter.getData()
+            shown = curve.scatter.isVisible() and curve.opts["symbol"] is not None
+            assert shown is (case == "one") and (not shown or np.isfinite(y).all()), (case, x, y)

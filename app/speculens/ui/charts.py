@@ -442,10 +442,16 @@ class ChartsPanel(QWidget):
         self._drawn = self.series.version
         t, rolling, average = self.series.tokens_per_second()
         for curve, values in ((self.speed_rolling, rolling), (self.speed_average, average)):
-            curve.setData(t, values, connect="finite")
-            # One rate is a point, which a line cannot draw: a tour's answer of two passes (lookup copied the rest
-            # in one) showed an empty chart under "7.4 tokens/s".
-            curve.setSymbol("o" if np.count_nonzero(np.isfinite(values)) == 1 else None)
+            finite = np.isfinite(values)
+            if np.count_nonzero(finite) == 1:
+                # One rate is a point, which a line cannot draw: a tour's answer of two passes (lookup copied the
+                # rest in one) showed an empty chart under "7.4 tokens/s". The point goes alone, with its symbol in
+                # the same call: a scatter handed NaNs (the next answer's first step, before its symbol went)
+                # warned from inside Qt's call of its boundingRect(), and under the tests' warnings-as-errors that
+                # exception crashed PySide (a method freed while in use, in 1 of 5 runs of a test file).
+                curve.setData(t[finite], values[finite], symbol="o")
+            else:
+                curve.setData(t, values, connect="finite", symbol=None)
         x, per_step, rolling_acc = self.series.acceptance()
         finite = np.isfinite(per_step)
         self.accept_step.setData(x[finite], per_step[finite])
