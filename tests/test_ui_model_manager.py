@@ -159,9 +159,14 @@ def fake_hub(tiny, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 
 def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: ModelManagerWindow) -> None:
+    repos = manager.repo_list
+    manager.hub_search.setText("no such model")
+    manager.search_hub()
+    # Said what is searched, and what to try (a tour's "No GGUF repository found." said neither).
+    qtbot.waitUntil(lambda: "No GGUF repository found for 'no such model'" in repos.item(0).text(), timeout=10_000)
+    assert "Only repositories with GGUF files are searched" in repos.item(0).text()
     manager.hub_search.setText("Tiny")
     manager.search_hub()
-    repos = manager.repo_list
     qtbot.waitUntil(lambda: repos.count() == 1 and "Tiny-GGUF" in repos.item(0).text(), timeout=10_000)
     manager.repo_list.setCurrentRow(0)
     qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
@@ -350,7 +355,9 @@ def test_remove_from_library_asks_first_and_leaves_the_user_s_file(
         next(b for b in box.buttons() if b.text() == answer).click()
 
     QTimer.singleShot(0, reply)
-    manager._on_remove_clicked()
+    manager.show()
+    manager.library_table.setFocus()
+    qtbot.keyClick(manager.library_table, Qt.Key.Key_Delete)  # the Delete key, as the button (a keyboard tour's)
     assert asked and "stays where it is" in asked[0]
     if answer == "Cancel":
         qtbot.wait(100)

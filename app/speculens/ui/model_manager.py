@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut, QStandardItemModel
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -243,18 +243,20 @@ class ModelManagerWindow(QMainWindow):
         self.library_table.verticalHeader().hide()
         self.library_table.viewport().installEventFilter(self)
         buttons = QHBoxLayout()
+        # Alt+letter for each, as the menus have (a keyboard tour found none here); Delete removes the selected row.
         for text, slot in (
-            ("Import file…", self._on_import_clicked),
-            ("Scan folder…", self._on_scan_clicked),
-            ("Refresh", self.refresh_library),
-            ("Use as target", self._on_use_target_clicked),
-            ("Use as draft", self._on_use_draft_clicked),
-            ("Remove from library", self._on_remove_clicked),
+            ("&Import file…", self._on_import_clicked),
+            ("&Scan folder…", self._on_scan_clicked),
+            ("R&efresh", self.refresh_library),
+            ("Use as &target", self._on_use_target_clicked),
+            ("Use as &draft", self._on_use_draft_clicked),
+            ("&Remove from library", self._on_remove_clicked),
         ):
             button = QPushButton(text, page)
-            button.setAccessibleName(text)
+            button.setAccessibleName(text.replace("&", ""))
             button.clicked.connect(slot)
             buttons.addWidget(button)
+        self.library_table.installEventFilter(self)  # the Delete key (see eventFilter)
         buttons.addStretch(1)
         layout = QVBoxLayout(page)
         layout.addWidget(self.library_table)
@@ -315,6 +317,14 @@ class ModelManagerWindow(QMainWindow):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.library_table.viewport() and event.type() == QEvent.Type.Resize:
             self._fit_location()  # the window resized, or the Library tab shown at another size
+        if (
+            watched is self.library_table
+            and isinstance(event, QKeyEvent)
+            and event.type() == QEvent.Type.KeyPress
+            and event.matches(QKeySequence.StandardKey.Delete)
+        ):
+            self._on_remove_clicked()  # as the button does, asking first
+            return True
         return super().eventFilter(watched, event)
 
     def _mark_pair_rows(self) -> None:
@@ -378,7 +388,11 @@ class ModelManagerWindow(QMainWindow):
         if entry is None:
             return
         if entry.status is EntryStatus.NOT_ASSEMBLED:
-            self._say(f"{entry.name} is not built yet: there is no file to remove.")
+            # Listed while its packages are installed, and taking no space (a tour looked for a way to remove it).
+            self._say(
+                f"{entry.name} is a demo model not built yet: it takes no disk space, and stays listed while its "
+                "packages are installed (pip uninstall them to drop it)."
+            )
             return
         ours = entry.path.resolve().is_relative_to(paths.models_dir().resolve())
         box = QMessageBox(QMessageBox.Icon.Question, "Remove from library", f"Remove {entry.name} from the library?",
@@ -775,8 +789,11 @@ class ModelManagerWindow(QMainWindow):
                 item = QListWidgetItem(f"{repo.repo_id}{gated}\n{repo.downloads or 0:,} downloads")
                 item.setData(Qt.ItemDataRole.UserRole, repo.repo_id)
                 self.repo_list.addItem(item)
-            if not repos:
-                self.repo_list.addItem("No GGUF repository found.")
+            if not repos:  # what is searched, and what to try (a tour's "No GGUF repository found." said neither)
+                self.repo_list.addItem(
+                    f"No GGUF repository found for {text!r}.\n\nOnly repositories with GGUF files are searched: try "
+                    "a shorter name (\"qwen2.5 coder\"), or a model family with \"gguf\" (\"llama gguf\")."
+                )
             some = "1 GGUF repository" if len(repos) == 1 else f"{len(repos)} GGUF repositories"
             self._say(f"{some} found for {text!r}." if repos else "")
 
