@@ -293,6 +293,16 @@ def test_a_download_left_unfinished_is_offered_again_after_a_restart(
     manager.hub.retries = 0
     first = manager.start_download("speculens-test/Tiny-GGUF", "tiny-target-F32.gguf")
     qtbot.waitUntil(lambda: first.state == "failed", timeout=20_000)
+    bar = manager.download_table.cellWidget(first.row, 1)
+    kept = bar.value()
+    assert 0 < kept < 1000 and bar.format().startswith("failed at ")
+    # A retry that fails before its first byte keeps what is on disk in view (a tour's bar went empty).
+    fake_hub.cut_once["tiny-target-F32.gguf"] = 0
+    manager.download_table.cellWidget(first.row, 5).click()  # Retry
+    retry = manager.downloads[-1]
+    qtbot.waitUntil(lambda: retry.state == "failed", timeout=20_000)
+    bar = manager.download_table.cellWidget(retry.row, 1)
+    assert bar.value() == kept and bar.format().startswith("failed at "), (bar.value(), bar.format())
     restarted = ModelManagerWindow(controller)  # as a new session's window opens
     qtbot.addWidget(restarted)
     assert restarted.download_table.rowCount() == 1
@@ -652,3 +662,7 @@ def test_the_main_window_mentions_downloads_left_unfinished(qtbot, tiny) -> None
     assert window.statusBar().currentMessage().startswith("The download of m-Q4_0.gguf is unfinished")
     window.open_model_manager().downloads_changed.emit("Downloading m-Q4_0.gguf: 10%")  # Resume was pressed
     assert window.download_status.text() == "Downloading m-Q4_0.gguf: 10%" and not window.statusBar().currentMessage()
+    # Resumed and failed at once (no download ever shown): the note, which says Resume where Retry now stands, goes.
+    window.statusBar().showMessage(window._unfinished_note)
+    window.open_model_manager().downloads_changed.emit("")
+    assert not window.statusBar().currentMessage()

@@ -771,8 +771,10 @@ class MainWindow(QMainWindow):
 
     def _on_downloads_changed(self, text: str) -> None:
         self.download_status.setText(text)
-        if text and self.statusBar().currentMessage() == self._unfinished_note:
-            self.statusBar().clearMessage()  # resumed: the note at start would contradict the download shown
+        if self.statusBar().currentMessage() == self._unfinished_note:
+            # Resumed (or tried and failed at once): the note at start would contradict the download shown, or
+            # the Retry that took Resume's place (a tour's).
+            self.statusBar().clearMessage()
 
     def offer_first_start(self) -> None:
         """With no model chosen yet, offer the demo pair (when installed) and the model manager."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -871,6 +871,7 @@ class ModelManagerWindow(QMainWindow):
         from speculens.models.hub import DownloadCancelled
 
         row = None
+        kept = None  # what the unfinished download had, shown until the resumed one reports
         for existing in self.downloads:
             if (existing.repo, existing.filename) != (repo_id, filename):
                 continue
@@ -879,11 +880,16 @@ class ModelManagerWindow(QMainWindow):
                 return existing
             if existing.state != "done":
                 row = existing.row
+                if existing.progress is not None:
+                    kept = replace(existing.progress, speed=0.0, eta=None)
                 self.downloads.remove(existing)
                 break
-        download = Download(repo_id, filename)
+        # A resume that failed before its first report kept "failed at 94.6 MB of 253 MB", not an empty bar (a
+        # tour's): the bytes kept are the ones on disk.
+        download = Download(repo_id, filename, progress=kept)
         self.downloads.append(download)
         self._add_download_row(download, row)
+        self._update_download_row(download)
 
         def body() -> Any:
             download.state = "downloading"
