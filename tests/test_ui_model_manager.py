@@ -666,3 +666,23 @@ def test_the_main_window_mentions_downloads_left_unfinished(qtbot, tiny) -> None
     window.statusBar().showMessage(window._unfinished_note)
     window.open_model_manager().downloads_changed.emit("")
     assert not window.statusBar().currentMessage()
+
+
+def test_a_long_hub_source_never_pushes_the_status_column_out_of_the_window(
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
+) -> None:
+    """A tour's 1100-pixel manager showed "hub: google/gemma-3-270m-GGUF@0123…" and no Status column."""
+    from speculens.models.library import ModelSource, SourceKind
+    from speculens.ui.model_manager import SOURCE_COLUMN, SOURCE_WIDTH
+
+    copy = tmp_path / "hubbed.gguf"
+    shutil.copy(tiny.identical, copy)
+    source = ModelSource(SourceKind.HUB, repo="someone/" + "a-very-long-repository-name-" * 3 + "GGUF",
+                         revision="0123456789abcdef0123456789abcdef01234567", filename="hubbed.gguf")
+    manager.library.add(copy, source=source)
+    manager.refresh_library()
+    qtbot.waitUntil(lambda: any(e.path == copy for e in manager.entries), timeout=10_000)
+    table = manager.library_table
+    row = next(i for i, e in enumerate(manager.entries) if e.path == copy)
+    assert table.columnWidth(SOURCE_COLUMN) <= SOURCE_WIDTH < table.fontMetrics().horizontalAdvance(source.describe())
+    assert source.describe() in table.item(row, SOURCE_COLUMN).toolTip()  # whole, where the cell elides it

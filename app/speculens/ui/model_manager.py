@@ -121,6 +121,8 @@ class _ElideStart(QStyledItemDelegate):
         option.textElideMode = Qt.TextElideMode.ElideLeft
 
 
+SOURCE_COLUMN = 6
+SOURCE_WIDTH = 220  # pixels at most for the Source column (see _show_library)
 LOCATION_WIDTH = 260  # the library's Location column at least, where its paths are that long (then it scrolls)
 
 
@@ -285,7 +287,7 @@ class ModelManagerWindow(QMainWindow):
                 e.source.describe(),
                 e.status.words,
             ]
-            tip = f"{e.name}\n{e.path}" + (f"\n\n{e.problem}" if e.problem else "")
+            tip = f"{e.name}\n{e.path}\nSource: {e.source.describe()}" + (f"\n\n{e.problem}" if e.problem else "")
             if e.status is EntryStatus.NOT_ASSEMBLED:  # said here, so that the Status column stays narrow
                 tip += "\n\nNot built yet: Use as target or Use as draft builds it from its installed packages."
             for col, text in enumerate(cells):
@@ -296,6 +298,9 @@ class ModelManagerWindow(QMainWindow):
                 table.setItem(row, col, item)
         self._mark_pair_rows()
         table.resizeColumnsToContents()
+        # A hub source ("hub: google/gemma-3-270m-GGUF@0123456") loses its middle rather than push the Status
+        # column out of the window (a tour's, at 1100 pixels); the tooltip has it whole.
+        table.setColumnWidth(SOURCE_COLUMN, min(table.columnWidth(SOURCE_COLUMN), SOURCE_WIDTH))
         table.resizeRowsToContents()
         self._fit_location()
         damaged = [e for e in entries if e.status is EntryStatus.DAMAGED]
