@@ -350,10 +350,18 @@ class HubClient:
         if isinstance(exc, errors.HfHubHTTPError):
             status = exc.response.status_code if exc.response is not None else None
             if status in (401, 403):
+                # The hub's own reason where it gives one, and advice for the token there is or is not (a tour's
+                # wrong token read "missing, invalid, or lacks permission" where the hub said which).
+                said = exc.response.headers.get("X-Error-Message") if exc.response is not None else None
+                advice = (
+                    f"Check the access token ({self.token_hint}): mistyped, expired, or without access to this "
+                    "repository."
+                    if self.token
+                    else f"It needs an access token ({self.token_hint}) of an account with access."
+                )
                 raise HubError(
                     HubErrorKind.UNAUTHORIZED,
-                    f"{what}: the hub refused access ({status}). The access token is missing, invalid, or "
-                    "lacks permission for this repository.",
+                    f"{what}: the hub refused access ({status}{': ' + said if said else ''}). {advice}",
                 ) from exc
             raise HubError(HubErrorKind.HTTP, f"{what}: the hub answered with an error ({status}).") from exc
         if isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError):
