@@ -644,6 +644,22 @@ def test_the_library_shows_which_models_are_the_pair(manager: ModelManagerWindow
     assert "(" not in other.text() and not other.font().bold()
 
 
+
+def test_a_name_marked_as_the_pair_s_is_shown_whole(qtbot, manager: ModelManagerWindow, tmp_path: Path) -> None:
+    """Bold, with "(draft)" after it, a name is wider: a tour read "Qwen2.5 Coder 0.5…uct AWQ (draft)"."""
+    from speculens.models.synthetic import TinyModelSpec, write_tiny_model
+
+    path = write_tiny_model(tmp_path / "a.gguf", TinyModelSpec(name="A rather long model name, as hub models have"))
+    manager.library.add(path)
+    manager.refresh_library()
+    qtbot.waitUntil(lambda: any(e.path == path.resolve() for e in manager.entries), timeout=10_000)
+    table = manager.library_table
+    manager.models.store.update(draft_path=str(path.resolve()))
+    row = next(i for i, e in enumerate(manager.entries) if e.path == path.resolve())
+    assert table.item(row, 0).text().startswith("A rather long model name, as hub models have  (draft)")
+    assert table.columnWidth(0) >= table.sizeHintForColumn(0), (table.columnWidth(0), table.sizeHintForColumn(0))
+
+
 @pytest.mark.qt_log_ignore("This plugin does not support")  # raise(), offscreen
 def test_the_main_window_mentions_downloads_left_unfinished(qtbot, tiny) -> None:
     import json

@@ -346,6 +346,10 @@ class ModelManagerWindow(QMainWindow):
             font = item.font()
             font.setBold(role is not None)
             item.setFont(font)
+        # Bold and "(draft)" are wider: the names are fitted again (a tour read "Qwen2.5 Coder 0.5…uct AWQ
+        # (draft)" once a pair was chosen), and Location takes what is left.
+        self.library_table.resizeColumnToContents(0)
+        self._fit_location()
 
     def _selected_entry(self) -> Any:
         rows = {i.row() for i in self.library_table.selectedIndexes()}
