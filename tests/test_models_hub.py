@@ -15,6 +15,7 @@ import pytest
 from gguf_split import split_gguf
 from hub_server import FakeHub, FakeHubServer, FakeRepo
 from speculens.models import hub as hub_module
+from speculens.models.gguf_info import format_bytes
 from speculens.models.hub import (
     DownloadCancelled,
     DownloadProgress,
@@ -340,3 +341,20 @@ def test_cli_search_files_download(fake_hub: HubFixture, capsys: pytest.CaptureF
     assert json.loads(captured.out)["kind"] == "gated" and "gated" in captured.err
     assert main(["models", "search", "tiny", "--offline"]) == 1
     assert "offline mode" in capsys.readouterr().err
+
+
+def test_the_cli_says_where_a_resumed_download_goes_on_from(
+    fake_hub: HubFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tour's resume read "618 kB/s, 583 s left" and nothing of the 131 MB already on disk."""
+    from speculens.cli.__main__ import main
+
+    name = "tiny-target-Q8_0.gguf"
+    fake_hub.hub.cut_once[name] = len(fake_hub.target) // 2
+    with pytest.raises(HubError):
+        client(retries=0).download("speculens-test/Tiny-Llama-GGUF", name)
+    kept = (hub_folder("speculens-test/Tiny-Llama-GGUF") / (name + ".part")).stat().st_size
+    assert main(["models", "download", "speculens-test/Tiny-Llama-GGUF", name]) == 0
+    err = capsys.readouterr().err
+    assert f"resuming {name} from {format_bytes(kept)} of {format_bytes(len(fake_hub.target))}" in err, err
+    assert err.count("resuming") == 1

@@ -634,6 +634,8 @@ class HubClient:
         meter.reset(base + have)
         if have == size:
             return
+        if have:  # said before the first new byte: where a resumed download goes on from (the bar, the CLI's line)
+            meter.report("downloading")
         headers = build_hf_headers(token=self.token)
         headers["Accept-Encoding"] = "identity"
         if have:
