@@ -197,3 +197,7 @@ def test_catalog_drafts_no_smaller_than_the_target_are_not_suggested(tmp_path: P
     assert suggested(268_000_000) == []
     assert suggested(1_000_000_000) == ["gemma-3-270m-it-Q8_0.gguf"]  # the 806 MB one would cost nearly as much
     assert suggested(2_500_000_000) == ["gemma-3-270m-it-Q8_0.gguf", "gemma-3-1b-it-Q4_K_M.gguf"]
+    # The catalog's pair for this very file is its own choice, whatever the sizes (Qwen2.5 1.5B and 0.5B Q8_0).
+    qwen = write_tiny_model(tmp_path / "Qwen2.5-1.5B-Instruct-Q4_K_M.gguf", TinyModelSpec(name="Qwen2.5 1.5B"))
+    info = dataclasses.replace(read_gguf_info(qwen), file_size=986_000_000)
+    assert "Qwen2.5-0.5B-Instruct-Q8_0.gguf" in [s.filename for s in suggest_drafts(info, library)]

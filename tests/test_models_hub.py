@@ -358,3 +358,7 @@ def test_the_cli_says_where_a_resumed_download_goes_on_from(
     err = capsys.readouterr().err
     assert f"resuming {name} from {format_bytes(kept)} of {format_bytes(len(fake_hub.target))}" in err, err
     assert err.count("resuming") == 1
+    # A fresh download (several chunks long) resumes nothing, whatever its first report says.
+    assert main(["models", "download", "speculens-test/Tiny-Llama-GGUF", "tiny-draft-F32.gguf"]) == 0
+    err = capsys.readouterr().err
+    assert "done tiny-draft-F32.gguf" in err and "resuming" not in err, err

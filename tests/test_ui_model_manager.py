@@ -134,7 +134,7 @@ def test_a_pair_chosen_under_a_draft_free_strategy_switches_to_one_that_uses_the
     assert not manager.isVisible()
     automatic = "The strategy is now Automatic, which drafts with the draft model when that pays."
     qtbot.waitUntil(lambda: any(m.startswith("Loaded in") for m in said), timeout=10_000)
-    assert said[0].startswith("Loading models…") and said[0].endswith(automatic)
+    assert said[0] == "Loading models… (Esc cancels)"
     assert said[-1].startswith("Loaded in") and said[-1].endswith(automatic)
     said.clear()
     manager.show()
@@ -296,11 +296,13 @@ def test_a_download_left_unfinished_is_offered_again_after_a_restart(
     bar = manager.download_table.cellWidget(first.row, 1)
     kept = bar.value()
     assert 0 < kept < 1000 and bar.format().startswith("failed at ")
-    # A retry that fails before its first byte keeps what is on disk in view (a tour's bar went empty).
-    fake_hub.cut_once["tiny-target-F32.gguf"] = 0
+    # A retry that fails before any transfer (the hub out of reach) keeps what is on disk in view (a tour's bar
+    # went empty).
+    endpoint, manager.hub.endpoint = manager.hub.endpoint, "http://127.0.0.1:9"
     manager.download_table.cellWidget(first.row, 5).click()  # Retry
     retry = manager.downloads[-1]
     qtbot.waitUntil(lambda: retry.state == "failed", timeout=20_000)
+    manager.hub.endpoint = endpoint
     bar = manager.download_table.cellWidget(retry.row, 1)
     assert bar.value() == kept and bar.format().startswith("failed at "), (bar.value(), bar.format())
     restarted = ModelManagerWindow(controller)  # as a new session's window opens
@@ -702,3 +704,16 @@ def test_a_long_hub_source_never_pushes_the_status_column_out_of_the_window(
     row = next(i for i, e in enumerate(manager.entries) if e.path == copy)
     assert table.columnWidth(SOURCE_COLUMN) <= SOURCE_WIDTH < table.fontMetrics().horizontalAdvance(source.describe())
     assert source.describe() in table.item(row, SOURCE_COLUMN).toolTip()  # whole, where the cell elides it
+
+
+def test_a_pair_s_note_is_said_when_that_pair_is_loaded_not_an_earlier_load(
+    qtbot, controller: ModelController, tiny
+) -> None:
+    """The worker runs loads in order: a pair chosen while another load ran gave its note to that load."""
+    said: list[str] = []
+    controller.message.connect(said.append)
+    controller.set_pair(str(tiny.target), None)  # a load under way (the start-up one, say)
+    controller.set_pair(str(tiny.target), str(tiny.identical), note="The strategy is now Automatic.")
+    qtbot.waitUntil(lambda: sum(m.startswith("Loaded in") for m in said) == 2, timeout=20_000)
+    first, second = (m for m in said if m.startswith("Loaded in"))
+    assert "Automatic" not in first and second.endswith("The strategy is now Automatic.")

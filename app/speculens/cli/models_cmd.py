@@ -324,13 +324,10 @@ class _ProgressPrinter:
     """One updating line on stderr, after a line that says where a resumed download goes on from (a tour's resume
     read "618 kB/s, 583 s left" and nothing of the 131 MB already there)."""
 
-    def __init__(self) -> None:
-        self._first = True
-
     def __call__(self, p: DownloadProgress) -> None:
-        if self._first and p.phase == "downloading" and 0 < p.downloaded < p.total:
-            progress(f"resuming {p.filename} from {format_bytes(p.downloaded)} of {format_bytes(p.total)}", True)
-        self._first = False
+        if p.resumed_from:
+            progress(f"resuming {p.filename} from {format_bytes(p.resumed_from)} of {format_bytes(p.total)}", True)
+            return
         eta = f", {duration(p.eta)} left" if p.eta is not None else ""
         speed = f", {format_bytes(p.speed)}/s" if p.speed else ""
         text = f"{p.phase} {p.filename}: {format_bytes(p.downloaded)} of {format_bytes(p.total)}"

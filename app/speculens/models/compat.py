@@ -505,8 +505,9 @@ def suggest_drafts(
     """Drafts for ``target``: compatible, smaller models from the library, then catalog recommendations.
 
     Library models are checked with :func:`check_pair` and kept when compatible and smaller; those of the
-    target's family and with fewer warnings come first. Catalog drafts already in the library, or not
-    :data:`MIN_USEFUL_SIZE_RATIO` times smaller than the target, are left out.
+    target's family and with fewer warnings come first. Catalog drafts already in the library, or made
+    for another target of the family and not :data:`MIN_USEFUL_SIZE_RATIO` times smaller than this one, are left
+    out.
 
     Args:
         target: the target (metadata or path).
@@ -567,8 +568,10 @@ def suggest_drafts(
             if key in seen or key in have or pair.draft.file.lower() in have_names:
                 continue
             # A pair of the same family may have a larger target, and a draft too large to pay for this one (a
-            # tour's 268 MB Gemma was offered the 292 MB and 806 MB drafts): recommended ones are useful here.
-            if pair.draft.size * MIN_USEFUL_SIZE_RATIO > t.file_size:
+            # tour's 268 MB Gemma was offered the 292 MB and 806 MB drafts). A pair made for this very file is the
+            # catalog's own choice, kept whatever its file sizes (Qwen2.5 1.5B Q4_K_M and 0.5B Q8_0: 1.9x).
+            for_this_file = pair.target.file.lower() == t.path.name.lower()
+            if not for_this_file and pair.draft.size * MIN_USEFUL_SIZE_RATIO > t.file_size:
                 continue
             seen.add(key)
             out.append(

@@ -158,6 +158,8 @@ class DownloadProgress:
         speed: bytes per second over the last few seconds (0 until measurable).
         eta: seconds left at that speed, or ``None`` while unknown.
         phase: ``downloading``, ``verifying`` or ``done``.
+        resumed_from: in the report a resumed transfer makes before its first new byte, the bytes it goes on
+            from (0 in every other report).
     """
 
     filename: str
@@ -166,6 +168,7 @@ class DownloadProgress:
     speed: float
     eta: float | None
     phase: str
+    resumed_from: int = 0
 
     @property
     def fraction(self) -> float:
@@ -273,14 +276,15 @@ class _Meter:
         self.done = done
         self.samples = deque([(time.monotonic(), done)])
 
-    def report(self, phase: str) -> None:
+    def report(self, phase: str, resumed: bool = False) -> None:
         if self.callback is None:
             return
         self.last_report = time.monotonic()
         (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
         speed = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
         eta = (self.total - self.done) / speed if speed > 0 else None
-        self.callback(DownloadProgress(self.filename, self.done, self.total, speed, eta, phase))
+        start = self.done if resumed else 0
+        self.callback(DownloadProgress(self.filename, self.done, self.total, speed, eta, phase, start))
 
 
 class HubClient:
@@ -635,7 +639,7 @@ class HubClient:
         if have == size:
             return
         if have:  # said before the first new byte: where a resumed download goes on from (the bar, the CLI's line)
-            meter.report("downloading")
+            meter.report("downloading", resumed=True)
         headers = build_hf_headers(token=self.token)
         headers["Accept-Encoding"] = "identity"
         if have:

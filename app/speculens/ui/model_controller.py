@@ -105,7 +105,9 @@ class ModelController(QObject):
         self.progress: tuple[str, int, int] | None = None
         self.preparing_demo = False
         self.reload_reason = ""  # the changed settings the load under way applies before an answer (see load)
-        self._load_note = ""  # said with the load's messages (set_pair's note), until it ends
+        # set_pair's note and the pair it is about: said when that pair's load ends (the worker runs loads in order,
+        # and one already under way must not take it).
+        self._load_note: tuple[tuple[str, str], str] | None = None
         self._load_t0 = 0.0
         worker.load_started.connect(self._on_worker_load_started)
         worker.models_loaded.connect(self._on_worker_models_loaded)
@@ -175,11 +177,11 @@ class ModelController(QObject):
 
     def set_pair(self, target: str, draft: str | None, load: bool = True, note: str = "") -> None:
         """Choose a target and a draft (paths; ``None``: no draft) and, by default, load them; ``note`` (a sentence)
-        is said with the load's messages (the model manager closes as the load begins)."""
+        is said when they are loaded (the model manager closes as the load begins)."""
         self.store.update(target_path=target, draft_path=draft or "")
-        if load:
-            self._load_note = f" {note}" if note else ""
-            self.load()
+        self._load_note = ((target, draft or ""), note) if note and load else None
+        if load and not self.load():
+            self._load_note = None
 
     def use_demo_pair(self) -> None:
         """Assemble the demo pair (the first time only), choose it and load it."""
@@ -238,9 +240,9 @@ class ModelController(QObject):
         self.progress = None
         self._load_t0 = time.monotonic()
         if self.reload_reason:
-            self.message.emit(f"Reloading the models: {self.reload_reason} changed… (Esc cancels){self._load_note}")
+            self.message.emit(f"Reloading the models: {self.reload_reason} changed… (Esc cancels)")
         else:
-            self.message.emit(f"Loading models… (Esc cancels){self._load_note}")
+            self.message.emit("Loading models… (Esc cancels)")
         self.changed.emit()
 
     def _on_worker_models_loaded(self, result: LoadResult) -> None:
@@ -264,8 +266,10 @@ class ModelController(QObject):
                 off += f" {upper_first(info.draft_idle)}, {fate}."
             # The toolbar names the models, and its tooltip has llama.cpp's description and the kernels: with them
             # here the line ran past the window's edge, cutting off what speculation will do (a tour's finding).
-            self.message.emit(f"Loaded in {result.seconds:.1f} s.{off}{self._load_note}")
-        self._load_note = ""
+            if self._load_note is not None and self._load_note[0] == self._chosen_pair(result.settings):
+                off += f" {self._load_note[1]}"
+                self._load_note = None
+            self.message.emit(f"Loaded in {result.seconds:.1f} s.{off}")
         self.changed.emit()
 
     def _on_worker_load_failed(self, message: str) -> None:
@@ -280,7 +284,6 @@ class ModelController(QObject):
         self.preparing_demo = False
         self.loading = False
         self.reload_reason = ""
-        self._load_note = ""
         self.progress = None
         self.loaded = None
         self.store.set_loaded(None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import logging
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -877,10 +877,9 @@ class ModelManagerWindow(QMainWindow):
     def start_download(self, repo_id: str, filename: str) -> Download:
         """Start (or resume) a download on its own thread and show it in the Downloads tab: in the row of the same
         file's unfinished download if there is one (a tour's table grew a row, and an orphan, at each Resume)."""
-        from speculens.models.hub import DownloadCancelled
+        from speculens.models.hub import DownloadCancelled, interrupted_downloads
 
         row = None
-        kept = None  # what the unfinished download had, shown until the resumed one reports
         for existing in self.downloads:
             if (existing.repo, existing.filename) != (repo_id, filename):
                 continue
@@ -889,12 +888,11 @@ class ModelManagerWindow(QMainWindow):
                 return existing
             if existing.state != "done":
                 row = existing.row
-                if existing.progress is not None:
-                    kept = replace(existing.progress, speed=0.0, eta=None)
                 self.downloads.remove(existing)
                 break
-        # A resume that failed before its first report kept "failed at 94.6 MB of 253 MB", not an empty bar (a
-        # tour's): the bytes kept are the ones on disk.
+        # What is on disk, shown until the resumed transfer reports: a retry that failed before its first report
+        # showed an empty bar (a tour's), and none is kept after a checksum failure, which deletes the file.
+        kept = next((p for r, p in interrupted_downloads() if (r, p.filename) == (repo_id, filename)), None)
         download = Download(repo_id, filename, progress=kept)
         self.downloads.append(download)
         self._add_download_row(download, row)
