@@ -144,13 +144,15 @@ def test_other_programs_share_of_the_cpus_is_measured_and_excludes_our_own_work(
     assert own is not None and other is not None
     # One core of the machine's, busy in another program (whatever else this machine runs meanwhile).
     cores = psutil.cpu_count() or 1
-    assert other >= 0.7 / cores and other > own, (own, other, cores)
+    assert other >= 0.7 / cores, (own, other, cores)
+    # Too short a window to tell is no figure (the system counts CPU time in 10 ms ticks).
+    assert CpuWindow().others_share() is None
 
 
 def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A tour's first load, beside another model's run, read the draft model ×0.06 of plain decoding and said
     nothing of why; the next load times it again."""
-    from speculens.engine import session, threads
+    from speculens.engine import threads
     from speculens.engine.adaptive import AdaptiveController
     from speculens.engine.config import ModelConfig
     from speculens.engine.session import SpeculativeEngine
@@ -159,7 +161,6 @@ def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, 
     busy_note = " (timed while other programs used 62% of the CPUs: load again once they are done)"
     for busy, said in ((0.62, busy_note), (0.1, ""), (None, "")):
         monkeypatch.setattr(threads.CpuWindow, "others_share", lambda self, busy=busy: busy)
-        assert session.CpuWindow is threads.CpuWindow
         with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as engine:
             assert engine.draft_idle == "the draft model cannot pay here" + said
             assert engine.info().draft_idle == engine.draft_idle

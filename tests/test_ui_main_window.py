@@ -646,8 +646,6 @@ def test_the_last_answer_is_copied_from_the_keyboard(qtbot, tiny) -> None:
     assert QGuiApplication.clipboard().text() == window.chat.conversation.messages[-1]["content"] != ""
 
 
-
-
 def test_the_transcript_and_the_step_events_are_exported_from_the_keyboard(qtbot, tiny, tmp_path, monkeypatch) -> None:
     """A tour found the exports a mouse's alone: Ctrl+S saves the transcript, Ctrl+Shift+S the step events."""
     from fake_engine import FakeFactory

@@ -602,7 +602,6 @@ def test_escape_closes_the_manager(qtbot, manager: ModelManagerWindow) -> None:
     qtbot.waitUntil(lambda: not manager.isVisible(), timeout=5_000)
 
 
-
 def test_a_tool_window_opens_over_its_parent_and_inside_the_screen(qtbot) -> None:
     """From a new-user tour: on a 1600×1000 screen the window manager put the Models window at the left edge,
     680 px tall from y=335, so its bottom third was below the screen (resize_within_screen now places it)."""
@@ -644,7 +643,6 @@ def test_the_library_shows_which_models_are_the_pair(manager: ModelManagerWindow
     assert target.text().endswith("(target)") and target.font().bold()
     assert draft.text().endswith("(draft)") and draft.font().bold()
     assert "(" not in other.text() and not other.font().bold()
-
 
 
 def test_a_name_marked_as_the_pair_s_is_shown_whole(qtbot, manager: ModelManagerWindow, tmp_path: Path) -> None:

@@ -286,6 +286,7 @@ def test_the_charts_stack_rather_than_cut_in_a_narrow_window(qtbot, lab) -> None
         assert (plots[0].y() == plots[1].y()) is side_by_side
     assert lab.minimumSizeHint().width() <= 800  # still fits an 800-pixel screen
 
+
 def test_esc_closes_an_idle_lab(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
     """From a new-user tour: Esc did nothing in an idle lab, while it closes the model manager."""
     assert lab.isVisible()

@@ -29,6 +29,7 @@ from speculens.engine.events import StepEvent
 
 # Other programs using more than this share of the CPUs make timings slower and noisier than the machine can do.
 BUSY_SHARE = 0.3
+MIN_WINDOW_S = 0.25  # the shortest CpuWindow that gives a share (of each CPU's time)
 
 
 class CpuWindow:
@@ -54,9 +55,11 @@ class CpuWindow:
         return total - idle, total, own.user + own.system
 
     def others_share(self) -> float | None:
-        """Other programs' share of the CPUs since the window opened (0 to 1), or ``None`` where unknown."""
+        """Other programs' share of the CPUs since the window opened (0 to 1), or ``None`` where unknown, or the
+        window too short to tell: the system counts CPU time in ticks of 10 ms, so a window of a few ticks could
+        read tens of percent of noise."""
         end = self._read()
-        if self._start is None or end is None or end[1] <= self._start[1]:
+        if self._start is None or end is None or end[1] - self._start[1] < MIN_WINDOW_S * (psutil.cpu_count() or 1):
             return None
         busy = (end[0] - self._start[0]) - (end[2] - self._start[2])
         return min(1.0, max(0.0, busy / (end[1] - self._start[1])))

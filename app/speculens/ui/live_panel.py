@@ -25,6 +25,7 @@ from speculens.ui.token_view import (
     drafts_phrase,
 )
 from speculens.ui.worker import Lane, Record, RecordKind
+from speculens.words import and_list
 
 if TYPE_CHECKING:
     from speculens.engine.events import Event, RunningStats
@@ -217,12 +218,12 @@ class LivePanel(QWidget):
         self.legend.set_counts(self.view.counts)
         self.stats_strip.show_stats(event.stats)
         s = event.stats
-        names = []
-        for source in sorted({st.source for st in self.steps if st.source}):
-            names.append(SOURCE_NAMES.get(source, source))
-            if all(st.probe for st in self.steps if st.source == source):  # to re-measure it, not because it paid
-                names[-1] += " (only to re-measure its cost)"
-        drafted_by = f", drafted by {' and '.join(names)}" if names else ""
+        sources = sorted({st.source for st in self.steps if st.source})
+        # Probes re-measure the draft model's cost: it drafted then, not because it paid (see draft_model_idle).
+        probed = all(st.probe for st in self.steps if st.source == "draft")
+        names = [SOURCE_NAMES.get(x, x) + (" (only to re-measure its cost)" if x == "draft" and probed else "")
+                 for x in sources]  # fmt: skip
+        drafted_by = f", drafted by {and_list(names)}" if names else ""
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         strategy = start.strategy if start is not None else ""
         acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by)

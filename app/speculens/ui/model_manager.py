@@ -320,13 +320,14 @@ class ModelManagerWindow(QMainWindow):
         table.setColumnWidth(1, max(least, table.viewport().width() - others))
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.library_table.viewport() and event.type() == QEvent.Type.Resize:
+        kind = event.type()
+        if kind == QEvent.Type.Resize and watched is self.library_table.viewport():
             self._fit_location()  # the window resized, or the Library tab shown at another size
-        if (
-            watched is self.library_table
+        elif (
+            kind == QEvent.Type.KeyPress
+            and watched is self.library_table
             and isinstance(event, QKeyEvent)
-            and event.type() == QEvent.Type.KeyPress
-            and event.matches(QKeySequence.StandardKey.Delete)
+            and (event.matches(QKeySequence.StandardKey.Delete) or event.key() == Qt.Key.Key_Backspace)  # Mac: ⌫
         ):
             self._on_remove_clicked()  # as the button does, asking first
             return True

@@ -140,6 +140,7 @@ class _ChartRow(QWidget):
         super().__init__(parent)
         self._layout = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
         self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(6)  # one spacing both ways (a style may leave it to the widgets: -1)
         self._plots: list[pg.PlotWidget] = []
 
     def add(self, plot: pg.PlotWidget) -> None:
@@ -149,7 +150,7 @@ class _ChartRow(QWidget):
         self.refit()
 
     def refit(self) -> None:
-        """Make each plot as wide as its title, axes and legend need (call after they change)."""
+        """Make each plot as wide as its title and axes need (call after they change)."""
         for plot in self._plots:
             least = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
             plot.setMinimumWidth(math.ceil(least) + 2 * plot.frameWidth())
