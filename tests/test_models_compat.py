@@ -201,3 +201,23 @@ def test_catalog_drafts_no_smaller_than_the_target_are_not_suggested(tmp_path: P
     qwen = write_tiny_model(tmp_path / "Qwen2.5-1.5B-Instruct-Q4_K_M.gguf", TinyModelSpec(name="Qwen2.5 1.5B"))
     info = dataclasses.replace(read_gguf_info(qwen), file_size=986_000_000)
     assert "Qwen2.5-0.5B-Instruct-Q8_0.gguf" in [s.filename for s in suggest_drafts(info, library)]
+
+
+def test_a_demo_draft_not_built_yet_is_suggested_for_its_catalog_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen under Xvfb: the demo target's picker said "No compatible smaller draft found" above a draft list that
+    held the demo draft, not built yet (it cannot be checked before it is built; the catalog vouches for it)."""
+    from speculens.models import demo
+
+    draft = demo.DemoModel("tiny-draft", "Tiny demo draft", "draft", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                           ("no_such_chunk_package",), 491_000_000, "0" * 64, "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF")
+    monkeypatch.setattr(demo, "DEMO_MODELS", (draft,))
+    monkeypatch.setattr(demo, "is_installed", lambda model: True)
+    target = write_tiny_model(tmp_path / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", TinyModelSpec(name="Qwen"))
+    library = Library(tmp_path / "library.json")
+    [entry] = [e for e in library.entries() if e.source.demo_key == "tiny-draft"]
+    suggestions = suggest_drafts(target, library)
+    [offered] = [s for s in suggestions if s.path == entry.path]
+    assert offered.source == "library" and "A demo model: picked, it is built." in offered.reason
+    assert not any(s.filename == draft.filename for s in suggestions if s.source == "catalog")  # not twice

@@ -24,7 +24,7 @@ from speculens.engine.vocab import (
 )
 from speculens.models.catalog import pairs_for_target
 from speculens.models.gguf_info import GGUFError, GGUFInfo, TokenizerInfo, format_params, read_gguf_info
-from speculens.models.library import Library
+from speculens.models.library import EntryStatus, Library
 from speculens.words import upper_first
 
 # The context a session uses when the caller does not say (the engine's default ``BackendParams.n_ctx``).
@@ -562,9 +562,19 @@ def suggest_drafts(
         have = {(e.source.repo or "", (e.source.filename or e.path.name).lower()) for e in entries}
         have_names = {e.path.name.lower() for e in entries}
         source = next((e.source for e in entries if e.path == target_path), None)
+        # Demo models not built yet cannot be checked, but the catalog vouches for its own pairs: such a draft is
+        # offered from the library (picked, it is built), or the demo target's picker said "no compatible smaller
+        # draft found" above a draft list holding its demo draft (seen under Xvfb).
+        unbuilt = {e.path.name.lower(): e for e in entries if e.status is EntryStatus.NOT_ASSEMBLED}
         seen: set[tuple[str, str]] = set()
         for pair in pairs_for_target(t, repo=source.repo if source else None):
             key = (pair.draft.repo, pair.draft.file.lower())
+            demo = unbuilt.get(pair.draft.file.lower())
+            if demo is not None and key not in seen and demo.path != target_path:
+                seen.add(key)
+                reason = f"Recommended with {pair.target.file}: {pair.why} A demo model: picked, it is built."
+                out.append(DraftSuggestion("library", demo.name, reason, demo.id, demo.path, size=demo.size))
+                continue
             if key in seen or key in have or pair.draft.file.lower() in have_names:
                 continue
             # A pair of the same family may have a larger target, and a draft too large to pay for this one (a

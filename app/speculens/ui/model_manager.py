@@ -575,7 +575,9 @@ class ModelManagerWindow(QMainWindow):
                 return  # the user picked another target meanwhile
             self.suggestions.clear()
             for s in suggestions:
-                where = "in your library" if s.source == "library" else "download from the hub"
+                where = "download from the hub" if s.source != "library" else (
+                    "in your library, not built yet" if str(s.path) in self._unbuilt else "in your library"
+                )
                 item = QListWidgetItem(f"{s.title} ({where})")
                 item.setToolTip(s.reason)
                 item.setData(Qt.ItemDataRole.UserRole, s)
