@@ -297,6 +297,26 @@ def test_the_verdict_is_shown_whole_in_a_narrow_short_dock(qtbot) -> None:
     assert view.exact_button.geometry().top() >= verdict.geometry().bottom()
 
 
+
+def test_a_difference_s_verdict_leaves_the_answers_room_to_be_read(qtbot) -> None:
+    """Under Xvfb at 1280×800 the verdict of differing outputs took 10 lines of the dock and left each answer 3."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(375, 380)
+    view.show()
+    view.describe("Write a Python class for a singly linked list with append, delete and find methods.", "Automatic")
+    plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats())
+    speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats())
+    divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
+    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    qtbot.wait(20)
+    for answer in view.views.values():
+        assert answer.height() >= 5.5 * answer.fontMetrics().lineSpacing(), answer.height()
+    assert "both answers are the target's" in view.verdict.text()
+    assert "bit-exact" in view.exact_button.text() and "one token at a time" in view.exact_button.toolTip()
+
+
 def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(qtbot, tiny) -> None:
     """From a new-user tour: step mode off mid-answer, the panel still explained 'Step 3' while the curve's caption
     spoke of step 63."""
