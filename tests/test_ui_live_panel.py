@@ -562,6 +562,12 @@ def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:
     assert series.batch_ms == {1: [30.0], 3: [50.0]}
     curve = series.speedup_curve(4)
     assert curve is not None and np.all(np.isfinite(curve)) and curve[0] == pytest.approx(1.0)
+    # A batch timed at 0 ms (a coarse clock) gives no curve, not NaN or infinite points for Teach's plot to bound.
+    zero = RunSeries()
+    timed_zero = StepEvent(2, 0, (), (e("Zt", Origin.TARGET),), "Zt", 0.0, 0.0001, 0.1, stats(2, 2, 0, 0))
+    zero.add([first, timed_zero, replace(drafted, verify_ms=0.0)])
+    zero.batch_ms = {1: [0.0], 3: [0.0]}
+    assert zero.speedup_curve(4) is None
     # Tokens per second are counted as llama.cpp counts them: the prompt's token has no rate of its own.
     _, rolling, average = series.tokens_per_second()
     assert np.isnan(rolling[0]) and np.isnan(average[0])

@@ -129,7 +129,8 @@ class RunSeries:
         step and a speculative one have been timed.
 
         ``E[tokens | k] = (1 − α^{k+1}) / (1 − α)`` (Leviathan, Kalman & Matias 2023, eq. 1) over
-        ``k · draft + verify(k + 1)``, against one token per ``verify(1)``.
+        ``k · draft + verify(k + 1)``, against one token per ``verify(1)``. ``None`` too where a timing of 0 ms
+        makes it infinite or undefined.
         """
         alpha = self.alpha
         stats = self.stats
@@ -143,7 +144,11 @@ class RunSeries:
         draft_ms = 1e3 * stats.draft_s / stats.n_drafted if stats.n_drafted else 0.0
         k = n - 1.0
         tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1.0)) / (1.0 - alpha)
-        return tokens * ms[0] / (k * draft_ms + verify)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            curve = tokens * ms[0] / (k * draft_ms + verify)
+        # A step timed at 0 ms (a clock too coarse) leaves no curve, rather than NaN points, whose bounds warn from
+        # inside Qt's paint (see refresh: under the tests' warnings-as-errors that crashed PySide).
+        return curve if np.isfinite(curve).all() else None
 
     def tokens_per_second(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time, rolling tokens/s over the last steps, and the running average."""
