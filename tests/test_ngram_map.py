@@ -126,3 +126,29 @@ def test_a_new_map_is_drafted_from_without_reloading_the_models(tiny: TinyModels
             list(engine.generate(prompt, GenerationConfig(strategy=Strategy.NGRAM_MAP, max_tokens=4)))
         with pytest.raises(InvalidInputError, match="cannot read n-gram file"):
             engine.ngram_map(tmp_path / "gone.npz")
+
+
+def test_a_file_listed_twice_is_counted_once_and_binary_data_under_a_text_suffix_is_left_out(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    """A tour's corpus held a folder and the folder above it: every file counted twice, so every n-gram seen once
+    passed a least count of 2. And 300 KB of random bytes named blob.py became 60,688 n-grams."""
+    folder = corpus(tmp_path)
+    (folder / "blob.py").write_bytes(bytes(range(256)) * 64)
+    files = corpus_files([folder / "notes", folder, folder / "add.py"])
+    assert sorted(f.name for f in files) == ["add.py", "readme.md"]
+    once = build_map(corpus_files([folder / "add.py"]), tiny.target, tmp_path / "once.npz", min_count=2)
+    twice = build_map(corpus_files([folder / "add.py", folder]), tiny.target, tmp_path / "twice.npz", min_count=2)
+    assert twice.n_files == 2 and twice.n_tokens > once.n_tokens  # readme.md added, add.py not again
+    with pytest.raises(InvalidInputError, match="ngram_max must be between 1 and 8, not 0"):
+        build_map(files, tiny.target, tmp_path / "none.npz", ngram_max=0)
+    assert not (tmp_path / "none.npz").exists()
+
+
+def test_the_cli_refuses_out_of_range_options_as_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from speculens.cli.__main__ import main
+
+    for option, value in (("--ngram-max", "0"), ("--ngram-max", "100"), ("--min-count", "0"), ("--min-count", "-3")):
+        with pytest.raises(SystemExit) as ended:
+            main(["ngram", "build", "corpus", "-m", "model", "-o", "map.npz", option, value])
+        assert ended.value.code == 2 and "must be between" in capsys.readouterr().err

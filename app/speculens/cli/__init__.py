@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,21 @@ def missing_source(strategies: Collection[Strategy], args: argparse.Namespace) -
     if Strategy.NGRAM_MAP in strategies and not args.ngram_map:
         return "the ngram-map strategy needs --ngram-map FILE (a map built with 'speculens-cli ngram build')"
     return None
+
+
+def int_between(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``lo`` to ``hi`` (out of range: a usage error, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}, not {value}")
+        return value
+
+    return parse
 
 
 def progress(line: str, done: bool = False) -> None:

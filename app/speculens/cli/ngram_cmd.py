@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from speculens.cli import progress, resolve
-from speculens.engine.drafters.ngram_map import build_map, corpus_files
+from speculens.cli import int_between, progress, resolve
+from speculens.engine.drafters.ngram_map import MIN_COUNT_RANGE, NGRAM_MAX_RANGE, build_map, corpus_files
 from speculens.errors import SpeculensError
 
 
@@ -19,8 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("corpus", nargs="+", type=Path, help="text files, or folders searched for text files")
     b.add_argument("-m", "--model", required=True, help="the model whose tokenizer the map is for")
     b.add_argument("-o", "--output", required=True, type=Path, help="the map file to write (.npz)")
-    b.add_argument("--ngram-max", type=int, default=4, help="longest n-gram counted (default 4)")
-    b.add_argument("--min-count", type=int, default=2, help="drop n-grams seen fewer times (default 2)")
+    b.add_argument("--ngram-max", type=int_between(*NGRAM_MAX_RANGE), default=4,
+                   help="longest n-gram counted, {} to {} (default 4)".format(*NGRAM_MAX_RANGE))  # fmt: skip
+    b.add_argument("--min-count", type=int_between(*MIN_COUNT_RANGE), default=2,
+                   help="drop n-grams seen fewer times, {} to {} (default 2)".format(*MIN_COUNT_RANGE))  # fmt: skip
     b.set_defaults(func=run_build)
 
 

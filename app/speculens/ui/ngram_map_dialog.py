@@ -32,7 +32,15 @@ from PySide6.QtWidgets import (
 )
 
 from speculens import paths
-from speculens.engine.drafters.ngram_map import TEXT_SUFFIXES, BuildCancelled, MapBuilt, build_map, corpus_files
+from speculens.engine.drafters.ngram_map import (
+    MIN_COUNT_RANGE,
+    NGRAM_MAX_RANGE,
+    TEXT_SUFFIXES,
+    BuildCancelled,
+    MapBuilt,
+    build_map,
+    corpus_files,
+)
 from speculens.ui import file_dialogs
 from speculens.ui.file_dialogs import Kind
 from speculens.ui.screen import resize_within_screen
@@ -119,12 +127,12 @@ class NgramMapDialog(QDialog):
         corpus_row.addLayout(corpus_buttons)
 
         self.ngram_max = QSpinBox()
-        self.ngram_max.setRange(1, 8)
+        self.ngram_max.setRange(*NGRAM_MAX_RANGE)
         self.ngram_max.setValue(4)
         self.ngram_max.setAccessibleName("Longest n-gram")
         self.ngram_max.setToolTip("The longest run of tokens a draft continues from (1 to 8; longer: a bigger map)")
         self.min_count = QSpinBox()
-        self.min_count.setRange(1, 100)
+        self.min_count.setRange(*MIN_COUNT_RANGE)
         self.min_count.setValue(2)
         self.min_count.setAccessibleName("Least count")
         self.min_count.setToolTip("N-grams seen fewer times in the corpus are left out (1 to 100; more: a smaller map)")

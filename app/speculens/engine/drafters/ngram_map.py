@@ -68,6 +68,8 @@ SKIPPED_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "ve
 SMALL_CORPUS = 20_000
 # Tokens counted between two looks at the cancel flag and two progress reports (a second or so here).
 _CHUNK = 50_000
+NGRAM_MAX_RANGE = (1, 8)  # the longest n-gram a map may count (the app's and the CLI's bounds)
+MIN_COUNT_RANGE = (1, 100)  # the least count it may keep
 
 
 class BuildCancelled(OperationError):
@@ -98,27 +100,39 @@ class MapBuilt:
         return ""
 
 
+def _binary(path: Path) -> bool:
+    """Whether a file's first 8 KB hold a NUL byte (no text file does; an unreadable file counts as binary)."""
+    try:
+        with path.open("rb") as f:
+            return b"\0" in f.read(8192)
+    except OSError:
+        return True
+
+
 def _searched(path: Path, top: Path) -> bool:
     return not any(part.startswith(".") or part in SKIPPED_FOLDERS for part in path.relative_to(top).parts[:-1])
 
 
 def corpus_files(items: Iterable[Path]) -> list[Path]:
     """The text files of a corpus: files as given, folders searched for :data:`TEXT_SUFFIXES` (not in hidden folders
-    nor in :data:`SKIPPED_FOLDERS`).
+    nor in :data:`SKIPPED_FOLDERS`), each file once (a folder given beside the folder holding it counted its files
+    twice, so every n-gram seen once passed a least count of 2: a tour's), and none that holds a NUL byte (binary
+    data under a text suffix).
 
     Raises:
         InvalidInputError: a path does not exist, or there is no text file at all.
     """
-    files: list[Path] = []
+    found: list[Path] = []
     for item in items:
         if item.is_dir():
-            files += sorted(
+            found += sorted(
                 p for p in item.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and _searched(p, item) and p.is_file()
             )
         elif item.is_file():
-            files.append(item)
+            found.append(item)
         else:
             raise InvalidInputError(f"corpus path not found: {item}")
+    files = [f for f in dict.fromkeys(f.resolve() for f in found) if not _binary(f)]
     if not files:
         kinds = " ".join(sorted(TEXT_SUFFIXES))
         raise InvalidInputError(f"the corpus holds no text files ({kinds}): give files, or folders that hold some")
@@ -156,6 +170,10 @@ def build_map(
         OSError: a file could not be read or the map written.
     """
     from speculens.engine.backend import BackendParams, LlamaBackend  # llama.cpp: loaded where a map is built
+
+    for name, value, (lo, hi) in (("ngram_max", ngram_max, NGRAM_MAX_RANGE), ("min_count", min_count, MIN_COUNT_RANGE)):
+        if not lo <= value <= hi:  # a tour's --ngram-max 0 wrote an empty map and said nothing
+            raise InvalidInputError(f"{name} must be between {lo} and {hi}, not {value}")
 
     def check() -> None:
         if cancel is not None and cancel.is_set():
