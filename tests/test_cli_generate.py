@@ -127,7 +127,14 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
     assert other.returncode == 0
     assert "wrote" in other.stderr and "\r" not in other.stderr  # a captured log gets lines, not returns
     refused = cli("generate", "-m", tiny.target, "-s", "ngram-map", "--ngram-map", tmp_path / "other.npz", "hi")
-    assert refused.returncode == 1 and "another tokenizer" in refused.stderr
+    assert refused.returncode == 1 and "other.npz was built with another model's tokenizer" in refused.stderr
+    # The automatic strategy goes on without it, and says so (a tour's every answer failed).
+    auto = cli("generate", "-m", tiny.target, "--ngram-map", tmp_path / "other.npz", "-n", "4", "hi")
+    assert auto.returncode == 0 and "note: the n-gram map other.npz was built with another" in auto.stderr
+    # Not a map at all: said before the model loads.
+    (tmp_path / "notes.npz").write_text("not a map", encoding="utf-8")
+    bad = cli("generate", "-m", tiny.target, "--ngram-map", tmp_path / "notes.npz", "hi")
+    assert bad.returncode == 1 and "is not an n-gram map" in bad.stderr and "loaded" not in bad.stderr
 
 
 def n_prompt(tiny: TinyModels, tmp_path: Path, *args: str) -> int:

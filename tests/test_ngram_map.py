@@ -152,3 +152,24 @@ def test_the_cli_refuses_out_of_range_options_as_usage_errors(capsys: pytest.Cap
         with pytest.raises(SystemExit) as ended:
             main(["ngram", "build", "corpus", "-m", "model", "-o", "map.npz", option, value])
         assert ended.value.code == 2 and "must be between" in capsys.readouterr().err
+
+
+def test_a_map_built_for_another_tokenizer_is_left_out_of_the_automatic_strategy_and_said(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    """A tour chose a map built with another model's tokenizer: nothing said so, then every answer failed, the
+    automatic strategy's too, with "Gemma.npz was built with another tokenizer"."""
+    (tmp_path / "words.txt").write_text("def add(a, b):\n    return a + b\n" * 40, encoding="utf-8")
+    other = build_map([tmp_path / "words.txt"], tiny.mismatch, tmp_path / "gemma.npz").path
+    mine = build_map([tmp_path / "words.txt"], tiny.target, tmp_path / "mine.npz").path
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=256)) as engine:
+        said = engine.map_problem(other)
+        assert said is not None and said.startswith("the n-gram map gemma.npz was built with another model's")
+        assert engine.map_problem(mine) is None and engine.map_problem(None) is None
+        prompt = engine.target.tokenize("print hello world")
+        auto = GenerationConfig(strategy=Strategy.AUTO, max_tokens=8, ngram_map=other)
+        assert isinstance(list(engine.generate(prompt, auto))[-1], FinishEvent)  # answered, without the map
+        rng = np.random.default_rng(0)
+        assert "ngram-map" not in [d.name for d in engine.drafters(auto, rng)]
+        with pytest.raises(InvalidInputError, match=r"gemma\.npz was built with another model's tokenizer"):
+            list(engine.generate(prompt, replace(auto, strategy=Strategy.NGRAM_MAP)))

@@ -96,6 +96,16 @@ def test_a_file_that_is_no_n_gram_map_is_refused_when_chosen(qtbot, store: Setti
     panel.ngram_map.setText(str(good))
     panel.ngram_map.editingFinished.emit()
     assert store.settings.ngram_map_path == str(good) and not panel.map_error.isVisible()
+    # Built for another tokenizer than the loaded target's: said by the field, with what it does and the way out (a
+    # tour chose one without a word, then every answer failed).
+    panel.set_loaded_vocab("another fingerprint")
+    said = panel.map_error.text()
+    assert panel.map_error.isVisible() and said.startswith("The n-gram map code.npz was built with another model's")
+    assert "the automatic strategy goes on without it" in said and "Build…" in said
+    store.update(strategy="ngram-map")
+    assert "answers cannot start" in panel.map_error.text()
+    panel.set_loaded_vocab("fingerprint")  # a target it was built for
+    assert not panel.map_error.isVisible()
 
 
 def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(

@@ -27,6 +27,7 @@ from speculens.engine.config import (
     PromptError,
     Strategy,
 )
+from speculens.engine.drafters.ngram_table import NgramTable
 from speculens.engine.events import (
     FinishEvent,
     FinishReason,
@@ -287,6 +288,11 @@ def run(args: argparse.Namespace) -> int:
         if missing := missing_source([config.strategy], args):
             print(f"error: {missing}", file=sys.stderr)
             return 2
+        if args.ngram_map is not None:
+            NgramTable.check(args.ngram_map)  # not a map: said before seconds of loading (a tour's)
+            if config.strategy not in (Strategy.AUTO, Strategy.NGRAM_MAP):
+                print(f"note: --ngram-map is drafted from by the auto and ngram-map strategies, not {config.strategy}",
+                      file=sys.stderr)  # fmt: skip
         models = model_config(args)
         loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
         progress(f"loading {loading}…")  # seconds of silence otherwise (a terminal only; a log gets the line below)
@@ -296,6 +302,8 @@ def run(args: argparse.Namespace) -> int:
         idle = engine.draft_idle if config.strategy in (Strategy.AUTO, Strategy.DRAFT) else None
         if idle and config.adaptive:
             print(f"note: {idle}, so it stays idle", file=sys.stderr)
+        if config.strategy is Strategy.AUTO and (problem := engine.map_problem(config.ngram_map)):
+            print(f"note: {problem}; the automatic strategy goes on without it", file=sys.stderr)
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

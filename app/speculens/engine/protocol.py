@@ -38,6 +38,8 @@ class EngineInfo:
             (empty when llama.cpp decided).
         draft_idle: why the loaded draft model cannot pay on this machine, from the costs measured at load (the
             adaptive controller then never drafts with it), or ``None``.
+        vocab_fingerprint: the target vocabulary's fingerprint, which an n-gram map must have been built for
+            (empty where unknown).
     """
 
     target: str
@@ -50,6 +52,7 @@ class EngineInfo:
     speculation_off: str | None = None
     flash_attn: str = ""
     draft_idle: str | None = None
+    vocab_fingerprint: str = ""
 
 
 class Engine(Protocol):

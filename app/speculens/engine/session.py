@@ -45,7 +45,7 @@ from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.ngram_map import NgramMapDrafter
-from speculens.engine.drafters.ngram_table import NgramTableError
+from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError, another_tokenizer
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent
 from speculens.engine.generate import generate
@@ -396,7 +396,12 @@ class SpeculativeEngine:
                 return []  # plain decoding (an explicit strategy is refused by generate(), with the reason)
             sources: list[Drafter] = [self.lookup(), self.ngram_cache()]
             if config.ngram_map is not None:  # a map the user built competes as one more free source
-                sources.append(self.ngram_map(config.ngram_map))
+                try:
+                    sources.append(self.ngram_map(config.ngram_map))
+                except NgramTableError as exc:
+                    # Left out, not fatal: a map made for another model (or since deleted) stopped every answer of
+                    # the automatic strategy (a tour's). The app and the CLI say so (map_problem).
+                    log.warning("n-gram map left out: %s", exc)
             if self.draft is not None:
                 sources.append(self.draft_drafter(config, rng))
             return sources
@@ -411,6 +416,18 @@ class SpeculativeEngine:
         if strategy is Strategy.NGRAM_CACHE:
             return [self.ngram_cache()]
         return [self.ngram_map(config.ngram_map)]
+
+    def map_problem(self, path: Path | None) -> str | None:
+        """Why the n-gram map at ``path`` cannot draft for this target (its header read: a moment), or ``None``: no
+        map, or a usable one. The automatic strategy leaves such a map out; the n-gram map strategy fails."""
+        if path is None:
+            return None
+        try:
+            if NgramTable.fingerprint_of(path) != self.fingerprint:
+                return another_tokenizer(path)
+        except NgramTableError as exc:
+            return str(exc)
+        return None
 
     def ngram_map(self, path: Path | None) -> NgramMapDrafter:
         """The drafter of this n-gram map file, read once and again only when the file changes (rebuilt).
@@ -517,6 +534,7 @@ class SpeculativeEngine:
             speculation_off=self.speculation_off,
             flash_attn=self.flash_note,
             draft_idle=self.draft_idle,
+            vocab_fingerprint=self.fingerprint,
         )
 
     @property

@@ -535,6 +535,7 @@ class MainWindow(QMainWindow):
         self.settings_panel.set_gpu_backend(models.gpu_backend)
         info = models.loaded.info if models.loaded is not None else None
         self.settings_panel.set_flash_measured(info.flash_attn if info is not None and not info.exact else "")
+        self.settings_panel.set_loaded_vocab(info.vocab_fingerprint if info is not None else "")
         self.chat.pair = f"{target} ▸ {source}"  # what answered, for the record (not whether it was loaded)
 
     def _on_conversation_opened(self, conversation: Conversation) -> None:

@@ -32,11 +32,12 @@ from PySide6.QtWidgets import (
 
 from speculens import paths
 from speculens.engine.config import FlashAttention, Strategy
-from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
+from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError, another_tokenizer
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings, field_labels
 from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.screen import scrolled
 from speculens.ui.settings_store import SettingsStore
+from speculens.words import upper_first
 
 STRATEGY_TIPS = {
     "auto": "Each step, the adaptive controller takes a free draft from prompt lookup, the n-gram cache or your "
@@ -154,6 +155,8 @@ class SettingsPanel(QWidget):
         # What the choice does, in the panel (the tooltip says more): a user deciding sees it without hovering.
         self.flash_note = _note("About flash attention", "palette(placeholder-text)", hidden=False)
         self._flash_measured = ""
+        self._loaded_vocab = ""  # the loaded target's vocabulary fingerprint (see set_loaded_vocab)
+        self._map_vocab_said = False  # the map note says the map is for another tokenizer
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()
@@ -396,6 +399,36 @@ class SettingsPanel(QWidget):
                 "(Apple silicon) or CUDA (NVIDIA) to offload layers to the GPU."
             )
 
+    def set_loaded_vocab(self, fingerprint: str) -> None:
+        """The loaded target's vocabulary fingerprint (``""``: none loaded): a map built for another one is said
+        (see :meth:`_check_map_vocab`)."""
+        if fingerprint != self._loaded_vocab:
+            self._loaded_vocab = fingerprint
+            self._check_map_vocab()
+
+    def _check_map_vocab(self) -> None:
+        """Say, by the map field, that the map in use was built for another tokenizer than the loaded target's: a
+        tour chose one without a word, then every answer failed (the automatic strategy now leaves it out)."""
+        path = self.store.settings.ngram_map_path
+        problem = None
+        if path and self._loaded_vocab:
+            try:
+                if NgramTable.fingerprint_of(Path(path)) != self._loaded_vocab:
+                    problem = another_tokenizer(Path(path))
+            except NgramTableError as exc:
+                problem = str(exc)
+        if problem is None:
+            if self._map_vocab_said:
+                self.map_error.hide()
+                self._map_vocab_said = False
+            return
+        strategy = Strategy(self.store.settings.strategy)
+        fate = {Strategy.AUTO: "the automatic strategy goes on without it", Strategy.NGRAM_MAP: "answers cannot start"}
+        said = upper_first(problem) + (f"; {fate[strategy]}." if strategy in fate else ".")
+        self.map_error.setText(f"{said} Clear the field (ⓧ), or Build… a map for this model.")
+        self.map_error.show()
+        self._map_vocab_said = True
+
     def set_flash_measured(self, text: str) -> None:
         """What the loaded models run with (``on below 416 tokens of context, off from there (measured)``), or
         ``""`` when nothing is loaded."""
@@ -422,6 +455,7 @@ class SettingsPanel(QWidget):
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.show_settings(settings)
+        self._check_map_vocab()  # another map, or another strategy (what the note says of it)
 
     def _on_store_loaded_changed(self, _loaded: object) -> None:
         self._update_reload_note()

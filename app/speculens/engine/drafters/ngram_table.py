@@ -122,6 +122,17 @@ class NgramTable:
         if version != FORMAT_VERSION:
             raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}; build it again")
 
+    @staticmethod
+    def fingerprint_of(path: Path) -> str:
+        """The vocabulary fingerprint a map file was built for (read from its header: a moment).
+
+        Raises:
+            NgramTableError: missing, unreadable, not an n-gram map, or of another version.
+        """
+        NgramTable.check(path)
+        with np.load(path, allow_pickle=False) as data:
+            return str(data["fingerprint"])
+
     @classmethod
     def load(cls, path: Path, fingerprint: str | None) -> NgramTable:
         """Read a table; with ``fingerprint`` given, refuse one made for another vocabulary.
@@ -134,7 +145,7 @@ class NgramTable:
             with np.load(path, allow_pickle=False) as data:
                 _, nmin, nmax = (int(x) for x in data["meta"])
                 if fingerprint is not None and str(data["fingerprint"]) != fingerprint:
-                    raise NgramTableError(f"{path.name} was built with another tokenizer; rebuild it for this model")
+                    raise NgramTableError(another_tokenizer(path))
                 table = cls(nmin, nmax)
                 for n in range(nmin, nmax + 1):
                     keys, nxt, cnt = data[f"keys{n}"], data[f"next{n}"], data[f"count{n}"]
@@ -157,3 +168,12 @@ def build_table(token_streams: Iterable[Sequence[int]], ngram_max: int = 4, min_
         table.add(tokens)
     table.prune(min_total)
     return table
+
+
+def another_tokenizer(path: Path) -> str:
+    """Why a map cannot draft for the loaded target, and what to do: said as the map's name, never capitalised (a
+    tour read "Gemma.npz" for its gemma.npz)."""
+    return (
+        f"the n-gram map {path.name} was built with another model's tokenizer: rebuild it for this model, or choose "
+        "no map"
+    )
