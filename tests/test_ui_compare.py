@@ -378,6 +378,8 @@ def test_the_verdict_says_what_its_speedup_means(
     said = view.verdict.text()
     assert meaning in said and "identical outputs" in said
     assert (f"{accepted} of {drafted} drafted tokens accepted" in said) == bool(drafted)
+    # No headline speedup where nothing was drafted (a tour read a large bold "×1.21" of run-to-run variation).
+    assert ("Speedup <b>" in said) == bool(drafted) and ("Speed ratio ×" in said) == (not drafted)
 
 
 def test_teach_does_not_explain_the_last_answer_s_step_while_the_next_runs(qtbot, tiny) -> None:

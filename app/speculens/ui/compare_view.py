@@ -60,10 +60,11 @@ def _meaning(c: Comparison) -> str:
 
 def verdict_html(c: Comparison) -> str:
     """The comparison's verdict: speedup and what it means, and identity (or where and why the outputs differ)."""
-    speed = (
-        f"<span style='font-size:large'>Speedup <b>×{c.speedup:.2f}</b></span> "
-        f"({c.speculative.stats.tokens_per_second:.1f} vs {c.plain.stats.tokens_per_second:.1f} tokens/s)"
-    )
+    rates = f"({c.speculative.stats.tokens_per_second:.1f} vs {c.plain.stats.tokens_per_second:.1f} tokens/s)"
+    if c.speculative.stats.n_drafted:
+        speed = f"<span style='font-size:large'>Speedup <b>×{c.speedup:.2f}</b></span> {rates}"
+    else:  # no speedup to headline: both decoded plainly (a tour read a large bold "×1.21" of pure noise)
+        speed = f"Speed ratio ×{c.speedup:.2f} {rates}"
     if c.identical:  # (where they differ, what follows is long enough, and about the difference)
         return f"{speed}: {_meaning(c)} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
     n_spec, n_plain = c.speculative.stats.n_generated, c.plain.stats.n_generated
