@@ -125,6 +125,7 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     panel.build_map.click()
     dialog = panel.findChild(NgramMapDialog)
     assert dialog is not None and dialog.isVisible() and not dialog.build_button.isEnabled()
+    dialog.min_count.setValue(1)
     dialog.add_paths([corpus, corpus])
     assert dialog.corpus.count() == 1 and dialog.build_button.isEnabled()
     assert Path(dialog.output.text()) == paths.data_dir() / "ngram-maps" / "project.npz"
@@ -144,6 +145,7 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     panel.build_map.click()
     again = [d for d in panel.findChildren(NgramMapDialog) if d.isVisible()]
     assert len(again) == 1 and again[0].corpus_paths() == [corpus]  # the last corpus, to rebuild it
+    assert again[0].min_count.value() == 1  # and its options (a tour's rebuild went back to 2, and shrank its map)
 
 
 def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(

@@ -117,6 +117,7 @@ class SettingsPanel(QWidget):
         self._wheel_guard = _WheelGuard(self)
         self.fields: dict[str, QWidget] = {}
         self._map_corpus: list[Path] = []  # the last map built here: the Build… dialog starts with its corpus
+        self._map_options: tuple[int, int] | None = None  # and its longest n-gram and least count (a tour's reset)
 
         self.strategy = QComboBox()
         # The longest strategy name would set the dock's narrowest width; the closed box elides it instead.
@@ -475,6 +476,9 @@ class SettingsPanel(QWidget):
         if not target:
             return
         dialog = NgramMapDialog(Path(target), self, self._map_corpus)
+        if self._map_options is not None:
+            dialog.ngram_max.setValue(self._map_options[0])
+            dialog.min_count.setValue(self._map_options[1])
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.built.connect(lambda path, use_now: self._on_map_built(path, use_now, dialog))
         dialog.open()
@@ -485,6 +489,7 @@ class SettingsPanel(QWidget):
         (the dialog says so: a strategy the Pair lab had just applied changed with no word)."""
         if dialog is not None:
             self._map_corpus = dialog.corpus_paths()  # the next Build… starts with it
+            self._map_options = (dialog.ngram_max.value(), dialog.min_count.value())
         if not use_now:
             return
         self.ngram_map.setText(path)
