@@ -98,6 +98,17 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
     assert out.stdout.startswith(f"replayed {len(answer)} tokens in ")
     assert re.search(r"plain decoding \d+\.\d\d s, ×\d+\.\d{3}$", out.stdout.splitlines()[0])  # as the rest write it
     assert "costs: " in out.stderr  # the cost model the generate run saved
+    assert "replay does not model" not in out.stderr
+    # A run that drafted from an n-gram map (or a draft model) is said to be replayed without it (a tour's map run
+    # was silently replayed as auto).
+    lines = events.read_text().splitlines()
+    start = json.loads(lines[0])
+    mapped = tmp_path / "mapped.jsonl"
+    mapped.write_text("\n".join([json.dumps({**start, "strategy": "lookup+ngram-cache+ngram-map"}), *lines[1:]]))
+    said = subprocess.run(
+        [*CLI, "replay", "--events", mapped, "-m", tiny.target, prompt], capture_output=True, text=True, timeout=120
+    )
+    assert said.returncode == 0 and "drafted with ngram-map too, which replay does not model" in said.stderr
     wrong = subprocess.run(
         [*CLI, "replay", "--events", events, "-m", tiny.target, "another prompt"],
         capture_output=True, text=True, timeout=120,

@@ -62,10 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _recorded(path: Path) -> tuple[int, list[int], float, bool]:
+def _recorded(path: Path) -> tuple[int, list[int], float, bool, str]:
     """The first generation of an events file: its prompt's length, its answer's tokens, its median overhead
-    per step in seconds, and whether it ended at an end-of-generation token."""
+    per step in seconds, whether it ended at an end-of-generation token, and its strategy's sources."""
     n_prompt: int | None = None
+    strategy = ""
     overheads: list[float] = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -74,11 +75,13 @@ def _recorded(path: Path) -> tuple[int, list[int], float, bool]:
                 kind = event.get("type")
                 if kind == "start":
                     n_prompt = int(event["n_prompt"])
+                    strategy = str(event.get("strategy", ""))
                 elif kind == "step" and n_prompt is not None:
                     overheads.append(float(event["overhead_ms"]) / 1e3)
                 elif kind == "finish" and n_prompt is not None:
                     overhead = statistics.median(overheads or [0.0])
-                    return n_prompt, [int(t) for t in event["tokens"]], overhead, event["reason"] == "eog"
+                    tokens = [int(t) for t in event["tokens"]]
+                    return n_prompt, tokens, overhead, event["reason"] == "eog", strategy
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise ValueError(f"{path.name}, line {number}: not an event of 'generate --events' ({exc})") from exc
     raise ValueError(f"{path.name} holds no whole generation (a start and a finish event)")
@@ -109,7 +112,12 @@ def run(args: argparse.Namespace) -> int:
     others = 0
     try:
         prompt_text = read_prompt(args) or ""
-        n_prompt, answer, overhead, ended = _recorded(args.events)
+        n_prompt, answer, overhead, ended, recorded = _recorded(args.events)
+        # Sources replay does not model are said, not silently swapped (a tour replayed a map's run as auto).
+        unmodelled = [s for s in recorded.split("+") if s in ("ngram-map", "draft")]
+        if unmodelled:
+            print(f"note: the recorded run drafted with {' and '.join(unmodelled)} too, which replay does not model: "
+                  f"this is {args.strategy} on the same answer", file=sys.stderr)  # fmt: skip
         target = resolve(args.target)
         costs_path, others = (args.costs, 0) if args.costs else _newest_costs(target)
         costs = json.loads(costs_path.read_text(encoding="utf-8"))
