@@ -173,3 +173,10 @@ def test_a_map_built_for_another_tokenizer_is_left_out_of_the_automatic_strategy
         assert "ngram-map" not in [d.name for d in engine.drafters(auto, rng)]
         with pytest.raises(InvalidInputError, match=r"gemma\.npz was built with another model's tokenizer"):
             list(engine.generate(prompt, replace(auto, strategy=Strategy.NGRAM_MAP)))
+
+
+def test_a_go_or_shell_code_base_is_text_too(tmp_path: Path) -> None:
+    """A tour read "no text files (.c .cpp .h …)": a Go, Ruby or shell code base would have been refused."""
+    for name in ("main.go", "deploy.sh", "app.rb", "config.yaml"):
+        (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
+    assert sorted(f.name for f in corpus_files([tmp_path])) == ["app.rb", "config.yaml", "deploy.sh", "main.go"]

@@ -35,11 +35,11 @@ from speculens import paths
 from speculens.engine.drafters.ngram_map import (
     MIN_COUNT_RANGE,
     NGRAM_MAX_RANGE,
-    TEXT_SUFFIXES,
     BuildCancelled,
     MapBuilt,
     build_map,
     corpus_files,
+    text_kinds,
 )
 from speculens.ui import file_dialogs
 from speculens.ui.file_dialogs import Kind
@@ -106,8 +106,9 @@ class NgramMapDialog(QDialog):
         self.corpus = QListWidget()
         self.corpus.setAccessibleName("Corpus files and folders")
         self.corpus.setToolTip(
-            "Folders are searched for text files (" + " ".join(sorted(TEXT_SUFFIXES)) + "), leaving out hidden "
-            "folders and dependencies (node_modules, virtual environments, build output)"
+            f"Folders are searched for text files ({text_kinds()}), leaving out hidden folders, dependencies "
+            "(node_modules, virtual environments, build output) and files holding binary data; a file added by "
+            "name is read whatever its suffix"
         )
         self.add_folder = add_folder = QPushButton("Add &folder…")
         add_folder.clicked.connect(self._on_add_folder_clicked)

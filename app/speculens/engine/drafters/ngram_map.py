@@ -58,8 +58,11 @@ class NgramMapDrafter:
 
 
 # The files a corpus folder contributes (anything else in it, images or archives, is skipped).
+# (A tour's Go, Ruby or shell code base would have been "no text files": the common source and markup suffixes.)
 TEXT_SUFFIXES = frozenset(
-    {".txt", ".md", ".py", ".rst", ".c", ".h", ".cpp", ".js", ".ts", ".json", ".html", ".java", ".rs"}
+    ".txt .md .rst .tex .py .pyi .c .h .cc .cpp .hpp .hh .cs .java .kt .kts .scala .go .rs .swift .m .rb .php .pl "
+    ".lua .r .jl .sql .sh .bash .zsh .ps1 .js .mjs .cjs .jsx .ts .tsx .vue .svelte .html .css .scss .json .yaml "
+    ".yml .toml .ini .cfg .xml .csv".split()
 )
 # Folders not searched: a code base's dependencies and caches are not its own text (hidden folders such as .git
 # and .venv are skipped too).
@@ -100,6 +103,12 @@ class MapBuilt:
         return ""
 
 
+def text_kinds() -> str:
+    """The files a folder contributes, in a few words (the whole list is long)."""
+    shown = (".py", ".js", ".ts", ".java", ".go", ".rs", ".c", ".md", ".txt")
+    return f"source code, markup and plain text: {' '.join(shown)} and {len(TEXT_SUFFIXES) - len(shown)} more kinds"
+
+
 def _binary(path: Path) -> bool:
     """Whether a file's first 8 KB hold a NUL byte (no text file does; an unreadable file counts as binary)."""
     try:
@@ -134,8 +143,9 @@ def corpus_files(items: Iterable[Path]) -> list[Path]:
             raise InvalidInputError(f"corpus path not found: {item}")
     files = [f for f in dict.fromkeys(f.resolve() for f in found) if not _binary(f)]
     if not files:
-        kinds = " ".join(sorted(TEXT_SUFFIXES))
-        raise InvalidInputError(f"the corpus holds no text files ({kinds}): give files, or folders that hold some")
+        raise InvalidInputError(
+            f"the corpus holds no text files ({text_kinds()}): give files, or folders that hold some"
+        )
     return files
 
 
