@@ -278,7 +278,7 @@ def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_
         replace(KNOWN_STEPS[2], considered="draft", expected_speedup=(1.0, 0.21)),
     ]
     phrase = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0)
-    assert "prompt lookup's drafts were not right often enough" in phrase
+    assert "prompt lookup's drafts, scored against the answer as it came, were not right often enough" in phrase
     assert phrase.endswith(
         "; the draft model would not pay on this answer (×0.21 of plain decoding at best; untick Adaptive in "
         "Settings to watch it draft anyway)"

@@ -88,10 +88,12 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
     if source == "draft":  # it costs time to draft: it may lose even when it is often right
         why = ": drafting and checking cost more than its right tokens save"
         return f"nothing drafted: {_draft_would_not_pay(rate, why)}"
-    # A free source loses only by drafting wrong tokens, whose checking costs more than the right ones save.
+    # A free source loses only by drafting wrong tokens, whose checking costs more than the right ones save. Its
+    # drafts are scored against the answer as it comes without being verified: a tour read "drafts were not right
+    # often enough" beside "0 of 0 drafted" and asked how.
     return (
-        f"nothing drafted: {SOURCE_NAMES.get(source, source)}'s drafts were not right often enough on this answer to "
-        f"pay for checking them (×{rate:.2f} of plain decoding at best)"
+        f"nothing drafted: {SOURCE_NAMES.get(source, source)}'s drafts, scored against the answer as it came, were "
+        f"not right often enough to pay for checking them (×{rate:.2f} of plain decoding at best)"
     )
 
 
