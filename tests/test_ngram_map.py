@@ -180,3 +180,25 @@ def test_a_go_or_shell_code_base_is_text_too(tmp_path: Path) -> None:
     for name in ("main.go", "deploy.sh", "app.rb", "config.yaml"):
         (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
     assert sorted(f.name for f in corpus_files([tmp_path])) == ["app.rb", "config.yaml", "deploy.sh", "main.go"]
+
+
+def test_ngram_info_says_what_a_map_holds_and_whether_it_fits_a_model(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tour found no way to see what a map holds (its n-grams, its size, its tokenizer) but ls."""
+    import json
+
+    from speculens.cli.__main__ import main
+
+    (tmp_path / "words.txt").write_text("def add(a, b):\n    return a + b\n" * 40, encoding="utf-8")
+    built = build_map([tmp_path / "words.txt"], tiny.target, tmp_path / "map.npz", ngram_max=3)
+    assert main(["ngram", "info", str(built.path), "-m", str(tiny.target), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["n_ngrams"] == built.n_ngrams and (info["ngram_min"], info["ngram_max"]) == (1, 3)
+    assert info["bytes"] == built.path.stat().st_size and info["fits_model"] is True
+    assert main(["ngram", "info", str(built.path), "-m", str(tiny.mismatch)]) == 0
+    out = capsys.readouterr().out
+    assert f"{built.n_ngrams:,} n-grams of 1 to 3 tokens" in out and "was not built with" in out
+    (tmp_path / "notes.npz").write_text("not a map", encoding="utf-8")
+    assert main(["ngram", "info", str(tmp_path / "notes.npz")]) == 1
+    assert "is not an n-gram map" in capsys.readouterr().err

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from speculens.cli import int_between, progress, resolve
 from speculens.engine.drafters.ngram_map import MIN_COUNT_RANGE, NGRAM_MAX_RANGE, build_map, corpus_files
+from speculens.engine.drafters.ngram_table import NgramTable
 from speculens.errors import SpeculensError
+from speculens.models.gguf_info import format_bytes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``ngram`` sub-command group."""
-    p = sub.add_parser("ngram", help="n-gram maps for draft-free speculation")
+    p = sub.add_parser("ngram", help="n-gram maps for draft-free speculation: build one, or see what one holds")
     group = p.add_subparsers(dest="ngram_command", required=True, metavar="ACTION")
     b = group.add_parser("build", help="build a map from a text corpus (files or folders)")
     b.add_argument("corpus", nargs="+", type=Path, help="text files, or folders searched for text files")
@@ -24,6 +27,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--min-count", type=int_between(*MIN_COUNT_RANGE), default=2,
                    help="drop n-grams seen fewer times, {} to {} (default 2)".format(*MIN_COUNT_RANGE))  # fmt: skip
     b.set_defaults(func=run_build)
+    i = group.add_parser("info", help="what a map holds: n-grams, lengths, size, and whether it fits a model")
+    i.add_argument("map", type=Path, help="the map file (.npz)")
+    i.add_argument("-m", "--model", help="say whether the map was built with this model's tokenizer")
+    i.add_argument("--json", action="store_true", help="print one JSON document")
+    i.set_defaults(func=run_info)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Describe a map (a tour found no way to see what one holds but ls)."""
+    from speculens.engine.backend import BackendParams, LlamaBackend  # llama.cpp: loaded where it is needed
+
+    try:
+        info = NgramTable.summary(args.map)
+        if args.model:
+            with LlamaBackend(resolve(args.model), BackendParams(vocab_only=True)) as vocab:
+                info["fits_model"] = vocab.vocab.fingerprint() == info["fingerprint"]
+    except SpeculensError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"{args.map}: {info['n_ngrams']:,} n-grams of {info['ngram_min']} to {info['ngram_max']} tokens, "
+          f"{format_bytes(info['bytes'])}, for the tokenizer {info['fingerprint']}")  # fmt: skip
+    if "fits_model" in info:
+        fits = "was" if info["fits_model"] else "was not"
+        print(f"it {fits} built with {Path(args.model).name}'s tokenizer" + ("" if info["fits_model"] else
+              ": rebuild it for that model (ngram build … -m MODEL)"))  # fmt: skip
+    return 0
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -133,6 +133,22 @@ class NgramTable:
         with np.load(path, allow_pickle=False) as data:
             return str(data["fingerprint"])
 
+    @staticmethod
+    def summary(path: Path) -> dict[str, Any]:
+        """What a map file holds, without building its table: its longest and shortest n-gram, how many n-grams
+        (as ``ngram build`` counts them), the vocabulary fingerprint it is for, and its size in bytes.
+
+        Raises:
+            NgramTableError: missing, unreadable, not an n-gram map, or of another version.
+        """
+        NgramTable.check(path)
+        with np.load(path, allow_pickle=False) as data:
+            _, nmin, nmax = (int(x) for x in data["meta"])
+            n_ngrams = sum(len(np.unique(data[f"keys{n}"], axis=0)) for n in range(nmin, nmax + 1))
+            fingerprint = str(data["fingerprint"])
+        return {"path": str(path), "bytes": path.stat().st_size, "ngram_min": nmin, "ngram_max": nmax,
+                "n_ngrams": n_ngrams, "fingerprint": fingerprint}  # fmt: skip
+
     @classmethod
     def load(cls, path: Path, fingerprint: str | None) -> NgramTable:
         """Read a table; with ``fingerprint`` given, refuse one made for another vocabulary.
