@@ -135,6 +135,7 @@ def test_ngram_build_then_generate_with_the_map(tiny: TinyModels, tmp_path: Path
     (tmp_path / "notes.npz").write_text("not a map", encoding="utf-8")
     bad = cli("generate", "-m", tiny.target, "--ngram-map", tmp_path / "notes.npz", "hi")
     assert bad.returncode == 1 and "is not an n-gram map" in bad.stderr and "loaded" not in bad.stderr
+    assert "speculens-cli ngram build" in bad.stderr  # how to make one, in the CLI's words
 
 
 def n_prompt(tiny: TinyModels, tmp_path: Path, *args: str) -> int:

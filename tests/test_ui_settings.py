@@ -90,7 +90,9 @@ def test_a_file_that_is_no_n_gram_map_is_refused_when_chosen(qtbot, store: Setti
     panel.ngram_map.editingFinished.emit()
     assert store.settings.ngram_map_path == ""  # the map in use is unchanged
     assert panel.map_error.isVisible() and "junk.npz is not an n-gram map" in panel.map_error.text()
-    assert "pickle" not in panel.map_error.text()
+    assert "pickle" not in panel.map_error.text() and "speculens-cli" not in panel.map_error.text()  # the app's words
+    tip = panel.strategy.itemData(panel.strategy.findData("ngram-map"), Qt.ItemDataRole.ToolTipRole)
+    assert "speculens-cli" not in tip and "Build…" in tip
     good = tmp_path / "code.npz"
     build_table([[1, 2, 3, 1, 2, 3]], min_total=1).save(good, "fingerprint")
     panel.ngram_map.setText(str(good))

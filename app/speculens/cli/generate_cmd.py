@@ -27,7 +27,7 @@ from speculens.engine.config import (
     PromptError,
     Strategy,
 )
-from speculens.engine.drafters.ngram_table import NgramTable
+from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.engine.events import (
     FinishEvent,
     FinishReason,
@@ -289,7 +289,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {missing}", file=sys.stderr)
             return 2
         if args.ngram_map is not None:
-            NgramTable.check(args.ngram_map)  # not a map: said before seconds of loading (a tour's)
+            try:
+                NgramTable.check(args.ngram_map)  # not a map: said before seconds of loading (a tour's)
+            except NgramTableError as exc:
+                print(f"error: {exc} ('speculens-cli ngram build FILES -m MODEL -o MAP.npz')", file=sys.stderr)
+                return 1
             if config.strategy not in (Strategy.AUTO, Strategy.NGRAM_MAP):
                 print(f"note: --ngram-map is drafted from by the auto and ngram-map strategies, not {config.strategy}",
                       file=sys.stderr)  # fmt: skip

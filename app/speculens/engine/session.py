@@ -437,8 +437,9 @@ class SpeculativeEngine:
         """
         if path is None:
             raise InvalidInputError(
-                "the ngram-map strategy needs a map file: choose or build one in Settings (N-gram map, Build…), "
-                "or give one with --ngram-map FILE (build it with 'speculens-cli ngram build')"
+                # Only the app gets here (the CLI says its own words first, see cli.missing_source).
+                "the n-gram map strategy needs a map file: choose one, or build one from your own files, in "
+                "Settings ▸ N-gram map (Browse…, Build…)"
             )
         try:
             stat = path.stat()

@@ -46,8 +46,8 @@ STRATEGY_TIPS = {
     "draft": "A smaller model with the same tokenizer proposes tokens",
     "lookup": "Copies continuations of text already in the prompt (good for editing code or quoting)",
     "ngram-cache": "Statistics of n-grams seen in this and earlier generations (no draft model needed)",
-    "ngram-map": "Only the n-gram map built from your own files (N-gram map ▸ Build…, or 'speculens-cli ngram "
-    "build'); the automatic strategy also drafts from it when one is set",
+    "ngram-map": "Only the n-gram map built from your own files (the N-gram map field below: Browse… or Build…); the "
+    "automatic strategy also drafts from it when one is set",
     "none": "The target alone: the baseline",
 }
 

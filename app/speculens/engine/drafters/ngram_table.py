@@ -115,10 +115,8 @@ class NgramTable:
         except OSError as exc:
             raise NgramTableError(f"cannot read n-gram file {path}: {exc}") from exc
         except (KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
-            raise NgramTableError(
-                f"{path.name} is not an n-gram map (build one with Build… in Settings, or with 'speculens-cli ngram "
-                "build FILES -m MODEL -o MAP.npz')"
-            ) from exc
+            # The app and the CLI each say how to build one (a tour read CLI syntax in the app's Settings).
+            raise NgramTableError(f"{path.name} is not an n-gram map: build one from your own files") from exc
         if version != FORMAT_VERSION:
             raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}; build it again")
 
