@@ -819,3 +819,19 @@ def test_help_explains_speculative_decoding_with_the_apps_own_shortcuts(qtbot, t
     action.trigger()  # opened again: the same page comes to the front, not a second one
     assert [w for w in window.findChildren(QDialog) if w.windowTitle() == dialog.windowTitle()] == [dialog]
     dialog.close()
+
+
+def test_the_toolbar_does_not_name_a_map_the_loaded_target_cannot_use(qtbot, tiny, tmp_path: Path) -> None:
+    """A tour's toolbar read "+ lookup, n-gram cache, map" over answers the map could not draft for (built with
+    another model's tokenizer)."""
+    from speculens.engine.drafters.ngram_map import build_map
+
+    (tmp_path / "words.txt").write_text("def add(a, b):\n    return a + b\n" * 40, encoding="utf-8")
+    other = build_map([tmp_path / "words.txt"], tiny.mismatch, tmp_path / "other.npz").path
+    mine = build_map([tmp_path / "words.txt"], tiny.target, tmp_path / "mine.npz").path
+    window = make_window(qtbot, tiny, ngram_map_path=str(other), strategy="auto")
+    assert "map left out: see Settings" in window.pair_label.text() and ", map" not in window.pair_label.text()
+    assert window.settings_panel.map_error.isVisible()
+    window.store.update(ngram_map_path=str(mine))
+    assert ", map" in window.pair_label.text() and "left out" not in window.pair_label.text()
+    assert not window.settings_panel.map_error.isVisible()

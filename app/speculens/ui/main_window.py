@@ -461,8 +461,14 @@ class MainWindow(QMainWindow):
         # toolbar, or it goes into the toolbar's overflow menu and no pair is shown at all. The tooltip says more.
         target = Path(s.target_path).stem if s.target_path else "no target chosen"
         strategy = Strategy(s.strategy)
-        # What drafts, by name ("free drafts" was never defined anywhere a user looks).
-        free = "lookup, n-gram cache" + (", map" if s.ngram_map_path else "")
+        # What drafts, by name ("free drafts" was never defined anywhere a user looks). A map the loaded target
+        # cannot use is left out by the automatic strategy, and said so (a tour read "map" over answers without it).
+        info = models.loaded.info if models.loaded is not None else None
+        self.settings_panel.set_loaded_vocab(info.vocab_fingerprint if info is not None else "")
+        map_unusable = self.settings_panel.map_unusable
+        free = "lookup, n-gram cache" + (", map" if s.ngram_map_path and not map_unusable else "")
+        if map_unusable and strategy is Strategy.AUTO:
+            free += " (map left out: see Settings)"
         if strategy in (Strategy.DRAFT, Strategy.AUTO) and s.draft_path:
             source = Path(s.draft_path).stem + (f" + {free}" if strategy is Strategy.AUTO else "")
         else:
@@ -533,9 +539,7 @@ class MainWindow(QMainWindow):
             self.progress.setRange(0, 0)  # a step of unknown length: timing this machine
             self.progress.setToolTip(models.progress[0] if models.progress is not None else "Loading the models")
         self.settings_panel.set_gpu_backend(models.gpu_backend)
-        info = models.loaded.info if models.loaded is not None else None
         self.settings_panel.set_flash_measured(info.flash_attn if info is not None and not info.exact else "")
-        self.settings_panel.set_loaded_vocab(info.vocab_fingerprint if info is not None else "")
         self.chat.pair = f"{target} ▸ {source}"  # what answered, for the record (not whether it was loaded)
 
     def _on_conversation_opened(self, conversation: Conversation) -> None:

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from speculens import paths
 from speculens.engine.config import FlashAttention, Strategy
-from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError, another_tokenizer
+from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings, field_labels
 from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.screen import scrolled
@@ -402,10 +402,15 @@ class SettingsPanel(QWidget):
 
     def set_loaded_vocab(self, fingerprint: str) -> None:
         """The loaded target's vocabulary fingerprint (``""``: none loaded): a map built for another one is said
-        (see :meth:`_check_map_vocab`)."""
-        if fingerprint != self._loaded_vocab:
-            self._loaded_vocab = fingerprint
-            self._check_map_vocab()
+        (see :meth:`_check_map_vocab`; checked again each time, so that :attr:`map_unusable` is of the settings
+        now, whichever of the store's listeners runs first)."""
+        self._loaded_vocab = fingerprint
+        self._check_map_vocab()
+
+    @property
+    def map_unusable(self) -> bool:
+        """The map in use cannot draft for the loaded target (built with another tokenizer, or unreadable)."""
+        return self._map_vocab_said
 
     def _check_map_vocab(self) -> None:
         """Say, by the map field, that the map in use was built for another tokenizer than the loaded target's: a
@@ -415,7 +420,7 @@ class SettingsPanel(QWidget):
         if path and self._loaded_vocab:
             try:
                 if NgramTable.fingerprint_of(Path(path)) != self._loaded_vocab:
-                    problem = another_tokenizer(Path(path))
+                    problem = f"the n-gram map {Path(path).name} was built with another model's tokenizer"
             except NgramTableError as exc:
                 problem = str(exc)
         if problem is None:
@@ -426,7 +431,8 @@ class SettingsPanel(QWidget):
         strategy = Strategy(self.store.settings.strategy)
         fate = {Strategy.AUTO: "the automatic strategy goes on without it", Strategy.NGRAM_MAP: "answers cannot start"}
         said = upper_first(problem) + (f"; {fate[strategy]}." if strategy in fate else ".")
-        self.map_error.setText(f"{said} Clear the field (ⓧ), or Build… a map for this model.")
+        # In words: a tour's font drew "ⓧ" as a box.
+        self.map_error.setText(f"{said} Clear the field (its button at the right), or Build… a map for this model.")
         self.map_error.show()
         self._map_vocab_said = True
 
