@@ -287,6 +287,28 @@ def test_the_charts_stack_rather_than_cut_in_a_narrow_window(qtbot, lab) -> None
     assert lab.minimumSizeHint().width() <= 800  # still fits an 800-pixel screen
 
 
+def test_the_theory_curve_is_drawn_for_a_draft_model_that_drafted(lab) -> None:
+    """Seen in CI: the fastest draft model had drafted nothing (the adaptive controller left it idle), and the curve
+    read "theory: α 0%" while another draft model had drafted 40 tokens, half of them accepted."""
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, CostProfile, LabResult, Row
+
+    def row(key: str, speedup: float, acceptance: float | None, drafted: int | None) -> Row:
+        return Row(key, key, 10.0 * speedup, speedup, acceptance, 1.0, 2.0, True, 3, "2026-01-01", drafted=drafted)
+
+    candidates = {
+        "none": PLAIN,
+        "idle": Candidate("idle", "Draft idle.gguf", Strategy.DRAFT),
+        "busy": Candidate("busy", "Draft busy.gguf", Strategy.DRAFT),
+    }
+    rows = {"chat": {"none": row("none", 1.0, None, None), "idle": row("idle", 1.02, None, None),
+                     "busy": row("busy", 0.97, 0.5, 40)}}  # fmt: skip
+    profile = CostProfile(0.05, {1: 1.0, 2: 1.2, 4: 1.6, 8: 2.5}, {"idle": 0.3, "busy": 0.3})
+    lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates, profile=profile))
+    names = [label.text for _, label in lab.sweep_plot.plotItem.legend.items]
+    assert any(n.startswith("theory: α 50% of 40,") for n in names), names
+
+
 def test_esc_closes_an_idle_lab(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
     """From a new-user tour: Esc did nothing in an idle lab, while it closes the model manager."""
     assert lab.isVisible()

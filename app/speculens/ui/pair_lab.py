@@ -808,7 +808,9 @@ class PairLabWindow(QMainWindow):
                 "predicts for each draft length with the one measured."
             )
             return
-        kind, row = max(rows, key=lambda kr: kr[1].speedup or 0.0)
+        # The fastest draft model that drafted: one the adaptive controller left idle has no acceptance to draw a
+        # curve from (its "theory: α 0%" said nothing while another draft model had drafted; seen in CI).
+        kind, row = max(rows, key=lambda kr: (kr[1].acceptance is not None, kr[1].speedup or 0.0))
         est = result.estimates.get(row.key)
         swept_rows = [
             result.rows[kind][k]
