@@ -170,14 +170,31 @@ def test_a_pasted_function_as_the_message_never_widens_the_compare_dock(qtbot) -
     assert " ⏎ def summarize_orders(orders): ⏎ " in view.prompt.text()  # its lines told apart, not run together
 
 
-def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it(qtbot) -> None:
-    view = CompareView()
-    qtbot.addWidget(view)
+def differing() -> Comparison:
+    """A greedy comparison whose answers part at their second token: plain decoding's « that» against «,»."""
     plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats())
     speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats())
     divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
-    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
-    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
+    return Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
+
+
+def shown_difference(qtbot, width: int, height: int, message: str = "") -> CompareView:  # type: ignore[no-untyped-def]
+    """A Compare view of ``width × height`` showing :func:`differing`'s verdict (``message``: what was compared)."""
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(width, height)
+    view.show()
+    if message:
+        view.describe(message, "Automatic")
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=differing())])
+    qtbot.wait(20)
+    return view
+
+
+def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it(qtbot) -> None:
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=differing())])
     said = view.verdict.text()
     assert "different answers" not in said  # as long as each other
     # Which logit is whose, and which run chose which token.
@@ -281,36 +298,17 @@ def test_where_one_answer_ends_first_the_verdict_says_it_chose_the_end(qtbot) ->
 def test_the_verdict_is_shown_whole_in_a_narrow_short_dock(qtbot) -> None:
     """From a new-user tour at 1280×760: the explanation of differing outputs stopped mid-sentence ("switch on
     bit-exact verification to get"), the button beside it taking half the dock's width."""
-    view = CompareView()
-    qtbot.addWidget(view)
-    view.resize(380, 420)
-    view.show()
-    plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats())
-    speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats())
-    divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
-    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
-    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
-    qtbot.wait(20)
+    view = shown_difference(qtbot, 380, 420)
     verdict = view.verdict
     assert verdict.height() >= verdict.heightForWidth(verdict.width()) > 6 * verdict.fontMetrics().height()
     assert verdict.width() >= view.width() - 20  # the whole width: the button is below it
     assert view.exact_button.geometry().top() >= verdict.geometry().bottom()
 
 
-
 def test_a_difference_s_verdict_leaves_the_answers_room_to_be_read(qtbot) -> None:
     """Under Xvfb at 1280×800 the verdict of differing outputs took 10 lines of the dock and left each answer 3."""
-    view = CompareView()
-    qtbot.addWidget(view)
-    view.resize(375, 380)
-    view.show()
-    view.describe("Write a Python class for a singly linked list with append, delete and find methods.", "Automatic")
-    plain = FinishEvent(FinishReason.EOG, "a that", (1, 2), RunningStats())
-    speculative = FinishEvent(FinishReason.EOG, "a,", (1, 3), RunningStats())
-    divergence = Divergence(1, 2, 3, b" that", b",", 16.961, 16.888)
-    comparison = Comparison(plain, speculative, greedy=True, exact=False, divergence=divergence)
-    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
-    qtbot.wait(20)
+    message = "Write a Python class for a singly linked list with append, delete and find methods."
+    view = shown_difference(qtbot, 375, 380, message)
     for answer in view.views.values():
         assert answer.height() >= 5.5 * answer.fontMetrics().lineSpacing(), answer.height()
     assert "both answers are the target's" in view.verdict.text()
