@@ -206,6 +206,20 @@ def test_a_first_message_longer_than_the_context_saves_no_empty_conversation(qtb
     assert window.conversation_list.list.count() == 0
 
 
+def test_a_changed_setting_clears_the_last_refusal(qtbot, tiny) -> None:
+    """A tour cleared the setting a refusal named and still read "The answer could not start" above a
+    conversation that answered again: a changed setting makes the refusal's advice stale."""
+    window = fake_window(qtbot, tiny, FakeFactory(Script(n_ctx_tokens=3)))
+    window.chat.input.setPlainText("far too many words for this context")
+    window.chat.send()
+    qtbot.waitUntil(window.chat.error.isVisible, timeout=10_000)
+    window.store.update(n_draft=window.store.settings.n_draft)  # no change: the refusal stays
+    assert window.chat.error.isVisible()
+    window.store.update(n_draft=window.store.settings.n_draft + 1)
+    assert not window.chat.error.isVisible()
+    assert window.chat.input.toPlainText() == "far too many words for this context"  # the message is kept
+
+
 # ---- item 11: new chat -------------------------------------------------------------------------------------
 
 

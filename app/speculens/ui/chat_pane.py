@@ -811,6 +811,12 @@ class ChatPane(QWidget):
         self.error.hide()
         self.trim_button.hide()
 
+    def settings_changed(self) -> None:
+        """A changed setting may be the fix the last error asked for (a tour cleared an unusable n-gram map and
+        still read "The answer could not start" above a conversation that now answers): its advice is stale, and
+        the next message checks again."""
+        self._hide_error()
+
     def _on_input_submitted(self) -> None:
         self.send()
 

@@ -564,6 +564,7 @@ class MainWindow(QMainWindow):
         self.charts.budget = paint_budget(settings.threads)
         self.teach_panel.set_n_draft(settings.n_draft)
         self.teach_panel.set_exact(settings.exact)
+        self.chat.settings_changed()
         self._update_models()
 
     def _on_router_running_changed(self, running: bool) -> None:
