@@ -108,6 +108,13 @@ def test_a_file_that_is_no_n_gram_map_is_refused_when_chosen(qtbot, store: Setti
     assert "answers cannot start" in panel.map_error.text()
     panel.set_loaded_vocab("fingerprint")  # a target it was built for
     assert not panel.map_error.isVisible()
+    # What the map holds, where the user points at it (a tour found no way to see it but ls).
+    info = NgramTable.summary(good)
+    facts = f"code.npz: {info['n_ngrams']} n-grams of {info['ngram_min']} to {info['ngram_max']} tokens"
+    assert info["n_ngrams"] > 0 and facts in panel.ngram_map.toolTip()
+    assert "built with the loaded target's tokenizer" in panel.ngram_map.toolTip()
+    store.update(ngram_map_path="")
+    assert "n-grams" not in panel.ngram_map.toolTip()
 
 
 def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(

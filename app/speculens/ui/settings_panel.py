@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from speculens import paths
 from speculens.engine.config import FlashAttention, Strategy
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
+from speculens.models.gguf_info import format_bytes
 from speculens.settings import FLASH_ATTN, SPECS, STRATEGIES, Settings, field_labels
 from speculens.ui.ngram_map_dialog import NgramMapDialog
 from speculens.ui.screen import scrolled
@@ -158,6 +159,7 @@ class SettingsPanel(QWidget):
         self._flash_measured = ""
         self._loaded_vocab = ""  # the loaded target's vocabulary fingerprint (see set_loaded_vocab)
         self._map_vocab_said = False  # the map note says the map is for another tokenizer
+        self._map_facts_of: tuple[object, str] = (None, "")  # (path, mtime, size) and what the map holds
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()
@@ -233,6 +235,7 @@ class SettingsPanel(QWidget):
         outer.addWidget(scroll)
 
         self.show_settings(store.settings)
+        self._check_map_vocab()  # the saved map's facts in its tooltip
         self._connect()
         store.changed.connect(self._on_store_changed)
         store.loaded_changed.connect(self._on_store_loaded_changed)
@@ -417,12 +420,17 @@ class SettingsPanel(QWidget):
         tour chose one without a word, then every answer failed (the automatic strategy now leaves it out)."""
         path = self.store.settings.ngram_map_path
         problem = None
+        facts = self._map_facts(path)
         if path and self._loaded_vocab:
             try:
                 if NgramTable.fingerprint_of(Path(path)) != self._loaded_vocab:
                     problem = f"the n-gram map {Path(path).name} was built with another model's tokenizer"
+                else:
+                    facts += ", built with the loaded target's tokenizer"
             except NgramTableError as exc:
                 problem = str(exc)
+        # What the map holds, where a user points at it (a tour found no way to see it but ls).
+        self.ngram_map.setToolTip(SPECS["ngram_map_path"].tip + (f"\n\n{facts}" if facts else ""))
         if problem is None:
             if self._map_vocab_said:
                 self.map_error.hide()
@@ -435,6 +443,25 @@ class SettingsPanel(QWidget):
         self.map_error.setText(f"{said} Clear the field (its button at the right), or Build… a map for this model.")
         self.map_error.show()
         self._map_vocab_said = True
+
+    def _map_facts(self, path: str) -> str:
+        """``gemma.npz: 347 n-grams of 2 to 4 tokens, 31.1 kB`` (``""`` for no map or an unreadable one), read once
+        per file version: counting the n-grams of a large map takes a moment."""
+        if not path:
+            return ""
+        try:
+            stat = Path(path).stat()
+            key = (path, stat.st_mtime_ns, stat.st_size)
+            if self._map_facts_of[0] != key:
+                info = NgramTable.summary(Path(path))
+                facts = (
+                    f"{Path(path).name}: {info['n_ngrams']:,} n-grams of {info['ngram_min']} to {info['ngram_max']} "
+                    f"tokens, {format_bytes(info['bytes'])}"
+                )
+                self._map_facts_of = (key, facts)
+        except (OSError, NgramTableError):
+            return ""
+        return self._map_facts_of[1]
 
     def set_flash_measured(self, text: str) -> None:
         """What the loaded models run with (``on below 416 tokens of context, off from there (measured)``), or
