@@ -29,10 +29,12 @@ REFRESH_MS = 33
 # counted in wall time, 27-28 with a twentieth of a core counted in processor time (31 without a window).
 PAINT_BUDGET = 0.05
 # Where llama.cpp's threads take every core (2 cores or fewer, see speculens.ui.worker.gui_threads), every moment
-# the charts take is the decoding's. Their solid grid (SolidGridAxis) cut a refresh from 22 to 14 ms of processor
-# time: at this share they refresh about as often as they did at PAINT_BUDGET before it, and the rest goes to
-# llama.cpp.
-PAINT_BUDGET_NO_SPARE_CORE = 0.03
+# the charts take is the decoding's: at 3% the window decoded the demo target 4.5% slower than the CLI (2026-12-06,
+# 2 cores). Their solid grid (SolidGridAxis) cut a refresh from 22 to 14 ms of processor time, and axes drawn again
+# only when their range or ticks change (see ChartsPanel.refresh), painted once, from 15-17 to 4 ms (medians of 60
+# refreshes of a plain answer, 1270x190 px): at this share they refresh as often as they did at 3% before (28
+# refreshes in an answer of 18 s, against 22 in 20 s), and the rest goes to llama.cpp.
+PAINT_BUDGET_NO_SPARE_CORE = 0.015
 ROLLING_STEPS = 16
 # A draft position tried fewer times than this is drawn faint: a rate of 1 from one drafted token is no finding.
 FEW_SAMPLES = 5
@@ -316,6 +318,25 @@ def integer_tick_step(span: float, max_ticks: int = 8) -> int:
     return step
 
 
+# Range ends the growing axes snap to, times a power of ten: consecutive ends differ by at most a third.
+NICE_ENDS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def nice_end(value: float) -> float:
+    """The smallest of :data:`NICE_ENDS` (times a power of ten) at or above ``value`` (1 for nothing to show)."""
+    if not math.isfinite(value) or value <= 0:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    return next(round(end * scale, 12) for end in NICE_ENDS if end * scale >= value * (1 - 1e-12))
+
+
+def set_tick_spacing(axis: pg.AxisItem, major: float, minor: float) -> None:
+    """``axis.setTickSpacing(major, minor)`` where that changes something: pyqtgraph draws the axis and its grid
+    lines again at every call, and the charts asked at every refresh (a third of their processor time)."""
+    if axis._tickSpacing != [(major, 0.0), (minor, 0.0)]:
+        axis.setTickSpacing(major, minor)
+
+
 def paint_budget(threads: int = 0) -> float:
     """The share of a core the live charts may take: :data:`PAINT_BUDGET` where the engine leaves the window a core,
     :data:`PAINT_BUDGET_NO_SPARE_CORE` where llama.cpp's threads take them all (``threads``: the setting, 0 for
@@ -426,6 +447,10 @@ class ChartsPanel(QWidget):
         self.position_plot.setYRange(0, 1.05)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(*BAR_GREEN, 170))
         self.position_plot.addItem(self.position_bars)
+        # A plot the user zoomed or panned keeps its view until the next answer (see _follow).
+        self._zoomed: set[pg.PlotItem] = set()
+        for plot in (self.speed_plot, self.accept_plot, self.length_plot):
+            plot.getViewBox().sigRangeChangedManually.connect(lambda *_a, plot=plot: self._zoomed.add(plot))
         # How many tokens each bar rests on, under the pointer (a tour could not tell 1 of 1 from 90 of 90).
         self.graphics.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
 
@@ -471,35 +496,49 @@ class ChartsPanel(QWidget):
             x=pos, height=rate, brushes=[pg.mkBrush(*BAR_GREEN, 170 if n >= FEW_SAMPLES else 60) for n in drafted]
         )
         # No answer (a new chat), or a new one at its first redraw (a tour saw step 1 drawn on the last answer's
-        # 140 steps and 6 s, in step mode): the last answer's scales go with its data.
+        # 140 steps and 6 s, in step mode): the last answer's scales go with its data, and so does a zoom of it.
         if not len(x) or self.series.cleared != self._cleared:
             self._cleared = self.series.cleared
-            for plot in (self.speed_plot, self.accept_plot, self.length_plot, self.position_plot):
-                plot.setXRange(0, 1, padding=0)
-                plot.enableAutoRange(x=True)
-            for plot in (self.speed_plot, self.length_plot):
-                plot.setYRange(0, 1, padding=0)
-                plot.enableAutoRange(y=True)
-        # Rates from zero: from the answer's lowest rate, a swing of 1 token/s filled the plot (a tour's finding).
+            self._zoomed.clear()
+            self.position_plot.setXRange(0, 1, padding=0)
+            self.position_plot.enableAutoRange(x=True)
+        # The growing axes end on round numbers (nice_end), a little past the data: pyqtgraph draws an axis and
+        # its grid again whenever its range changes, which autoranging did at every refresh (most of the charts'
+        # processor time), and these change a dozen times in an answer. Rates from zero: from the answer's lowest
+        # rate, a swing of 1 token/s filled the plot (a tour's finding).
         rates = np.concatenate([rolling, average])
         rates = rates[np.isfinite(rates)]
-        if rates.size:
-            self.speed_plot.setYRange(0, float(rates.max()) * 1.1, padding=0)
-        # Whole numbers on the axes that count things (steps, positions, tokens).
-        if len(x):
-            # Spaced for the data and for what the view shows: one point cannot set a range, so the first step
-            # of an answer is drawn in the last answer's range, and ticks one step apart would pile up there.
-            for plot in (self.accept_plot, self.length_plot):
-                shown = plot.getViewBox().viewRange()[0]
-                span = max(float(x[-1]), shown[1] - shown[0])
-                plot.getAxis("bottom").setTickSpacing(integer_tick_step(span), 1)
-            top = max(float(np.max(chosen, initial=0)), float(np.max(self.series.emitted, initial=0)))
-            self.length_plot.getAxis("left").setTickSpacing(integer_tick_step(max(top, 1.0), 6), 1)
-        # Spaced for what the view shows too: with no bars yet (nothing drafted) it keeps its last range, and
-        # a tour read 1…34 there one unit apart, a smear of digits.
+        steps = nice_end(1.02 * float(x[-1])) if len(x) else 1.0
+        top = max(float(np.max(chosen, initial=0)), float(np.max(self.series.emitted, initial=0)))
+        self._follow(
+            self.speed_plot,
+            nice_end(1.02 * float(t[-1])) if len(t) else 1.0,
+            nice_end(1.05 * float(rates.max())) if rates.size else 1.0,
+        )
+        self._follow(self.accept_plot, steps)
+        self._follow(self.length_plot, steps, nice_end(1.05 * max(top, 1.0)))
+        # Whole numbers on the axes that count things (steps, positions, tokens), spaced for what the view shows.
+        for plot in (self.accept_plot, self.length_plot):
+            shown = plot.getViewBox().viewRange()[0]
+            set_tick_spacing(plot.getAxis("bottom"), integer_tick_step(max(shown[1] - shown[0], 1.0)), 1)
+        shown = self.length_plot.getViewBox().viewRange()[1]
+        set_tick_spacing(self.length_plot.getAxis("left"), integer_tick_step(max(shown[1] - shown[0], 1.0), 6), 1)
+        # With no bars yet (nothing drafted) the position plot keeps its last range, and a tour read 1…34 there one
+        # unit apart, a smear of digits.
         shown = self.position_plot.getViewBox().viewRange()[0]
         span = max(float(len(pos)), shown[1] - shown[0], 1.0)
-        self.position_plot.getAxis("bottom").setTickSpacing(integer_tick_step(span), 1)
+        set_tick_spacing(self.position_plot.getAxis("bottom"), integer_tick_step(span), 1)
+
+    def _follow(self, plot: pg.PlotItem, x_end: float, y_end: float | None = None) -> None:
+        """Show ``plot`` from 0 to ``x_end`` (and ``y_end``), unless the user zoomed or panned it in this answer;
+        setting a range it already shows would draw its axes again."""
+        if plot in self._zoomed:
+            return
+        (_x0, x1), (_y0, y1) = plot.getViewBox().viewRange()
+        if x1 != x_end or plot.getViewBox().autoRangeEnabled()[0]:
+            plot.setXRange(0, x_end, padding=0)
+        if y_end is not None and (y1 != y_end or plot.getViewBox().autoRangeEnabled()[1]):
+            plot.setYRange(0, y_end, padding=0)
 
     def _on_scene_mouse_moved(self, point: object) -> None:
         plot = self.position_plot
@@ -518,12 +557,12 @@ class ChartsPanel(QWidget):
             return
         t0, before = time.thread_time(), self.graphics.painted
         self.refresh()
-        self.graphics.viewport().repaint()  # now, not at the next idle moment
         # The refresh counts whole, handing the plots their data (pyqtgraph's setData and ranges) as well as
         # painting them: only painting was counted, and py-spy found the charts' timer (setData and ranges) at
         # 38 of 142 samples of the GUI thread during an answer, beside painting's 42 (2026-12-05). So does every
-        # paint since the last refresh (a range that changes while painting paints again). The next refresh
-        # waits until they fit the budget.
+        # paint since the last refresh: Qt paints the new data once, at its next idle moment (a repaint() here
+        # painted it twice, once now and once for the scene's own update), and it counts at the next refresh.
+        # The next refresh waits until they fit the budget.
         cost = time.thread_time() - t0 + before - self._painted
         self._painted = self.graphics.painted
         self._next_refresh = now + max(REFRESH_MS / 1000, cost / self.budget)
