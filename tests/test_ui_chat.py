@@ -305,6 +305,26 @@ def test_the_app_opens_where_it_was_left(qtbot, tiny) -> None:
 # ---- item 12: the conversations list -----------------------------------------------------------------------
 
 
+def test_the_conversations_list_is_not_rebuilt_while_nothing_it_shows_changed(qtbot, tiny) -> None:
+    """A streaming answer is saved every second and each save refreshed the list: every item made again on the
+    window's thread, which takes a core from llama.cpp's (more with every conversation kept)."""
+    window = fake_window(qtbot, tiny)
+    send(qtbot, window, "first chat")
+    window.new_chat()
+    send(qtbot, window, "second chat")
+    listing = window.conversation_list
+    listing.refresh()
+    items = [listing.list.item(i) for i in range(listing.list.count())]
+    assert len(items) == 2 and listing.list.currentItem() is items[0]
+    listing.refresh()  # what a save of the same answer asked for
+    assert [listing.list.item(i) for i in range(listing.list.count())] == items
+    window.new_chat()  # a new chat, not saved yet: nothing is highlighted
+    assert listing.list.currentItem() is None and not listing.list.selectedItems()
+    send(qtbot, window, "third chat")  # saved: a new row, highlighted
+    listing.refresh()
+    assert listing.list.count() == 3 and listing.list.currentItem().text().startswith("third chat\n")
+
+
 def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     qtbot, tiny, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -927,6 +927,7 @@ class ConversationList(QWidget):
         self._refresh_timer.setSingleShot(True)
         self._refresh_timer.setInterval(500)
         self._refresh_timer.timeout.connect(self.refresh)
+        self._rows: list[tuple[str, str, str]] = []  # (id, text, tooltip) of the items shown
         self.refresh()
 
     def schedule_refresh(self) -> None:
@@ -943,21 +944,32 @@ class ConversationList(QWidget):
         """Redraw the list from the store."""
         selected = self.selected()
         wanted = self.current_id if self.current_id is not None else selected.id if selected is not None else None
-        self.list.clear()
+        rows = []
         for conversation in self.store.conversations():
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation.updated))
             # Conversations begun alike (a tour's two "Rewrite this function…") differ in their length and their
             # last question: the item says how many questions, and its tooltip the last one.
             asked = [m["content"] for m in conversation.messages if m.get("role") == "user"]
             count = f" · {len(asked)} question{'s' if len(asked) != 1 else ''}" if asked else ""
-            item = QListWidgetItem(f"{conversation.title}\n{when}{count}")
-            item.setData(Qt.ItemDataRole.UserRole, conversation.id)
             last = " ".join(asked[-1].split()) if len(asked) > 1 else ""
             last = f"Last question: {last[:100]}{'…' if len(last) > 100 else ''}" if last else ""
-            item.setToolTip("\n".join(filter(None, (conversation.title, last, conversation.pair))))
-            self.list.addItem(item)
-            if conversation.id == wanted:
-                self.list.setCurrentItem(item)
+            tip = "\n".join(filter(None, (conversation.title, last, conversation.pair)))
+            rows.append((conversation.id, f"{conversation.title}\n{when}{count}", tip))
+        # A streaming answer is saved every second, and each save asked for this: the same rows are not built again
+        # (the window's thread takes a core from llama.cpp's, and a long list cost more with every conversation).
+        if rows != self._rows:
+            self._rows = rows
+            self.list.clear()
+            for conversation_id, text, tip in rows:
+                item = QListWidgetItem(text)
+                item.setData(Qt.ItemDataRole.UserRole, conversation_id)
+                item.setToolTip(tip)
+                self.list.addItem(item)
+        row = next((i for i, (conversation_id, _t, _tip) in enumerate(rows) if conversation_id == wanted), -1)
+        if self.list.currentRow() != row:
+            self.list.setCurrentRow(row)
+        if row < 0:  # none (a new chat, not saved yet)
+            self.list.clearSelection()
         self._update_buttons()
 
     def _update_buttons(self) -> None:
