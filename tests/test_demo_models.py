@@ -13,6 +13,8 @@ from speculens.engine.events import FinishEvent
 from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.engine.vocab import VocabMismatchError
 from speculens.models.demo import DEMO_MODELS, ensure_demo_model, is_installed
+from speculens.models.gguf_info import read_gguf_info
+from speculens.models.library import _facts
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,6 +52,11 @@ def answer(engine: SpeculativeEngine, prompt: str, config: GenerationConfig) -> 
     finish = events[-1]
     assert isinstance(finish, FinishEvent)
     return finish
+
+
+def test_the_facts_shown_before_a_demo_model_is_built_are_its_files(demo_paths: dict) -> None:
+    for model in DEMO_MODELS:
+        assert _facts(read_gguf_info(demo_paths[model.key])) == model.facts, model.key
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

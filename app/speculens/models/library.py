@@ -628,4 +628,5 @@ def _demo_placeholder(model: demo.DemoModel) -> LibraryEntry:
         source=ModelSource(SourceKind.DEMO, repo=model.hub_repo, filename=model.filename, demo_key=model.key),
         sha256=model.sha256,
         status=EntryStatus.NOT_ASSEMBLED,
+        **model.facts,  # type: ignore[arg-type]  # what the file will say, shown before it is built (a tour's "–")
     )
