@@ -138,9 +138,12 @@ def test_a_map_is_built_from_the_users_files_in_the_app_and_drafted_from(
     dialog.add_paths([corpus, corpus])
     assert dialog.corpus.count() == 1 and dialog.build_button.isEnabled()
     assert Path(dialog.output.text()) == paths.data_dir() / "ngram-maps" / "project.npz"
+    before = dialog.corpus.geometry()
     with qtbot.waitSignal(dialog.built, timeout=30_000):
         dialog.build_button.click()
     assert "Wrote" in dialog.status.text() and "n-grams" in dialog.status.text()
+    qtbot.wait(10)  # laid out again with the progress bar and a summary of two lines
+    assert dialog.bar.isVisible() and dialog.corpus.geometry() == before  # the list did not jump (a tour's)
     assert store.settings.ngram_map_path == dialog.output.text() and store.settings.strategy == "auto"
     NgramTable.check(Path(store.settings.ngram_map_path))
     assert dialog.close_button.text() == "Close" and dialog.build_button.isEnabled()

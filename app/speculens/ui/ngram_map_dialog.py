@@ -164,9 +164,16 @@ class NgramMapDialog(QDialog):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setAccessibleName("Build progress")
+        # The bar and the status keep their room while empty: the corpus list above them jumped when a build's
+        # progress appeared (a tour's), and again when its summary wrapped to more lines.
+        policy = self.bar.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.bar.setSizePolicy(policy)
         self.bar.hide()
         self.status = QLabel()
         self.status.setWordWrap(True)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.status.setMinimumHeight(3 * self.status.fontMetrics().lineSpacing())
         self.status.setAccessibleName("Build status")
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
