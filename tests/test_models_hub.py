@@ -325,6 +325,7 @@ def test_cli_search_files_download(fake_hub: HubFixture, capsys: pytest.CaptureF
     assert main(["models", "search", "tiny"]) == 0
     out = capsys.readouterr().out
     assert "speculens-test/Tiny-Llama-GGUF" in out and "not-a-gguf" not in out
+    assert "UPDATED" in out.splitlines()[0] and "2025-01-02" in out  # when it last changed, as the app says
     assert main(["models", "files", "speculens-test/Tiny-Llama-GGUF", "--json"]) == 0
     files = json.loads(capsys.readouterr().out)
     assert {f["filename"] for f in files} >= {"tiny-target-Q8_0.gguf", "big-00001-of-00002.gguf"}

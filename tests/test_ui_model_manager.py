@@ -168,6 +168,8 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     manager.hub_search.setText("Tiny")
     manager.search_hub()
     qtbot.waitUntil(lambda: repos.count() == 1 and "Tiny-GGUF" in repos.item(0).text(), timeout=10_000)
+    # How much it is used, liked and kept up (the fake hub's figures), to choose between look-alikes.
+    assert repos.item(0).text().endswith("\n5 downloads · 1 like · updated 2025-01-02"), repos.item(0).text()
     manager.repo_list.setCurrentRow(0)
     qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
     assert manager.file_table.item(0, 0).text() == "tiny-target-F32.gguf"

@@ -293,8 +293,11 @@ def run_search(args: argparse.Namespace) -> int:
     if not repos:
         print(f"no GGUF repository matches {args.text!r}")
         return EXIT_OK
-    rows = [[r.repo_id, str(r.downloads or 0), str(r.likes or 0), "gated" if r.gated else ""] for r in repos]
-    print(_table(rows, ["REPOSITORY", "DOWNLOADS", "LIKES", ""]))
+    rows = [
+        [r.repo_id, str(r.downloads or 0), str(r.likes or 0), (r.last_modified or "")[:10], "gated" if r.gated else ""]
+        for r in repos
+    ]
+    print(_table(rows, ["REPOSITORY", "DOWNLOADS", "LIKES", "UPDATED", ""]))
     return EXIT_OK
 
 

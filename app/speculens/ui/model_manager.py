@@ -798,7 +798,13 @@ class ModelManagerWindow(QMainWindow):
             self.repo_list.clear()
             for repo in repos:
                 gated = " (gated: needs an access token)" if repo.gated else ""  # a tour saw 🔒 as a box
-                item = QListWidgetItem(f"{repo.repo_id}{gated}\n{repo.downloads or 0:,} downloads")
+                # How much it is used, liked and kept up, to choose between look-alike repositories (a tour's).
+                facts = [f"{repo.downloads or 0:,} downloads"]
+                if repo.likes:
+                    facts.append(f"{repo.likes:,} like{'s' if repo.likes != 1 else ''}")
+                if repo.last_modified:
+                    facts.append(f"updated {repo.last_modified[:10]}")
+                item = QListWidgetItem(f"{repo.repo_id}{gated}\n{' · '.join(facts)}")
                 item.setData(Qt.ItemDataRole.UserRole, repo.repo_id)
                 self.repo_list.addItem(item)
             if not repos:  # what is searched, and what to try (a tour's "No GGUF repository found." said neither)
