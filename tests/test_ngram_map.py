@@ -15,7 +15,7 @@ from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters import ngram_map
 from speculens.engine.drafters.ngram_map import BuildCancelled, NgramMapDrafter, build_map, corpus_files
-from speculens.engine.drafters.ngram_table import NgramTable, build_table
+from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError, build_table
 from speculens.engine.events import FinishEvent
 from speculens.engine.session import SpeculativeEngine
 from speculens.errors import InvalidInputError
@@ -202,3 +202,24 @@ def test_ngram_info_says_what_a_map_holds_and_whether_it_fits_a_model(
     (tmp_path / "notes.npz").write_text("not a map", encoding="utf-8")
     assert main(["ngram", "info", str(tmp_path / "notes.npz")]) == 1
     assert "is not an n-gram map" in capsys.readouterr().err
+
+
+def test_a_damaged_map_is_an_error_in_words_from_every_reader(tmp_path: Path) -> None:
+    """A truncated file (a bad zip inside), or a map missing one of its arrays, raised numpy's and zipfile's own
+    errors past the app's handlers: a damaged map named in the settings stopped the window from opening."""
+    good = tmp_path / "code.npz"
+    build_table([[1, 2, 3, 1, 2, 3]], min_total=1).save(good, "fingerprint")
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    lacking = tmp_path / "lacking.npz"
+    with np.load(good) as data:
+        np.savez(lacking, **{k: data[k] for k in data.files if not k.startswith("keys")})
+    for path in (truncated, lacking):
+        for read in (NgramTable.check, NgramTable.fingerprint_of, NgramTable.summary,
+                     lambda p: NgramTable.load(p, None)):  # fmt: skip
+            try:
+                read(path)
+            except NgramTableError as exc:
+                assert path.name in str(exc)
+            else:
+                assert read is NgramTable.check or read is NgramTable.fingerprint_of, (path, read)  # header intact

@@ -8,6 +8,7 @@ boxes ignore the mouse wheel unless they have focus, so scrolling the panel neve
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
@@ -88,6 +89,19 @@ class ClampingDoubleSpinBox(_Clamping, QDoubleSpinBox):
     """A :class:`QDoubleSpinBox` that clamps what is typed (see :class:`_Clamping`)."""
 
 
+class _TipOnHover(QObject):
+    """Sets a widget's tooltip from ``tip()`` just before Qt shows it: what it says can change on disk meanwhile."""
+
+    def __init__(self, tip: Callable[[], str], parent: QObject) -> None:
+        super().__init__(parent)
+        self._tip = tip
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(watched, QWidget):
+            watched.setToolTip(self._tip())
+        return False
+
+
 class _WheelGuard(QObject):
     """Lets a field take the mouse wheel only when it has focus (a scrolled-over field keeps its value)."""
 
@@ -159,13 +173,14 @@ class SettingsPanel(QWidget):
         self._flash_measured = ""
         self._loaded_vocab = ""  # the loaded target's vocabulary fingerprint (see set_loaded_vocab)
         self._map_vocab_said = False  # the map note says the map is for another tokenizer
-        self._map_facts_of: tuple[object, str] = (None, "")  # (path, mtime, size) and what the map holds
+        self._map_facts_of: tuple[object, str, str] = (None, "", "")  # (path, mtime, size), its facts, tokenizer
         self.gpu_note = QLabel("Checking the llama.cpp build for GPU offload…")
         self.gpu_note.setWordWrap(True)
         self.ngram_map = QLineEdit()
         self.ngram_map.setPlaceholderText("no map file")
         self.ngram_map.setClearButtonEnabled(True)
         self._add("ngram_map_path", self.ngram_map)
+        self.ngram_map.installEventFilter(_TipOnHover(self.map_tooltip, self))
         browse = QPushButton("Browse…")
         browse.setAccessibleName("Browse for an n-gram map")
         browse.clicked.connect(self._on_browse_clicked)
@@ -235,7 +250,6 @@ class SettingsPanel(QWidget):
         outer.addWidget(scroll)
 
         self.show_settings(store.settings)
-        self._check_map_vocab()  # the saved map's facts in its tooltip
         self._connect()
         store.changed.connect(self._on_store_changed)
         store.loaded_changed.connect(self._on_store_loaded_changed)
@@ -420,17 +434,12 @@ class SettingsPanel(QWidget):
         tour chose one without a word, then every answer failed (the automatic strategy now leaves it out)."""
         path = self.store.settings.ngram_map_path
         problem = None
-        facts = self._map_facts(path)
         if path and self._loaded_vocab:
             try:
                 if NgramTable.fingerprint_of(Path(path)) != self._loaded_vocab:
                     problem = f"the n-gram map {Path(path).name} was built with another model's tokenizer"
-                else:
-                    facts += ", built with the loaded target's tokenizer"
             except NgramTableError as exc:
                 problem = str(exc)
-        # What the map holds, where a user points at it (a tour found no way to see it but ls).
-        self.ngram_map.setToolTip(SPECS["ngram_map_path"].tip + (f"\n\n{facts}" if facts else ""))
         if problem is None:
             if self._map_vocab_said:
                 self.map_error.hide()
@@ -444,11 +453,15 @@ class SettingsPanel(QWidget):
         self.map_error.show()
         self._map_vocab_said = True
 
-    def _map_facts(self, path: str) -> str:
-        """``gemma.npz: 347 n-grams of 2 to 4 tokens, 31.1 kB`` (``""`` for no map or an unreadable one), read once
-        per file version: counting the n-grams of a large map takes a moment."""
+    def map_tooltip(self) -> str:
+        """The map field's tooltip: what the field is for and what the map in it holds (``gemma.npz: 347 n-grams of
+        2 to 4 tokens, 31.1 kB, built with the loaded target's tokenizer``; a tour found no way to see it but
+        ``ls``). Made when the tooltip is about to show, from the file as it is then (rebuilt, or deleted); the
+        n-gram count, which takes a moment on a large map, once per version of the file."""
+        tip = SPECS["ngram_map_path"].tip
+        path = self.store.settings.ngram_map_path
         if not path:
-            return ""
+            return tip
         try:
             stat = Path(path).stat()
             key = (path, stat.st_mtime_ns, stat.st_size)
@@ -458,10 +471,15 @@ class SettingsPanel(QWidget):
                     f"{Path(path).name}: {info['n_ngrams']:,} n-grams of {info['ngram_min']} to {info['ngram_max']} "
                     f"tokens, {format_bytes(info['bytes'])}"
                 )
-                self._map_facts_of = (key, facts)
-        except (OSError, NgramTableError):
-            return ""
-        return self._map_facts_of[1]
+                self._map_facts_of = (key, facts, info["fingerprint"])
+        except (OSError, NgramTableError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            return f"{tip}\n\n{Path(path).name}: {reason}"
+        _key, facts, fingerprint = self._map_facts_of
+        if self._loaded_vocab:
+            fits = "the loaded target's tokenizer" if fingerprint == self._loaded_vocab else "another model's tokenizer"
+            facts += f", built with {fits}"
+        return f"{tip}\n\n{facts}"
 
     def set_flash_measured(self, text: str) -> None:
         """What the loaded models run with (``on below 416 tokens of context, off from there (measured)``), or
@@ -536,6 +554,7 @@ class SettingsPanel(QWidget):
                     f"{self.strategy.currentText()}."
                 )
         self._on_widget_changed()
+        self._check_map_vocab()  # built again at the same path: the store saw no change, the file did
 
     def _on_map_changed(self) -> None:
         """Take a new n-gram map path if the file is one (its header read now); otherwise say why and keep the old."""

@@ -7,8 +7,11 @@ saved table records the vocabulary's fingerprint and refuses to load for another
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,31 @@ FORMAT_VERSION = 1
 
 class NgramTableError(InvalidInputError):
     """A table file is unreadable or belongs to another vocabulary."""
+
+
+# What a damaged or foreign .npz raises from numpy's reader (a truncated file: a bad zip, or a short one).
+_NOT_A_MAP = (KeyError, ValueError, IndexError, TypeError, AttributeError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[Any]:
+    """``np.load(path)``, where whatever goes wrong reading the file (or a part it lacks) is an
+    :class:`NgramTableError` in words: a damaged map named in the settings must not stop the app from starting.
+
+    Raises:
+        NgramTableError: missing, unreadable, damaged, or not an n-gram map.
+    """
+    try:
+        # The file opened here, not by numpy, which leaves it open when the zip inside is damaged.
+        with open(path, "rb") as fid, np.load(fid, allow_pickle=False) as data:
+            yield data
+    except NgramTableError:  # said in words already (a ValueError too)
+        raise
+    except OSError as exc:
+        raise NgramTableError(f"cannot read n-gram file {path}: {exc.strerror or exc}") from exc
+    except _NOT_A_MAP as exc:
+        # The app and the CLI each say how to build one (a tour read CLI syntax in the app's Settings).
+        raise NgramTableError(f"{path.name} is not an n-gram map: build one from your own files") from exc
 
 
 class NgramTable:
@@ -109,14 +137,8 @@ class NgramTable:
         Raises:
             NgramTableError: missing, unreadable, not an n-gram map, or of another version.
         """
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                version = int(data["meta"][0])
-        except OSError as exc:
-            raise NgramTableError(f"cannot read n-gram file {path}: {exc}") from exc
-        except (KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
-            # The app and the CLI each say how to build one (a tour read CLI syntax in the app's Settings).
-            raise NgramTableError(f"{path.name} is not an n-gram map: build one from your own files") from exc
+        with _reading(path) as data:
+            version = int(data["meta"][0])
         if version != FORMAT_VERSION:
             raise NgramTableError(f"{path.name}: unsupported n-gram file version {version}; build it again")
 
@@ -128,7 +150,7 @@ class NgramTable:
             NgramTableError: missing, unreadable, not an n-gram map, or of another version.
         """
         NgramTable.check(path)
-        with np.load(path, allow_pickle=False) as data:
+        with _reading(path) as data:
             return str(data["fingerprint"])
 
     @staticmethod
@@ -140,7 +162,7 @@ class NgramTable:
             NgramTableError: missing, unreadable, not an n-gram map, or of another version.
         """
         NgramTable.check(path)
-        with np.load(path, allow_pickle=False) as data:
+        with _reading(path) as data:
             _, nmin, nmax = (int(x) for x in data["meta"])
             n_ngrams = sum(len(np.unique(data[f"keys{n}"], axis=0)) for n in range(nmin, nmax + 1))
             fingerprint = str(data["fingerprint"])
@@ -155,23 +177,18 @@ class NgramTable:
             NgramTableError: unreadable, wrong version, or wrong vocabulary.
         """
         cls.check(path)
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                _, nmin, nmax = (int(x) for x in data["meta"])
-                if fingerprint is not None and str(data["fingerprint"]) != fingerprint:
-                    raise NgramTableError(another_tokenizer(path))
-                table = cls(nmin, nmax)
-                for n in range(nmin, nmax + 1):
-                    keys, nxt, cnt = data[f"keys{n}"], data[f"next{n}"], data[f"count{n}"]
-                    for key, t, c in zip(map(tuple, keys.tolist()), nxt.tolist(), cnt.tolist(), strict=True):
-                        counter = table.counts.get(key)
-                        if counter is None:
-                            counter = table.counts[key] = Counter()
-                        counter[t] = c
-        except NgramTableError:
-            raise
-        except (OSError, KeyError, ValueError) as exc:
-            raise NgramTableError(f"cannot read n-gram file {path}: {exc}") from exc
+        with _reading(path) as data:
+            _, nmin, nmax = (int(x) for x in data["meta"])
+            if fingerprint is not None and str(data["fingerprint"]) != fingerprint:
+                raise NgramTableError(another_tokenizer(path))
+            table = cls(nmin, nmax)
+            for n in range(nmin, nmax + 1):
+                keys, nxt, cnt = data[f"keys{n}"], data[f"next{n}"], data[f"count{n}"]
+                for key, t, c in zip(map(tuple, keys.tolist()), nxt.tolist(), cnt.tolist(), strict=True):
+                    counter = table.counts.get(key)
+                    if counter is None:
+                        counter = table.counts[key] = Counter()
+                    counter[t] = c
         return table
 
 
