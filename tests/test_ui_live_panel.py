@@ -678,10 +678,35 @@ def test_a_chart_the_user_zoomed_keeps_its_view_until_the_next_answer(qtbot) -> 
     charts.refresh()
     assert box.viewRange()[0] == zoomed
     assert charts.length_plot.getViewBox().viewRange()[0] == [0, 100]  # the others follow the answer
+    box.scaleBy(y=0.5)  # and its rates' axis
+    box.sigRangeChangedManually.emit(box.state["mouseEnabled"])
     series.clear()
     series.add([replace(KNOWN_STEPS[0], step=i + 1) for i in range(3)])
     charts.refresh()
-    assert box.viewRange()[0] == [0, nice_end(3 * 1.02)]
+    assert box.viewRange() == [[0, nice_end(3 * 1.02)], [0, 1.05]]  # the next answer is shown whole
+    # Zoomed again, then its "A" (auto-range) button: it follows the answer again, rates from 0 (pyqtgraph's own
+    # autorange, left in charge, began the tokens/s axis at the lowest rate).
+    speed = charts.speed_plot
+    speed.getViewBox().scaleBy(x=0.5, y=0.5)
+    speed.getViewBox().sigRangeChangedManually.emit(speed.getViewBox().state["mouseEnabled"])
+    speed.autoBtnClicked()
+    series.add([replace(KNOWN_STEPS[0], step=i + 1) for i in range(3, 6)])
+    charts.refresh()
+    assert speed.getViewBox().viewRange()[1][0] == 0 and not any(speed.getViewBox().autoRangeEnabled())
+
+
+def test_ticks_follow_a_zoom_out(qtbot) -> None:
+    """Spaced for a zoom into ten steps, the same ticks over 500 steps were a smear of digits (a review's)."""
+    series, charts = shown_charts(qtbot)
+    series.add([replace(KNOWN_STEPS[2], step=i + 1) for i in range(500)])
+    charts.refresh()
+    for plot in (charts.accept_plot, charts.length_plot, charts.position_plot):
+        box, axis = plot.getViewBox(), plot.getAxis("bottom")
+        box.setXRange(10, 16, padding=0)  # as the wheel would, between two refreshes
+        assert axis.tickSpacing(10, 16, 300)[0][0] == 1
+        box.setXRange(0, 500, padding=0)
+        lo, hi = box.viewRange()[0]
+        assert (hi - lo) / axis.tickSpacing(lo, hi, 300)[0][0] <= 10
 
 
 def test_a_cleared_series_never_reuses_a_version(qtbot) -> None:

@@ -333,7 +333,7 @@ def nice_end(value: float) -> float:
 def set_tick_spacing(axis: pg.AxisItem, major: float, minor: float) -> None:
     """``axis.setTickSpacing(major, minor)`` where that changes something: pyqtgraph draws the axis and its grid
     lines again at every call, and the charts asked at every refresh (a third of their processor time)."""
-    if axis._tickSpacing != [(major, 0.0), (minor, 0.0)]:
+    if getattr(axis, "_tickSpacing", None) != [(major, 0.0), (minor, 0.0)]:
         axis.setTickSpacing(major, minor)
 
 
@@ -447,10 +447,14 @@ class ChartsPanel(QWidget):
         self.position_plot.setYRange(0, 1.05)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(*BAR_GREEN, 170))
         self.position_plot.addItem(self.position_bars)
-        # A plot the user zoomed or panned keeps its view until the next answer (see _follow).
+        # A plot the user zoomed or panned keeps its view until the next answer, or its "A" button (see _follow).
         self._zoomed: set[pg.PlotItem] = set()
         for plot in (self.speed_plot, self.accept_plot, self.length_plot):
             plot.getViewBox().sigRangeChangedManually.connect(lambda *_a, plot=plot: self._zoomed.add(plot))
+        # Whole-number ticks spaced for what a plot shows, whoever changed it: spaced for a zoom into ten steps, the
+        # same ticks over 500 steps after zooming out were a smear of digits (a review's).
+        for plot in (self.accept_plot, self.length_plot, self.position_plot):
+            plot.getViewBox().sigRangeChanged.connect(lambda *_a, plot=plot: self._space_ticks(plot))
         # How many tokens each bar rests on, under the pointer (a tour could not tell 1 of 1 from 90 of 90).
         self.graphics.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
 
@@ -500,7 +504,7 @@ class ChartsPanel(QWidget):
         if not len(x) or self.series.cleared != self._cleared:
             self._cleared = self.series.cleared
             self._zoomed.clear()
-            self.position_plot.setXRange(0, 1, padding=0)
+            self.position_plot.setRange(xRange=(0, 1), yRange=(0, 1.05), padding=0)
             self.position_plot.enableAutoRange(x=True)
         # The growing axes end on round numbers (nice_end), a little past the data: pyqtgraph draws an axis and
         # its grid again whenever its range changes, which autoranging did at every refresh (most of the charts'
@@ -515,30 +519,35 @@ class ChartsPanel(QWidget):
             nice_end(1.02 * float(t[-1])) if len(t) else 1.0,
             nice_end(1.05 * float(rates.max())) if rates.size else 1.0,
         )
-        self._follow(self.accept_plot, steps)
+        self._follow(self.accept_plot, steps, 1.05)
         self._follow(self.length_plot, steps, nice_end(1.05 * max(top, 1.0)))
-        # Whole numbers on the axes that count things (steps, positions, tokens), spaced for what the view shows.
-        for plot in (self.accept_plot, self.length_plot):
-            shown = plot.getViewBox().viewRange()[0]
-            set_tick_spacing(plot.getAxis("bottom"), integer_tick_step(max(shown[1] - shown[0], 1.0)), 1)
-        shown = self.length_plot.getViewBox().viewRange()[1]
-        set_tick_spacing(self.length_plot.getAxis("left"), integer_tick_step(max(shown[1] - shown[0], 1.0), 6), 1)
-        # With no bars yet (nothing drafted) the position plot keeps its last range, and a tour read 1…34 there one
-        # unit apart, a smear of digits.
-        shown = self.position_plot.getViewBox().viewRange()[0]
-        span = max(float(len(pos)), shown[1] - shown[0], 1.0)
-        set_tick_spacing(self.position_plot.getAxis("bottom"), integer_tick_step(span), 1)
+        for plot in (self.accept_plot, self.length_plot, self.position_plot):
+            self._space_ticks(plot)
 
     def _follow(self, plot: pg.PlotItem, x_end: float, y_end: float | None = None) -> None:
-        """Show ``plot`` from 0 to ``x_end`` (and ``y_end``), unless the user zoomed or panned it in this answer;
-        setting a range it already shows would draw its axes again."""
+        """Show ``plot`` from 0 to ``x_end`` (and ``y_end``), unless the user zoomed or panned it in this answer
+        and has not pressed its "A" (auto-range) button since; setting a range it already shows would draw its axes
+        again."""
+        box = plot.getViewBox()
+        auto = box.autoRangeEnabled()
         if plot in self._zoomed:
-            return
-        (_x0, x1), (_y0, y1) = plot.getViewBox().viewRange()
-        if x1 != x_end or plot.getViewBox().autoRangeEnabled()[0]:
+            if not any(auto):
+                return
+            self._zoomed.discard(plot)  # "A": follow the answer again (pyqtgraph's own range left 0 behind)
+        (x0, x1), (y0, y1) = box.viewRange()
+        if (x0, x1) != (0, x_end) or auto[0]:
             plot.setXRange(0, x_end, padding=0)
-        if y_end is not None and (y1 != y_end or plot.getViewBox().autoRangeEnabled()[1]):
+        if y_end is not None and ((y0, y1) != (0, y_end) or auto[1]):
             plot.setYRange(0, y_end, padding=0)
+
+    def _space_ticks(self, plot: pg.PlotItem) -> None:
+        """Whole numbers on the axes that count things (steps, positions, tokens), spaced for what ``plot`` shows:
+        a view that kept the last answer's range with no data of its own (the position plot when nothing was
+        drafted) read 1…34 one unit apart, a smear of digits (a tour's)."""
+        (x0, x1), (y0, y1) = plot.getViewBox().viewRange()
+        set_tick_spacing(plot.getAxis("bottom"), integer_tick_step(max(x1 - x0, 1.0)), 1)
+        if plot is self.length_plot:
+            set_tick_spacing(plot.getAxis("left"), integer_tick_step(max(y1 - y0, 1.0), 6), 1)
 
     def _on_scene_mouse_moved(self, point: object) -> None:
         plot = self.position_plot

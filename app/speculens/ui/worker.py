@@ -554,7 +554,7 @@ def gui_threads() -> int:
 
     llama.cpp's compute threads spin at their barriers, and while the window paints it takes a core from one
     of them, so every barrier waits for it. With charts that keep to a small share of a core
-    (:func:`~speculens.ui.charts.paint_budget`: 3% here) that costs far less than a core: on 2 cores the demo target
+    (:func:`~speculens.ui.charts.paint_budget`: 1.5% here) that costs far less than a core: on 2 cores the demo target
     decoded at 27-29 tokens/s in the window with 2 threads against 21 with 1 (31 without the window), and its
     0.5B draft, as a target, at 38-43 against 26-29. With more cores, one stays free for the GUI: it costs
     a quarter of the compute at most, and decoding is bound by memory before that (not measured here).
