@@ -835,3 +835,33 @@ def test_the_toolbar_does_not_name_a_map_the_loaded_target_cannot_use(qtbot, tin
     window.store.update(ngram_map_path=str(mine))
     assert ", map" in window.pair_label.text() and "left out" not in window.pair_label.text()
     assert not window.settings_panel.map_error.isVisible()
+
+
+def test_the_demo_pair_loaded_through_a_linked_home_needs_no_reload(qtbot, tiny, tmp_path: Path, monkeypatch) -> None:
+    """A tour's demo folder was a symbolic link: right after "Use the demo pair" the toolbar said "reload needed"
+    (the settings keep resolved paths, the load had the linked ones), and the first message loaded both again."""
+    import dataclasses
+    import hashlib
+    import os
+
+    from speculens.models import demo
+
+    link = tmp_path / "linked-home"
+    link.symlink_to(Path(os.environ["SPECULENS_HOME"]), target_is_directory=True)
+    monkeypatch.setenv("SPECULENS_HOME", str(link))
+    fakes = []
+    for key, role, source in (("fake-target", "target", tiny.target), ("fake-draft", "draft", tiny.perturbed)):
+        data = source.read_bytes()
+        model = demo.DemoModel(key, f"Fake {role}", role, f"{key}.gguf", ("json",), len(data),
+                               hashlib.sha256(data).hexdigest(), "example/fake")  # fmt: skip
+        demo.demo_path(model).parent.mkdir(parents=True, exist_ok=True)
+        demo.demo_path(model).write_bytes(data)  # built earlier
+        fakes.append(model)
+    monkeypatch.setattr(demo, "DEMO_MODELS", tuple(fakes))
+    window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.models.use_demo_pair()
+    qtbot.waitUntil(lambda: not window.models.loading, timeout=10_000)
+    assert Path(window.store.settings.target_path) == demo.demo_path(fakes[0]).resolve()
+    assert window.store.reload_needed() == set(), dataclasses.asdict(window.store.loaded)
+    assert "reload needed" not in window.pair_label.text()

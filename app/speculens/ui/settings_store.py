@@ -88,8 +88,10 @@ class SettingsStore(QObject):
         self.changed.emit(self.settings)
 
     def set_loaded(self, settings: Settings | None) -> None:
-        """Record what the models were loaded with (``None`` after an unload)."""
-        self._loaded = dataclasses.replace(settings) if settings is not None else None
+        """Record what the models were loaded with (``None`` after an unload), validated as the settings are: the
+        demo pair loads from the paths it was built at, and the settings keep them resolved, so through a linked
+        folder a tour read "reload needed" right after the load, and its first message loaded both again."""
+        self._loaded = settings.validated() if settings is not None else None
         self.loaded_changed.emit(self.loaded)
 
     def reload_needed(self) -> set[str]:
