@@ -763,8 +763,9 @@ def test_cleared_charts_drop_the_last_answers_scales(qtbot) -> None:
     qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 30, timeout=5_000)
     series.clear()
     charts.refresh()
-    for plot in (charts.speed_plot, charts.accept_plot, charts.length_plot, charts.position_plot):
+    for plot in (charts.speed_plot, charts.accept_plot, charts.length_plot):
         assert plot.getViewBox().viewRange()[0][1] <= 1.0
+    assert charts.position_plot.getViewBox().viewRange()[0] == [0, 5]  # a few positions wide (see MIN_POSITIONS)
     series.add([replace(KNOWN_STEPS[0], step=i + 1) for i in range(20)])  # and the next answer sets its own
     charts.refresh()
     qtbot.waitUntil(lambda: charts.accept_plot.getViewBox().viewRange()[0][1] > 15, timeout=5_000)
@@ -1144,3 +1145,28 @@ def test_a_lone_rate_point_then_none_never_hands_the_plot_a_point_without_a_valu
             x, y = curve.scatter.getData()
             shown = curve.scatter.isVisible() and curve.opts["symbol"] is not None
             assert shown is (case == "one") and (not shown or np.isfinite(y).all()), (case, x, y)
+
+
+def test_a_zoom_that_shows_none_of_the_answer_gives_way_and_rates_stay_within_0_to_1(qtbot) -> None:
+    """From a new-user tour: the tokens/s chart zoomed while still empty at the start of an answer kept 0.25-0.75 s
+    and 0.3-0.7 tokens/s, and the whole answer stayed out of view; an acceptance chart zoomed out read rates up to
+    2.8; one drafted position's bar filled the whole plot."""
+    series, charts = shown_charts(qtbot)
+    box = charts.speed_plot.getViewBox()
+    box.setRange(xRange=(0.25, 0.75), yRange=(0.3, 0.7), padding=0)
+    box.sigRangeChangedManually.emit(box.state["mouseEnabled"])  # as the wheel announces it
+    series.add([replace(KNOWN_STEPS[2], step=i + 1, stats=replace(stats(i + 1, i + 1, 0, 0), elapsed_s=0.1 * (i + 1)))
+                for i in range(30)])  # fmt: skip
+    charts.refresh()
+    assert box.viewRange()[0] == [0, 4.0] and box.viewRange()[1][0] == 0  # following the answer again
+    box.setRange(xRange=(1.0, 2.0), padding=0)  # a zoom onto the answer itself stays
+    box.sigRangeChangedManually.emit(box.state["mouseEnabled"])
+    series.add([replace(KNOWN_STEPS[2], step=31, stats=replace(stats(31, 31, 0, 0), elapsed_s=3.1))])
+    charts.refresh()
+    assert box.viewRange()[0] == [1.0, 2.0]
+    for plot in (charts.accept_plot, charts.position_plot):
+        plot.getViewBox().scaleBy(y=4.0)  # zoomed out as far as it goes
+        assert plot.getViewBox().viewRange()[1][1] <= 1.05
+    series.set_stats(replace(stats(31, 31, 1, 1), drafted_by_position=(1,), accepted_by_position=(1,)))
+    charts.refresh()
+    assert charts.position_plot.getViewBox().viewRange()[0][1] >= 4.5  # one bar, not the whole plot

@@ -36,6 +36,8 @@ PAINT_BUDGET = 0.05
 # refreshes in an answer of 18 s, against 22 in 20 s), and the rest goes to llama.cpp.
 PAINT_BUDGET_NO_SPARE_CORE = 0.015
 ROLLING_STEPS = 16
+RATE_TOP = 1.05  # the top of the rate axes (acceptance), a little above 1 so that a rate of 1 shows
+MIN_POSITIONS = 4  # the acceptance-by-position plot is at least this many positions wide
 # A draft position tried fewer times than this is drawn faint: a rate of 1 from one drafted token is no finding.
 FEW_SAMPLES = 5
 BAR_GREEN = (46, 160, 67)
@@ -445,11 +447,13 @@ class ChartsPanel(QWidget):
 
         self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by position", "rate", "position in the draft")
         self.position_plot.setYRange(0, 1.05)
+        for plot in (self.accept_plot, self.position_plot):  # rates: a zoom out cannot show 2.8 (a tour's)
+            plot.getViewBox().setLimits(yMax=RATE_TOP)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(*BAR_GREEN, 170))
         self.position_plot.addItem(self.position_bars)
         # A plot the user zoomed or panned keeps its view until the next answer, or its "A" button (see _follow).
         self._zoomed: set[pg.PlotItem] = set()
-        for plot in (self.speed_plot, self.accept_plot, self.length_plot):
+        for plot in (self.speed_plot, self.accept_plot, self.length_plot, self.position_plot):
             plot.getViewBox().sigRangeChangedManually.connect(lambda *_a, plot=plot: self._zoomed.add(plot))
         # Whole-number ticks spaced for what a plot shows, whoever changed it: spaced for a zoom into ten steps, the
         # same ticks over 500 steps after zooming out were a smear of digits (a review's).
@@ -504,8 +508,6 @@ class ChartsPanel(QWidget):
         if not len(x) or self.series.cleared != self._cleared:
             self._cleared = self.series.cleared
             self._zoomed.clear()
-            self.position_plot.setRange(xRange=(0, 1), yRange=(0, 1.05), padding=0)
-            self.position_plot.enableAutoRange(x=True)
         # The growing axes end on round numbers (nice_end), a little past the data: pyqtgraph draws an axis and
         # its grid again whenever its range changes, which autoranging did at every refresh (most of the charts'
         # processor time), and these change a dozen times in an answer. Rates from zero: from the answer's lowest
@@ -514,30 +516,49 @@ class ChartsPanel(QWidget):
         rates = rates[np.isfinite(rates)]
         steps = nice_end(1.02 * float(x[-1])) if len(x) else 1.0
         top = max(float(np.max(chosen, initial=0)), float(np.max(self.series.emitted, initial=0)))
+        first = float(x[0]) if len(x) else 0.0
         self._follow(
             self.speed_plot,
             nice_end(1.02 * float(t[-1])) if len(t) else 1.0,
             nice_end(1.05 * float(rates.max())) if rates.size else 1.0,
+            (float(t[0]), float(t[-1]), float(rates.min()), float(rates.max())) if rates.size else None,
         )
-        self._follow(self.accept_plot, steps, 1.05)
-        self._follow(self.length_plot, steps, nice_end(1.05 * max(top, 1.0)))
+        self._follow(self.accept_plot, steps, RATE_TOP, (first, float(x[-1]), 0.0, 1.0) if len(x) else None)
+        self._follow(
+            self.length_plot, steps, nice_end(1.05 * max(top, 1.0)), (first, float(x[-1]), 0.0, top) if len(x) else None
+        )
+        # At least a few positions wide: one drafted position's bar filled the whole plot (a tour's).
+        self._follow(
+            self.position_plot,
+            nice_end(max(len(pos), MIN_POSITIONS) + 0.5),
+            RATE_TOP,
+            (1.0, float(len(pos)), 0.0, 1.0) if len(pos) else None,
+        )
         for plot in (self.accept_plot, self.length_plot, self.position_plot):
             self._space_ticks(plot)
 
-    def _follow(self, plot: pg.PlotItem, x_end: float, y_end: float | None = None) -> None:
-        """Show ``plot`` from 0 to ``x_end`` (and ``y_end``), unless the user zoomed or panned it in this answer
-        and has not pressed its "A" (auto-range) button since; setting a range it already shows would draw its axes
-        again."""
+    def _follow(
+        self,
+        plot: pg.PlotItem,
+        x_end: float,
+        y_end: float,
+        data: tuple[float, float, float, float] | None = None,
+    ) -> None:
+        """Show ``plot`` from 0 to ``x_end`` and ``y_end``, unless the user zoomed or panned it in this answer and
+        the view still shows some of the ``data`` (its x and y bounds) and has not been given back with the plot's
+        "A" (auto-range) button: a tour zoomed a chart still empty at the start of an answer, and the whole answer
+        came out of view. Setting a range it already shows would draw its axes again."""
         box = plot.getViewBox()
         auto = box.autoRangeEnabled()
-        if plot in self._zoomed:
-            if not any(auto):
-                return
-            self._zoomed.discard(plot)  # "A": follow the answer again (pyqtgraph's own range left 0 behind)
         (x0, x1), (y0, y1) = box.viewRange()
+        if plot in self._zoomed:
+            shows_data = data is None or (x0 <= data[1] and x1 >= data[0] and y0 <= data[3] and y1 >= data[2])
+            if shows_data and not any(auto):
+                return
+            self._zoomed.discard(plot)  # "A", or a view of nothing: follow the answer again
         if (x0, x1) != (0, x_end) or auto[0]:
             plot.setXRange(0, x_end, padding=0)
-        if y_end is not None and ((y0, y1) != (0, y_end) or auto[1]):
+        if (y0, y1) != (0, y_end) or auto[1]:
             plot.setYRange(0, y_end, padding=0)
 
     def _space_ticks(self, plot: pg.PlotItem) -> None:
