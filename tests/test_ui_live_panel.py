@@ -481,6 +481,12 @@ def test_a_step_near_the_answers_end_does_not_shrink_the_teach_curve(qtbot) -> N
     feed(teach, [last], queued=True)  # type: ignore[arg-type]  # a new answer starts afresh
     teach.on_records([Record(2, Lane.CHAT, RecordKind.PAUSED, event=last)])
     assert teach.curve_plot.getViewBox().viewRange()[0][1] < 3 and "at most" not in teach.curve_label.text()
+    # Rates from 0 to a round number above the curve and its dashed ×1 line, the same for curves that differ a
+    # little (autoranged, the axis read 0.4–0.8, 0.6–1.0, then 0.95–1.10 on three steps, the ×1 line unlabelled).
+    assert teach.curve_plot.getViewBox().viewRange()[1] == [0, 1.2]
+    higher = declined_step(6, (1.0, 1.08, 1.1))
+    teach.on_records([Record(2, Lane.CHAT, RecordKind.PAUSED, event=higher)])
+    assert teach.curve_plot.getViewBox().viewRange()[1] == [0, 1.2]
 
 
 def test_a_step_with_nothing_to_weigh_keeps_the_last_curve_and_the_caption_stays_short(qtbot) -> None:

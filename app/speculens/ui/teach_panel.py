@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.ui.charts import RunSeries, solid_grid, solid_grid_axes
+from speculens.ui.charts import RunSeries, nice_end, solid_grid, solid_grid_axes
 from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import SOURCE_NAMES
 from speculens.ui.worker import Record, RecordKind
@@ -446,6 +446,11 @@ class TeachPanel(QWidget):
         self.curve_plot.getAxis("bottom").setTickSpacing(major, major)
         self.curve.setData(k, speedup)
         self.curve_plot.setXRange(0, span, padding=0.05)
+        # From 0 to a round number above the curve and the dashed ×1 line: autoranged, the axis read 0.4–0.8, then
+        # 0.6–1.0, then 0.95–1.10 on three steps of one answer, and the ×1 line had no label (a tour's).
+        top = nice_end(1.05 * max(float(np.max(speedup)), 1.0))
+        if self.curve_plot.getViewBox().viewRange()[1] != [0, top]:
+            self.curve_plot.setYRange(0, top, padding=0)
         mark = min(mark, len(speedup) - 1)
         self.marker.setData([mark], [speedup[mark]])
         best = int(np.argmax(speedup))
