@@ -315,6 +315,24 @@ def test_a_difference_s_verdict_leaves_the_answers_room_to_be_read(qtbot) -> Non
     assert "bit-exact" in view.exact_button.text() and "one token at a time" in view.exact_button.toolTip()
 
 
+def test_in_a_small_window_the_compare_dock_scrolls_and_each_answer_keeps_six_lines(qtbot, tiny) -> None:
+    """From a new-user tour at 1024×740: under a differing verdict each answer had two lines, unreadable."""
+    from speculens.ui.compare_view import ANSWER_LINES
+
+    window = fake_window(qtbot, tiny)
+    window.resize(1024, 640)  # the tour's docks, at 740, left what these leave at 640
+    window.docks["Compare"].show()
+    window.docks["Compare"].raise_()
+    view = window.compare_view
+    view.describe("Rename the variable `count` to `total` in this code and return the whole code", "Automatic")
+    view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=differing())])
+    qtbot.wait(50)
+    for answer in view.views.values():
+        assert answer.height() >= ANSWER_LINES * answer.fontMetrics().lineSpacing(), answer.height()
+    verdict = view.verdict
+    assert verdict.height() >= verdict.heightForWidth(verdict.width())  # and the verdict whole, the dock scrolling
+
+
 def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(qtbot, tiny) -> None:
     """From a new-user tour: step mode off mid-answer, the panel still explained 'Step 3' while the curve's caption
     spoke of step 63."""

@@ -97,6 +97,9 @@ def verdict_html(c: Comparison) -> str:
     )
 
 
+ANSWER_LINES = 6  # each answer shows at least this many lines
+
+
 class CompareView(QWidget):
     """Two token views and a verdict (a record sink of comparisons).
 
@@ -142,6 +145,10 @@ class CompareView(QWidget):
         top.addStretch(1)
         top.addWidget(self.stop_button)
         self.views = {Lane.PLAIN: TokenView(self), Lane.SPECULATIVE: TokenView(self)}
+        for view in self.views.values():
+            # Readable however long the verdict: in a 1024×740 window a tour's answers got two lines each under it;
+            # the dock scrolls instead (see MainWindow).
+            view.setMinimumHeight(ANSWER_LINES * view.fontMetrics().lineSpacing() + 2 * view.frameWidth() + 8)
         self.headers = {
             Lane.PLAIN: QLabel("<b>Plain decoding</b>", self),
             Lane.SPECULATIVE: QLabel("<b>Speculative decoding</b>", self),
@@ -156,7 +163,7 @@ class CompareView(QWidget):
             view.verticalScrollBar().valueChanged.connect(functools.partial(self._scroll_with, lane))
         self.views[Lane.PLAIN].setAccessibleName("Plain decoding answer")
         self.views[Lane.SPECULATIVE].setAccessibleName("Speculative decoding answer")
-        self.verdict = WrappedLabel(self)  # the result: all of it shown, the answers' views give way
+        self.verdict = WrappedLabel(self)  # the result: all of it shown; the answers keep ANSWER_LINES
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.verdict.setAccessibleName("Comparison result")
         self.exact_button = QPushButton("Switch to bit-exact verification", self)

@@ -223,7 +223,7 @@ class MainWindow(QMainWindow):
     def _build_docks(self) -> None:
         right = Qt.DockWidgetArea.RightDockWidgetArea
         live = self._dock("Live", "Live tokens", self.live_panel, right)
-        compare = self._dock("Compare", "Compare", self.compare_view, right)
+        compare = self._dock("Compare", "Compare", scrolled(self.compare_view), right)  # answers kept readable
         teach = self._dock("Teach", "Teach", scrolled(self.teach_panel), right)  # its text and curve: no overlap
         teach.visibilityChanged.connect(self._on_teach_dock_visibility_changed)  # a raised tab: see catch_up
         settings = self._dock("Settings", "Settings", self.settings_panel, right)
