@@ -331,6 +331,11 @@ def test_in_a_small_window_the_compare_dock_scrolls_and_each_answer_keeps_six_li
         assert answer.height() >= ANSWER_LINES * answer.fontMetrics().lineSpacing(), answer.height()
     verdict = view.verdict
     assert verdict.height() >= verdict.heightForWidth(verdict.width())  # and the verdict whole, the dock scrolling
+    # ... to the verdict and its button, which a short dock would otherwise show below the fold.
+    scroll = window.docks["Compare"].widget()
+    shown = view.exact_button.geometry().translated(view.pos())
+    assert scroll.verticalScrollBar().maximum() > 0
+    assert scroll.viewport().rect().contains(shown), (shown, scroll.viewport().rect())
 
 
 def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(qtbot, tiny) -> None:

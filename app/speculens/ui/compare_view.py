@@ -14,13 +14,14 @@ import functools
 import html
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -234,12 +235,23 @@ class CompareView(QWidget):
                         view.mark_answer_token(record.comparison.divergence.index)
                 differs = record.comparison.greedy and not record.comparison.identical
                 self.exact_button.setVisible(differs and not record.comparison.exact)
+                # In a short dock, which scrolls, the verdict may lie below the answers: brought into view once laid
+                # out, or the status bar's "the verdict is in Compare" pointed at nothing to see.
+                QTimer.singleShot(0, self._show_verdict)
             elif record.kind is RecordKind.FAILED:
                 self._set_running(False)
                 self.verdict.setText(html.escape(record.message))
                 for label in self.figures.values():
                     if label.text() == _WAITING:  # a lane the comparison never reached
                         label.setText("not run")
+
+    def _show_verdict(self) -> None:
+        parent = self.parentWidget()
+        while parent is not None and not isinstance(parent, QScrollArea):
+            parent = parent.parentWidget()
+        if parent is not None:
+            shown = self.exact_button if self.exact_button.isVisibleTo(self) else self.verdict
+            parent.ensureWidgetVisible(shown, 0, 4)
 
     def mark_outdated(self) -> None:
         """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
