@@ -305,6 +305,26 @@ def test_the_app_opens_where_it_was_left(qtbot, tiny) -> None:
 # ---- item 12: the conversations list -----------------------------------------------------------------------
 
 
+def test_the_line_under_the_answer_keeps_its_height_while_the_next_answer_runs(qtbot, tiny) -> None:
+    """From four lines to "Generating…" and back, the figures line moved the docks below it at every answer (a tour's,
+    at 1024×740)."""
+    declined = Script(step_s=0.05, n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))  # a long line: why
+    window = fake_window(qtbot, tiny, FakeFactory(declined))
+    window.resize(1024, 740)
+    send(qtbot, window, "first")
+    figures = window.chat.figures
+    qtbot.wait(20)
+    before = figures.height()
+    assert before > 1.5 * figures.fontMetrics().lineSpacing()  # the first answer's figures wrap here
+    window.chat.input.setPlainText("second")
+    with qtbot.waitSignal(window.chat.turn_finished, timeout=10_000):
+        window.chat.send()
+        qtbot.waitUntil(lambda: figures.text() == "Generating…", timeout=5_000)
+        qtbot.wait(20)
+        assert figures.height() == before
+    assert figures.minimumHeight() == 0  # the finished answer's own height again
+
+
 def test_the_conversations_list_is_not_rebuilt_while_nothing_it_shows_changed(qtbot, tiny) -> None:
     """A streaming answer is saved every second and each save refreshed the list: every item made again on the
     window's thread, which takes a core from llama.cpp's (more with every conversation kept)."""

@@ -619,7 +619,10 @@ class ChatPane(QWidget):
         self.conversation.pair = self.pair
         turn = _Turn(self, self.conversation, text)
         self.turn = turn
-        # The last answer's figures are not this one's; until its first token, say what it waits for.
+        # The last answer's figures are not this one's; until its first token, say what it waits for. The line keeps
+        # their height meanwhile: from four lines to "Generating…" and back, it moved the docks below up and down
+        # by a line at every answer (a tour's, at 1024×740).
+        self.figures.setMinimumHeight(self.figures.height())
         self._reading_since = time.monotonic()
         self._show_reading()
         self._reading_timer.start()
@@ -703,6 +706,7 @@ class ChatPane(QWidget):
             self._reading_timer.stop()
             self.turn = None
             self.figures.setText("")  # "Generating…" goes; a finished answer sets its own figures after this
+            self.figures.setMinimumHeight(0)
         self._stream_cursor = None
         self._update_buttons()
 
