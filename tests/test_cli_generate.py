@@ -219,3 +219,57 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
     assert silent == []
     for column in ("tok/s", "speedup", "passes", "accept", "len", "k̄", "draft", "verify", "ovh", "same"):
         assert f"\n  {column} " in COLUMNS
+
+
+def test_ctrl_c_while_the_models_load_ends_the_command_interrupted(
+    tiny: TinyModels, monkeypatch, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """From a new-user tour: Ctrl+C during the load, which llama.cpp spends in C calling back into Python (its log,
+    its progress), raised inside a callback, where ctypes swallowed it ("Exception ignored"); the command then
+    answered and exited 0."""
+    import ctypes
+    import os
+    import signal
+
+    from speculens.cli import generate_cmd
+    from speculens.cli.__main__ import main
+    from speculens.engine import loading
+
+    real = generate_cmd.SpeculativeEngine
+
+    def pressed_during_the_load(models):  # type: ignore[no-untyped-def]
+        ctypes.CFUNCTYPE(None)(lambda: os.kill(os.getpid(), signal.SIGINT))()  # in a callback, as llama.cpp's
+        loading.check()  # the engine looks before its next timed call
+        return real(models)
+
+    monkeypatch.setattr(generate_cmd, "SpeculativeEngine", pressed_during_the_load)
+    assert main(["generate", "-m", str(tiny.target), "-n", "8", "hello"]) == 130
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.rstrip().endswith("interrupted")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl+C raises again afterwards
+
+
+def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(
+    tiny: TinyModels, tmp_path: Path, monkeypatch, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """From a new-user tour: an interrupted lab wrote neither its --json nor its --csv."""
+    import os
+    import signal
+
+    from speculens import lab
+    from speculens.cli.__main__ import main
+
+    real = lab.PairLab.run
+
+    def pressed_at_the_start(self, progress=None):  # type: ignore[no-untyped-def]
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(self, progress)
+
+    monkeypatch.setattr(lab.PairLab, "run", pressed_at_the_start)
+    out, table = tmp_path / "lab.json", tmp_path / "lab.csv"
+    rc = main(["lab", "-m", str(tiny.target), "--kinds", "chat", "--budget", "0", "--rounds", "1", "--max-tokens",
+               "8", "--ctx", "512", "--only", "none,lookup", "--json", str(out), "--csv", str(table), "--no-save"])
+    said = capsys.readouterr()
+    assert rc == 130 and "interrupted: the results above are what was measured" in said.err
+    assert "CANCELLED" in said.out
+    assert json.loads(out.read_text(encoding="utf-8"))["cancelled"] is True and table.exists()

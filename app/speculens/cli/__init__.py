@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Collection
+import threading
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +44,42 @@ def int_between(lo: int, hi: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+@contextlib.contextmanager
+def interrupt_sets(event: threading.Event) -> Iterator[threading.Event]:
+    """While the block runs, Ctrl+C sets ``event`` instead of raising KeyboardInterrupt (on the main thread only,
+    where signals are handled): whatever looks at it stops at its next step and keeps what it has. Raised inside
+    llama.cpp's callbacks during a model load, the KeyboardInterrupt was swallowed by ctypes ("Exception ignored")
+    and the command went on to answer and exit 0; raised in a lab run, it lost every result measured (a tour's)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: event.set())
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def interruptible_load() -> Iterator[None]:
+    """Load models in the block so that Ctrl+C stops the load at llama.cpp's next look (its progress callback, or
+    the engine's next timed call) and the command ends "interrupted", exit 130 (see :func:`interrupt_sets`).
+
+    Raises:
+        KeyboardInterrupt: Ctrl+C was pressed during the load.
+    """
+    from speculens.engine import loading
+
+    cancel = threading.Event()
+    try:
+        with interrupt_sets(cancel), loading.watching(loading.LoadWatch(cancel, lambda _w, _d, _t: None)):
+            yield
+    except loading.LoadCancelled:
+        raise KeyboardInterrupt from None
+    if cancel.is_set():  # pressed as the load ended: stop before the work it was for
+        raise KeyboardInterrupt
 
 
 def progress(line: str, done: bool = False) -> None:

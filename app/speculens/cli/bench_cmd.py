@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import missing_source, progress, resolve
+from speculens.cli import interruptible_load, missing_source, progress, resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         base.validate()
         settings = settings_for(strategies, modes, args.n_draft, args.sweep)
-        engine = SpeculativeEngine(model_config(args))
+        with interruptible_load():
+            engine = SpeculativeEngine(model_config(args))
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import as_message, missing_source, progress, read_prompt, resolve
+from speculens.cli import as_message, interruptible_load, missing_source, progress, read_prompt, resolve
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -301,7 +301,8 @@ def run(args: argparse.Namespace) -> int:
         loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
         progress(f"loading {loading}…")  # seconds of silence otherwise (a terminal only; a log gets the line below)
         t0 = time.perf_counter()
-        engine = SpeculativeEngine(models)
+        with interruptible_load():
+            engine = SpeculativeEngine(models)
         progress(f"loaded {loading} in {time.perf_counter() - t0:.1f} s", True)
         idle = engine.draft_idle if config.strategy in (Strategy.AUTO, Strategy.DRAFT) else None
         if idle and config.adaptive:

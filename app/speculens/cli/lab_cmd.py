@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import resolve
+from speculens.cli import interrupt_sets, resolve
 from speculens.engine.backend import offloaded_layers
 from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_CTX
 from speculens.errors import SpeculensError
@@ -101,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{p.done + 1}/{p.total}] {p.what}{eta}", file=sys.stderr, flush=True)
 
     try:
-        result = lab.run(progress)
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        lab.cancel.set()
-        return 130
+        # Ctrl+C stops the lab within one step, and what it measured is reported and written, marked cancelled (a
+        # tour's interrupted lab wrote neither its --json nor its --csv).
+        with interrupt_sets(lab.cancel):
+            result = lab.run(progress)
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -115,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, result.to_document())
     if args.csv:
         write_bytes_atomic(args.csv, result.to_csv().encode("utf-8"))
+    if result.cancelled:
+        print("interrupted: the results above are what was measured before the stop", file=sys.stderr)
+        return 130
     return 0
 
 
