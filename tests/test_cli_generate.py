@@ -273,3 +273,23 @@ def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(
     assert rc == 130 and "interrupted: the results above are what was measured" in said.err
     assert "CANCELLED" in said.out
     assert json.loads(out.read_text(encoding="utf-8"))["cancelled"] is True and table.exists()
+
+
+def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_drafting() -> None:
+    """From a new-user tour: `-s draft` read "strategy draft" and 64 passes for 64 tokens, with no word that the
+    adaptive controller had decided the draft model would not pay (`--no-adaptive` drafted, 94% accepted)."""
+    from dataclasses import replace
+
+    from speculens.cli.generate_cmd import draft_model_idle
+    from speculens.engine.events import DraftToken, EmittedToken, Origin, RunningStats, StartEvent, StepEvent
+
+    start = StartEvent(12, 12, 0.05, "draft", 7)
+    plain = StepEvent(1, 0, (), (EmittedToken(65, b"A", Origin.TARGET),), "A", 0.0, 70.0, 0.1, RunningStats(),
+                      considered="draft", expected_speedup=(1.0, 0.86, 0.7))  # fmt: skip
+    note = draft_model_idle(start, [plain], adaptive=True)
+    assert "kept the draft model from drafting (×0.86 of plain decoding at best" in note and "--no-adaptive" in note
+    probe = replace(plain, source="draft", drafted=(DraftToken(66, b"B", 0.9, 0.1, False),), probe=True)
+    assert draft_model_idle(start, [plain, probe], adaptive=True) == note  # a probe only re-measures
+    assert draft_model_idle(start, [plain, replace(probe, probe=False)], adaptive=True) == ""  # it drafted
+    assert draft_model_idle(start, [plain], adaptive=False) == ""  # --no-adaptive: every step drafts
+    assert draft_model_idle(replace(start, strategy="lookup+ngram-cache"), [plain], adaptive=True) == ""

@@ -226,14 +226,15 @@ def summary(
 
 def consume(
     events: object, out: IO[str], color: bool, log: IO[str] | None, models: ModelConfig | None = None
-) -> tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]]]:
+) -> tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]], list[StepEvent]]:
     """Print a generation's text as it streams; return its finish (and start) event, its steps by thread count,
-    and the tokens each source drafted and had accepted. The log's start event names ``models``' files, as the
-    app's JSON export does (the draft only where the answer's sources had it)."""
+    the tokens each source drafted and had accepted, and its steps. The log's start event names ``models``' files,
+    as the app's JSON export does (the draft only where the answer's sources had it)."""
     start: StartEvent | None = None
     finish: FinishEvent | None = None
     threads = ThreadTally()
     sources: dict[str, tuple[int, int]] = {}
+    steps: list[StepEvent] = []
     for event in events:  # type: ignore[attr-defined]
         assert isinstance(event, StartEvent | StepEvent | FinishEvent)
         if log is not None:
@@ -248,13 +249,32 @@ def consume(
             out.write(_render_colored(event) if color else event.text)
             out.flush()
             threads.add(event)
+            steps.append(event)
             if event.source and event.drafted:
                 drafted, accepted = sources.get(event.source, (0, 0))
                 sources[event.source] = (drafted + len(event.drafted), accepted + event.n_accepted)
         else:
             finish = event
     assert finish is not None
-    return finish, start, threads, sources
+    return finish, start, threads, sources, steps
+
+
+def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive: bool) -> str:
+    """A line saying that the adaptive controller kept a loaded draft model from drafting in this answer (beyond
+    probes that re-measure its cost), with the best rate over plain decoding it expected of it: a tour ran
+    ``-s draft``, read "strategy draft" and 64 passes for 64 tokens, and could not tell a decision had been made.
+    Empty where the draft model drafted, was not loaded, or drafts every step (``--no-adaptive``)."""
+    if not adaptive or start is None or "draft" not in start.strategy.split("+"):
+        return ""
+    if any(step.source == "draft" and step.drafted and not step.probe for step in steps):
+        return ""
+    rates = [max(step.expected_speedup[1:]) for step in steps if step.considered == "draft" and
+             len(step.expected_speedup) > 1]  # fmt: skip
+    best = f" (×{max(rates):.2f} of plain decoding at best on this answer)" if rates and max(rates) < 1 else ""
+    return (
+        f"note: the adaptive controller kept the draft model from drafting{best}: it would not have paid here; "
+        "--no-adaptive drafts every step anyway"
+    )
 
 
 def _render_colored(event: StepEvent) -> str:
@@ -323,10 +343,12 @@ def run(args: argparse.Namespace) -> int:
                     events = engine.chat([{"role": "user", "content": prompt}], config, cancel)
                 else:
                     events = engine.generate(prompt, config, cancel)
-                finish, start, threads, sources = consume(events, sys.stdout, args.color, log, models)
+                finish, start, threads, sources, steps = consume(events, sys.stdout, args.color, log, models)
                 if not finish.text.endswith("\n"):
                     sys.stdout.write("\n")
                 print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
+                if idle := draft_model_idle(start, steps, config.adaptive):
+                    print(idle, file=sys.stderr)
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
@@ -343,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     if answered and not interactive:
                         sys.stdout.write("\n")  # piped: a blank line between one answer and the next
-                    finish, start, threads, sources = consume(events, sys.stdout, args.color, log, models)
+                    finish, start, threads, sources, steps = consume(events, sys.stdout, args.color, log, models)
                     answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
@@ -352,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 sys.stdout.flush()
                 print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
+                if idle := draft_model_idle(start, steps, config.adaptive):
+                    print(idle, file=sys.stderr)
         except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

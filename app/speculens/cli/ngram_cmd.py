@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=run_build)
     i = group.add_parser("info", help="what a map holds: n-grams, lengths, size, and whether it fits a model")
     i.add_argument("map", type=Path, help="the map file (.npz)")
-    i.add_argument("-m", "--model", help="say whether the map was built with this model's tokenizer")
+    i.add_argument("-m", "--model", help="say whether the map was built with this model's tokenizer (exit 3 if not)")
     i.add_argument("--json", action="store_true", help="print one JSON document")
     i.set_defaults(func=run_info)
 
@@ -48,14 +48,15 @@ def run_info(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         print(json.dumps(info, indent=1))
-        return 0
+        return 3 if info.get("fits_model") is False else 0
     print(f"{args.map}: {info['n_ngrams']:,} n-grams of {info['ngram_min']} to {info['ngram_max']} tokens, "
           f"{format_bytes(info['bytes'])}, for the tokenizer {info['fingerprint']}")  # fmt: skip
     if "fits_model" in info:
         fits = "was" if info["fits_model"] else "was not"
         print(f"it {fits} built with {Path(args.model).name}'s tokenizer" + ("" if info["fits_model"] else
               ": rebuild it for that model (ngram build … -m MODEL)"))  # fmt: skip
-    return 0
+    # A script learns it from the status too, as from `models check-pair` (a tour's read 0 for a map that cannot fit).
+    return 3 if info.get("fits_model") is False else 0
 
 
 def run_build(args: argparse.Namespace) -> int:
