@@ -293,3 +293,17 @@ def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_dra
     assert draft_model_idle(start, [plain, replace(probe, probe=False)], adaptive=True) == ""  # it drafted
     assert draft_model_idle(start, [plain], adaptive=False) == ""  # --no-adaptive: every step drafts
     assert draft_model_idle(replace(start, strategy="lookup+ngram-cache"), [plain], adaptive=True) == ""
+
+
+def test_cli_errors_and_figures_are_in_words(tiny: TinyModels, tmp_path: Path) -> None:
+    """From a new-user tour: "error: [Errno 2] No such file or directory: …", and "decoded 1 tokens … 0.00 t/s"."""
+    from speculens.cli.generate_cmd import summary
+    from speculens.engine.events import FinishReason, RunningStats
+
+    missing = tmp_path / "nonexistent.jsonl"
+    replay = cli("replay", "--events", missing, "-m", tiny.target, "hello")
+    assert replay.returncode == 1 and f"error: No such file or directory: {missing}" in replay.stderr
+    prompt = cli("generate", "-m", tiny.target, "-f", missing)
+    assert prompt.returncode == 1 and "[Errno" not in prompt.stderr and "No such file or directory" in prompt.stderr
+    one = summary(RunningStats(n_steps=1, n_generated=1, elapsed_s=0.0), None, FinishReason.EOG)
+    assert "decoded 1 token (with the prompt): no decode rate" in one and "t/s" not in one

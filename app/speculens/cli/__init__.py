@@ -82,6 +82,14 @@ def interruptible_load() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+def in_words(exc: BaseException) -> str:
+    """An error for the terminal: an ``OSError`` as its reason and file ("No such file or directory: x.jsonl"), not
+    Python's "[Errno 2] …" (a tour's); anything else as its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)
+
+
 def progress(line: str, done: bool = False) -> None:
     """One updating progress line on stderr: rewritten in place on a terminal; in a log (stderr not a terminal)
     only the finished line (``done``), so a captured log is not one line of carriage returns."""

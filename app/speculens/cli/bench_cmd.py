@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import interruptible_load, missing_source, progress, resolve
+from speculens.cli import in_words, interruptible_load, missing_source, progress, resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         prompts = load_suite(args.suite.read_text(encoding="utf-8") if args.suite else None)
     except (OSError, SpeculensError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 1
     if args.prompts:
         unknown = set(args.prompts) - {p.id for p in prompts}

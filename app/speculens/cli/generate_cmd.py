@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import as_message, interruptible_load, missing_source, progress, read_prompt, resolve
+from speculens.cli import as_message, in_words, interruptible_load, missing_source, progress, read_prompt, resolve
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -118,7 +118,9 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
         "speculation does not pay (default); --no-adaptive drafts --n-draft tokens every step",
     )
     p.add_argument("--n-draft-min", type=int, default=0, help="drop drafts shorter than this (default 0)")
-    p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
+    p.add_argument(
+        "--p-min", type=float, default=0.75, help="draft model stops below this top probability (default 0.75)"
+    )
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=40, help="sampling: the K likeliest tokens only (default 40)")
     p.add_argument("--top-p", type=float, default=0.95, help="sampling: nucleus probability (default 0.95)")
@@ -202,8 +204,12 @@ def summary(
             f"{start.prompt_s:.2f} s, flash attention {start.flash_text}"
         )
     lines += [
+        # One token comes with the prompt's evaluation: no decode rate (a tour read "decoded 1 tokens … 0.00 t/s").
         f"decoded {stats.n_generated} tokens (the first with the prompt) in {stats.elapsed_s:.2f} s, "
-        f"speed: {stats.tokens_per_second:.2f} t/s",
+        f"speed: {stats.tokens_per_second:.2f} t/s"
+        if stats.n_generated > 1
+        else f"decoded {stats.n_generated} token{'' if stats.n_generated == 1 else 's'} (with the prompt): no decode "
+        "rate",
         f"n_drafted    = {stats.n_drafted}",
         f"n_accept     = {stats.n_accepted}",
         *(
@@ -300,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         prompt = read_prompt(args)
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"error: cannot read the prompt file: {exc}", file=sys.stderr)
+        print(f"error: cannot read the prompt file: {in_words(exc)}", file=sys.stderr)
         return 1
     try:
         config = generation_config(args)

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import interrupt_sets, resolve
+from speculens.cli import in_words, interrupt_sets, resolve
 from speculens.engine.backend import offloaded_layers
 from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_CTX
 from speculens.errors import SpeculensError
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (SpeculensError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 1
     settings = LabSettings(
         n_ctx=args.ctx,

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from speculens.cli import int_between, progress, resolve
+from speculens.cli import in_words, int_between, progress, resolve
 from speculens.engine.drafters.ngram_map import MIN_COUNT_RANGE, NGRAM_MAX_RANGE, build_map, corpus_files
 from speculens.engine.drafters.ngram_table import NgramTable
 from speculens.errors import SpeculensError
@@ -78,7 +78,7 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 1
     progress(
         f"wrote {built.path}: {built.n_ngrams} n-grams from {built.n_tokens} tokens in {built.n_files} "

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from speculens import paths
-from speculens.cli import as_message, read_prompt, resolve
+from speculens.cli import as_message, in_words, read_prompt, resolve
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT
 from speculens.engine.drafters.base import Drafter
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(costs, dict):
             raise ValueError(f"{costs_path.name} is not a saved cost model")
     except (OSError, UnicodeDecodeError, ValueError, SpeculensError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 1
     try:
         with LlamaBackend(target, BackendParams(vocab_only=True)) as vocab_model:
