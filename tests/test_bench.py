@@ -442,3 +442,53 @@ def test_the_suite_is_written_chat_formatted_for_llama_cpps_tools(tiny: TinyMode
     assert first_user in chat and "<|im_start|>assistant" in chat  # the tiny models' ChatML template, ready to answer
     # llama.cpp's -f drops one trailing newline; the file keeps the template's "assistant\n" whole after that.
     assert chat.endswith("<|im_start|>assistant\n\n")
+
+
+def test_a_cancelled_suite_keeps_the_prompts_it_measured_and_the_cli_writes_them(
+    tiny: TinyModels, tmp_path: Path, monkeypatch, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """From a new-user tour: Ctrl+C after three of a bench's four runs printed "interrupted" and wrote no JSON."""
+    import os
+    import signal
+    import threading
+
+    from speculens.cli import bench_cmd
+    from speculens.cli.__main__ import main
+
+    settings = settings_for([Strategy.LOOKUP], ["adaptive"], 4)
+    cancel = threading.Event()
+    seen: list[str] = []
+
+    def progress(line: str) -> None:
+        seen.append(line)
+        if "two:" in line:  # the second prompt's first run: the first prompt is whole
+            cancel.set()
+
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=512)) as engine:
+        results = run_suite(engine, load_suite(SMALL_SUITE), settings, GenerationConfig(max_tokens=8), 1, 0,
+                            progress=progress, cancel=cancel)  # fmt: skip
+    assert results.cancelled and list(results.runs) == ["one"]
+    assert [p["id"] for p in results_document(results)["prompts"]] == ["one"]
+
+    real = bench_cmd.run_suite
+
+    def pressed_after_the_first_prompt(*args, **kwargs):  # type: ignore[no-untyped-def]
+        told = args[7]
+
+        def told_and_pressed(line: str) -> None:
+            told(line)
+            if "two:" in line:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return real(*args[:7], told_and_pressed, *args[8:], **kwargs)
+
+    monkeypatch.setattr(bench_cmd, "run_suite", pressed_after_the_first_prompt)
+    suite = tmp_path / "suite.json"
+    suite.write_text(SMALL_SUITE, encoding="utf-8")
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "-m", str(tiny.target), "--suite", str(suite), "--strategies", "lookup", "--repeat", "1",
+               "--warmup", "0", "--max-tokens", "8", "-o", str(out)])  # fmt: skip
+    said = capsys.readouterr()
+    assert rc == 130 and "interrupted: 1 of 2 prompts were measured in full before the stop" in said.err
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["cancelled"] is True and [p["id"] for p in doc["prompts"]] == ["one"]

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import in_words, interruptible_load, missing_source, progress, resolve
+from speculens.cli import in_words, interrupt_sets, interruptible_load, missing_source, progress, resolve
 from speculens.cli.generate_cmd import add_model_arguments, model_config
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
@@ -196,7 +197,12 @@ def run(args: argparse.Namespace) -> int:
                 write_json_atomic(args.output, {"schema": "speculens-bench/1", "profile": profile})
             return 0
         t0 = time.perf_counter()
-        results = run_suite(engine, prompts, settings, base, args.repeat, args.warmup, args.fresh_costs, _progress)
+        # Ctrl+C stops the suite within a step and keeps the prompts measured by then (a tour's interrupted bench
+        # wrote nothing after three of its four runs).
+        with interrupt_sets(threading.Event()) as cancel:
+            results = run_suite(
+                engine, prompts, settings, base, args.repeat, args.warmup, args.fresh_costs, _progress, cancel
+            )
         if sys.stderr.isatty():
             print(file=sys.stderr)
         results.profile = profile
@@ -230,6 +236,11 @@ def run(args: argparse.Namespace) -> int:
 
         problem = render_chart(doc, chart)
         print(f"wrote {chart}" if problem is None else f"no chart: {problem}", file=sys.stderr)
+    if results.cancelled:
+        done = sum(p.id in results.runs for p in results.prompts)
+        print(f"interrupted: {done} of {len(results.prompts)} prompts were measured in full before the stop, and "
+              "kept", file=sys.stderr)  # fmt: skip
+        return 130
     return 0
 
 
@@ -276,8 +287,9 @@ def _pct(x: float) -> str:
 
 def format_table(results: BenchResults) -> str:
     """A readable table: one block per prompt, one row per setting, then the overall summary."""
+    w = max([22, *(len(s.label) for s in results.settings)])  # "ngram-cache/adaptive≤32" shifted its row by one
     header = (
-        f"{'setting':<22} {'tok/s':>7} {'±':>5} {'speedup':>7} {'±':>5} {'passes':>6} {'±':>4} {'accept':>6} "
+        f"{'setting':<{w}} {'tok/s':>7} {'±':>5} {'speedup':>7} {'±':>5} {'passes':>6} {'±':>4} {'accept':>6} "
         f"{'len':>5} {'k̄':>5} {'draft':>5} {'verify':>6} {'ovh':>5} {'same':>4}"
     )
     lines = []
@@ -301,7 +313,7 @@ def format_table(results: BenchResults) -> str:
             speedup_spread = "–" if s.is_plain else pm(m.speedup_spread, n)
             same = "–" if m.identical is None or s.is_plain else ("yes" if m.identical else "NO")
             lines.append(
-                f"{s.label:<22} {m.tps_median:7.2f} {pm(m.spread, n):>5} {speedup:>7} {speedup_spread:>5} "
+                f"{s.label:<{w}} {m.tps_median:7.2f} {pm(m.spread, n):>5} {speedup:>7} {speedup_spread:>5} "
                 f"{m.passes_median:6.0f} {pm(m.passes_spread, n):>4} "
                 f"{_pct(m.acceptance) if m.acceptance or not s.is_plain else '–':>6} "
                 f"{m.mean_accepted_length:5.2f} {m.mean_n_draft:5.2f} {_pct(m.draft_share):>5} "
@@ -310,7 +322,7 @@ def format_table(results: BenchResults) -> str:
             if m.acceptance_by_position and not s.is_plain:
                 shown = " ".join(f"{a:.2f}" for a in m.acceptance_by_position[:8])
                 more = " …" if len(m.acceptance_by_position) > 8 else ""
-                lines.append(f"{'':<22}   acceptance by position: {shown}{more}")
+                lines.append(f"{'':<{w}}   acceptance by position: {shown}{more}")
     lines.append(
         "\noverall (speedup over plain decoding, measured per prompt in the same run; tok/s ± = median over "
         "prompts of the run-to-run spread of tokens/s, plain decoding's being the machine's own noise; speedup ± = "
@@ -320,21 +332,21 @@ def format_table(results: BenchResults) -> str:
         "same steps)"
     )
     lines.append(
-        f"{'setting':<22} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'tok/s ±':>7} "
+        f"{'setting':<{w}} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'tok/s ±':>7} "
         f"{'speedup ±':>9} {'passes ±':>8} {'same':>4}"
     )
     for s in results.settings:
         o = results.overall(s.label)
         if s.is_plain:
             lines.append(
-                f"{s.label:<22} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7} "
+                f"{s.label:<{w}} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7} "
                 f"{pm(o.spread_median):>7} {'–':>9} {pm(o.passes_spread_median):>8}"
             )
             continue
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
         speedup_spread = pm(o.speedup_spread_median)
         lines.append(
-            f"{s.label:<22} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
+            f"{s.label:<{w}} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
             f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {pm(o.spread_median):>7} "
             f"{speedup_spread:>9} {pm(o.passes_spread_median):>8} {same:>4}"
         )

@@ -465,6 +465,7 @@ class BenchResults:
         n_prompt_tokens: prompt length per prompt id.
         config: how it was run (threads, max tokens, repeats, ...).
         profile: the machine's cost profile, when measured.
+        cancelled: the suite was stopped before its end: ``runs`` holds the prompts measured before the stop.
     """
 
     prompts: list[BenchPrompt]
@@ -473,6 +474,7 @@ class BenchResults:
     n_prompt_tokens: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
+    cancelled: bool = False
 
     def summary(self, prompt_id: str, label: str) -> Summary:
         """The summary of one setting on one prompt."""
@@ -500,6 +502,7 @@ def run_suite(
     warmup: int = 1,
     fresh_costs: bool = False,
     progress: Progress | None = None,
+    cancel: threading.Event | None = None,
 ) -> BenchResults:
     """Run every setting on every prompt: warm-up runs, then ``repeats`` timed runs each.
 
@@ -518,6 +521,8 @@ def run_suite(
             session's (which keeps what earlier runs measured, as the app does); the session's is put back
             after the suite, so what the engine saves at its close is what it measured, not the last run's.
         progress: called with a line of text before each run.
+        cancel: stops the suite within a step: the results keep each prompt every setting was timed on at least
+            once, and say they were cancelled.
 
     Returns:
         The results.
@@ -533,6 +538,9 @@ def run_suite(
             if not fresh_costs:  # as a generation of this prompt would run (fresh costs keep the load's setting)
                 engine.fit_flash_attn(tokens, base.max_tokens)
             by_label: dict[str, list[RunResult]] = {s.label: [] for s in settings}
+            if cancel is not None and cancel.is_set():
+                results.cancelled = True
+                break
             for rep in range(warmup + repeats):
                 shift = rep % len(settings)
                 for setting in [*settings[shift:], *settings[:shift]]:
@@ -548,10 +556,18 @@ def run_suite(
                         n_draft=setting.n_draft,
                         adaptive=setting.adaptive,
                     )
-                    result = run_once(engine, tokens, config)
-                    assert result is not None  # nothing cancels a suite run
+                    result = run_once(engine, tokens, config, cancel=cancel)
+                    if result is None:  # cancelled
+                        break
                     if rep >= warmup:
                         by_label[setting.label].append(result)
+                if cancel is not None and cancel.is_set():
+                    break
+            if cancel is not None and cancel.is_set():
+                results.cancelled = True
+                if all(by_label.values()):  # every setting timed at least once: comparable
+                    results.runs[prompt.id] = by_label
+                break
             results.runs[prompt.id] = by_label
     finally:
         engine.costs = kept
@@ -657,6 +673,7 @@ def results_document(results: BenchResults) -> dict[str, Any]:
         "prompts": prompts,
         "overall": {s.label: asdict(results.overall(s.label)) for s in results.settings},
         "profile": results.profile,
+        "cancelled": results.cancelled,
     }
 
 
