@@ -483,6 +483,8 @@ def test_a_cancelled_suite_keeps_the_prompts_it_measured_and_the_cli_writes_them
         return real(*args[:7], told_and_pressed, *args[8:], **kwargs)
 
     monkeypatch.setattr(bench_cmd, "run_suite", pressed_after_the_first_prompt)
+    # In this process a chart would start a QGuiApplication, and the Qt tests after this one want a QApplication.
+    monkeypatch.setattr("speculens.ui.bench_chart.render_chart", lambda _doc, _path: "not drawn in this test")
     suite = tmp_path / "suite.json"
     suite.write_text(SMALL_SUITE, encoding="utf-8")
     out = tmp_path / "bench.json"

@@ -96,6 +96,8 @@ def test_cli_demo_registers_and_check_pair_uses_library_ids(
     out = capsys.readouterr().out
     print(out)
     assert "Compatible" in out
+    # As the library names it: its file's own metadata says "AWQ" of a Q4_K_M file (a tour's).
+    assert "draft:  Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)" in out
     assert main(["models", "check-pair", "qwen-1.5b", "gemma-270m"]) == 3
     out = capsys.readouterr().out
     print(out)

@@ -242,8 +242,10 @@ def run_check_pair(args: argparse.Namespace) -> int:
     if args.json:
         _emit(report.to_dict())
     else:
-        print(f"target: {report.target.title} ({report.target.path.name})")
-        print(f"draft:  {report.draft.title} ({report.draft.path.name})")
+        # Named as the library names them: the demo draft's own metadata calls its Q4_K_M file "AWQ" (a tour's).
+        names = {e.path: e.name for e in Library().entries()}
+        for role, info in (("target:", report.target), ("draft: ", report.draft)):
+            print(f"{role} {names.get(info.path.resolve(), info.title)} ({info.path.name})")
         print()
         print(report.headline)
         print()
