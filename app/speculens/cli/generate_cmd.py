@@ -35,6 +35,7 @@ from speculens.engine.events import (
     RunningStats,
     StartEvent,
     StepEvent,
+    draft_model_sat_out,
     event_to_dict,
 )
 from speculens.engine.sampling import SamplingParams
@@ -270,17 +271,24 @@ def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive:
     probes that re-measure its cost), with the best rate over plain decoding it expected of it: a tour ran
     ``-s draft``, read "strategy draft" and 64 passes for 64 tokens, and could not tell a decision had been made.
     Empty where the draft model drafted, was not loaded, or drafts every step (``--no-adaptive``)."""
-    if not adaptive or start is None or "draft" not in start.strategy.split("+"):
+    rate = draft_model_sat_out(start.strategy, steps) if adaptive and start is not None else None
+    if rate is None:
         return ""
-    if any(step.source == "draft" and step.drafted and not step.probe for step in steps):
-        return ""
-    rates = [max(step.expected_speedup[1:]) for step in steps if step.considered == "draft" and
-             len(step.expected_speedup) > 1]  # fmt: skip
-    best = f" (×{max(rates):.2f} of plain decoding at best on this answer)" if rates and max(rates) < 1 else ""
     return (
-        f"note: the adaptive controller kept the draft model from drafting{best}: it would not have paid here; "
-        "--no-adaptive drafts every step anyway"
+        f"note: the adaptive controller kept the draft model from drafting (×{rate:.2f} of plain decoding at best on "
+        "this answer): it would not have paid here; --no-adaptive drafts every step anyway"
     )
+
+
+def _say_figures(
+    consumed: tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]], list[StepEvent]],
+    adaptive: bool,
+) -> None:
+    """An answer's closing figures on stderr, and why a loaded draft model sat out."""
+    finish, start, threads, sources, steps = consumed
+    print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
+    if idle := draft_model_idle(start, steps, adaptive):
+        print(idle, file=sys.stderr)
 
 
 def _render_colored(event: StepEvent) -> str:
@@ -349,12 +357,10 @@ def run(args: argparse.Namespace) -> int:
                     events = engine.chat([{"role": "user", "content": prompt}], config, cancel)
                 else:
                     events = engine.generate(prompt, config, cancel)
-                finish, start, threads, sources, steps = consume(events, sys.stdout, args.color, log, models)
-                if not finish.text.endswith("\n"):
+                consumed = consume(events, sys.stdout, args.color, log, models)
+                if not consumed[0].text.endswith("\n"):
                     sys.stdout.write("\n")
-                print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
-                if idle := draft_model_idle(start, steps, config.adaptive):
-                    print(idle, file=sys.stderr)
+                _say_figures(consumed, config.adaptive)
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
@@ -371,7 +377,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     if answered and not interactive:
                         sys.stdout.write("\n")  # piped: a blank line between one answer and the next
-                    finish, start, threads, sources, steps = consume(events, sys.stdout, args.color, log, models)
+                    consumed = consume(events, sys.stdout, args.color, log, models)
                     answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
@@ -379,9 +385,7 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 sys.stdout.write("\n")
                 sys.stdout.flush()
-                print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
-                if idle := draft_model_idle(start, steps, config.adaptive):
-                    print(idle, file=sys.stderr)
+                _say_figures(consumed, config.adaptive)
         except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

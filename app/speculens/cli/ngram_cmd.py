@@ -46,17 +46,19 @@ def run_info(args: argparse.Namespace) -> int:
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    # A script learns a mismatch from the status too, as from `models check-pair` (a tour's read 0 for a map that
+    # cannot fit).
+    status = 3 if info.get("fits_model") is False else 0
     if args.json:
         print(json.dumps(info, indent=1))
-        return 3 if info.get("fits_model") is False else 0
+        return status
     print(f"{args.map}: {info['n_ngrams']:,} n-grams of {info['ngram_min']} to {info['ngram_max']} tokens, "
           f"{format_bytes(info['bytes'])}, for the tokenizer {info['fingerprint']}")  # fmt: skip
     if "fits_model" in info:
         fits = "was" if info["fits_model"] else "was not"
         print(f"it {fits} built with {Path(args.model).name}'s tokenizer" + ("" if info["fits_model"] else
               ": rebuild it for that model (ngram build … -m MODEL)"))  # fmt: skip
-    # A script learns it from the status too, as from `models check-pair` (a tour's read 0 for a map that cannot fit).
-    return 3 if info.get("fits_model") is False else 0
+    return status
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -531,16 +531,16 @@ def run_suite(
     total = len(prompts) * len(settings) * (repeats + warmup)
     done = 0
     kept = engine.costs  # put back after the suite: the engine saves it at its close
+    stop = cancel or threading.Event()  # never set when nothing can cancel the suite
     try:
         for prompt in prompts:
+            if stop.is_set():
+                break
             tokens = engine.target.format_chat(list(prompt.messages))
             results.n_prompt_tokens[prompt.id] = len(tokens)
             if not fresh_costs:  # as a generation of this prompt would run (fresh costs keep the load's setting)
                 engine.fit_flash_attn(tokens, base.max_tokens)
             by_label: dict[str, list[RunResult]] = {s.label: [] for s in settings}
-            if cancel is not None and cancel.is_set():
-                results.cancelled = True
-                break
             for rep in range(warmup + repeats):
                 shift = rep % len(settings)
                 for setting in [*settings[shift:], *settings[:shift]]:
@@ -556,19 +556,16 @@ def run_suite(
                         n_draft=setting.n_draft,
                         adaptive=setting.adaptive,
                     )
-                    result = run_once(engine, tokens, config, cancel=cancel)
+                    result = run_once(engine, tokens, config, cancel=stop)
                     if result is None:  # cancelled
                         break
                     if rep >= warmup:
                         by_label[setting.label].append(result)
-                if cancel is not None and cancel.is_set():
+                if stop.is_set():
                     break
-            if cancel is not None and cancel.is_set():
-                results.cancelled = True
-                if all(by_label.values()):  # every setting timed at least once: comparable
-                    results.runs[prompt.id] = by_label
-                break
-            results.runs[prompt.id] = by_label
+            if not stop.is_set() or all(by_label.values()):  # a cancelled prompt: kept if every setting was timed
+                results.runs[prompt.id] = by_label
+        results.cancelled = stop.is_set()
     finally:
         engine.costs = kept
     return results

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,6 +290,23 @@ class Divergence:
     def margin(self) -> float:
         """How far apart the two candidates' logits are (a near-tie is a small fraction of one)."""
         return abs(self.logit_a - self.logit_b)
+
+
+def draft_model_sat_out(strategy: str, steps: Iterable[StepEvent]) -> float | None:
+    """The best rate over plain decoding the adaptive controller expected of a loaded draft model (``strategy``: the
+    answer's sources, "lookup+ngram-cache+draft") that drafted nothing in an answer but probes, which re-measure its
+    cost; ``None`` where it drafted, was not loaded, or was not expected to lose. Said by the app's figures and the
+    CLI's notes alike."""
+    if "draft" not in strategy.split("+"):
+        return None
+    rates = []
+    for step in steps:
+        if step.source == "draft" and step.drafted and not step.probe:
+            return None
+        if step.considered == "draft" and len(step.expected_speedup) > 1:
+            rates.append(max(step.expected_speedup[1:]))
+    best = max(rates, default=None)
+    return best if best is not None and best < 1.0 else None
 
 
 def event_to_dict(event: Event, exact: bool = False) -> dict[str, Any]:

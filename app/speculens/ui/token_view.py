@@ -22,6 +22,7 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
+from speculens.engine.events import draft_model_sat_out
 from speculens.words import and_list
 
 if TYPE_CHECKING:
@@ -103,16 +104,11 @@ def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
     draft model it had loaded never drafted); empty when it drafted, or was not loaded."""
     # Probes draft to re-measure, not because drafting paid (a tour read "drafted by the draft model" under an
     # answer whose draft model had only probed, 0% accepted, and took the pair for broken).
-    if "draft" not in strategy.split("+") or any(step.source == "draft" and not step.probe for step in steps):
-        return ""
-    best = None
-    for step in steps:
-        if step.considered == "draft":
-            best = best_weighed(step, best)
+    rate = draft_model_sat_out(strategy, steps)
     # Scoped to the draft model, on its own: a tour read "the draft model would not pay on this answer (×0.72 of
     # plain decoding at best)" under an answer prompt lookup had made 2.6 times faster as a verdict on the answer.
-    return "" if best is None or best[0] >= 1.0 else (
-        f"; the draft model sat out (on its own it would have run at ×{best[0]:.2f} of plain decoding at best; "
+    return "" if rate is None else (
+        f"; the draft model sat out (on its own it would have run at ×{rate:.2f} of plain decoding at best; "
         f"{WATCH_IT_DRAFT})"
     )
 
