@@ -249,6 +249,40 @@ def test_ctrl_c_while_the_models_load_ends_the_command_interrupted(
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl+C raises again afterwards
 
 
+def test_ctrl_c_while_answering_stops_the_answer_and_keeps_it_with_its_figures(
+    tiny: TinyModels, tmp_path: Path, monkeypatch, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """Ctrl+C in an answer raised out of the generation: no figures, and an events file without its finish event,
+    which `replay` refuses ("holds no whole generation")."""
+    import os
+    import signal
+
+    from speculens.cli import generate_cmd
+    from speculens.cli.__main__ import main
+
+    real = generate_cmd.consume
+
+    def pressed_at_the_third_step(events, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def pressing():  # type: ignore[no-untyped-def]
+            for n, event in enumerate(events):
+                if n == 3:  # the start event, two steps
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield event
+
+        return real(pressing(), *args, **kwargs)
+
+    monkeypatch.setattr(generate_cmd, "consume", pressed_at_the_third_step)
+    log = tmp_path / "events.jsonl"
+    rc = main(["generate", "-m", str(tiny.target), "-s", "none", "-n", "200", "--events", str(log), "hello"])
+    said = capsys.readouterr()
+    assert rc == 130 and said.err.rstrip().endswith("interrupted")
+    assert "stopped: interrupted (cancelled)" in said.err and "decoded 3 tokens" in said.err
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["type"] for line in lines] == ["start", "step", "step", "step", "finish"]
+    assert lines[-1]["reason"] == "cancelled" and said.out.strip() and said.out.strip() == lines[-1]["text"].strip()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl+C raises again afterwards
+
+
 def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(
     tiny: TinyModels, tmp_path: Path, monkeypatch, capsys  # type: ignore[no-untyped-def]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -134,6 +135,95 @@ def test_cancel_stops_within_one_step_and_the_models_stay_usable(engine: Specula
     assert steps == 3
     # The next generation reuses the same models and still gives the plain answer.
     assert finish_of(engine.generate(PROMPT, greedy(max_tokens=40))).tokens == reference
+
+
+class SetAtLook(threading.Event):
+    """A cancel flag that reads set from its ``n``-th look on: at a point inside the work that looks at it, as a
+    Stop pressed at that moment would be."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.looks = 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.n or super().is_set()
+
+
+def test_a_prompt_s_evaluation_stops_inside_a_decode_call_and_goes_on_from_its_finished_calls(
+    tiny: TinyModels,
+) -> None:
+    """A 2,800-token prompt takes 20 s on 2 cores, and Stop waited for all of it: llama.cpp's abort callback now
+    looks at the cancel flag between the graph's nodes. What the cache keeps is what ``tokens`` says, and the prompt
+    evaluated again gives the logits an uninterrupted evaluation gives."""
+    with (
+        LlamaBackend(tiny.target, BackendParams(n_ctx=256, n_batch=64)) as a,
+        LlamaBackend(tiny.target, BackendParams(n_ctx=256, n_batch=64)) as b,
+    ):
+        prompt = (a.tokenize(PROMPT) * 30)[:150]  # calls of 64, 64 and 22 tokens
+        first_call = SetAtLook(3)  # the look before the first call, then llama.cpp's first two
+        with pytest.raises(backend.DecodeCancelled):
+            a.prefill(prompt, first_call)
+        assert a.n_decode_calls == 1 and a.tokens == []  # stopped inside its first call, which left nothing
+        whole_call = SetAtLook(10**6)  # how often one call of 64 looks (llama.cpp looks between the graph's nodes)
+        b.decode(prompt[:64], cancel=whole_call)
+        b.truncate(0)
+        second_call = SetAtLook(whole_call.looks + 3)  # the first call whole, then into the second
+        with pytest.raises(backend.DecodeCancelled):
+            a.prefill(prompt, second_call)
+        assert a.tokens == prompt[:64]
+        already = threading.Event()
+        already.set()
+        with pytest.raises(backend.DecodeCancelled):
+            a.prefill(prompt, already)
+        assert a.tokens == prompt[:64] and a.n_decode_calls == 3  # nothing evaluated
+        row = a.prefill(prompt)
+        assert [n for n, _ in a.last_calls] == [64, 22]  # on from the finished call, in llama.cpp's calls
+        np.testing.assert_array_equal(row, b.prefill(prompt))
+        a.decode([int(np.argmax(row))])
+        b.decode([int(np.argmax(row))])
+        np.testing.assert_array_equal(a.decode([7], [0]), b.decode([7], [0]))  # the caches hold the same
+
+
+def _stopped_in_the_prompt_of(engine: SpeculativeEngine, prompt: str, stopped: str) -> list[object]:
+    """The events of a generation whose Stop is pressed inside the ``stopped`` model's (target or draft) first
+    decode call, which evaluates the prompt."""
+    assert engine.draft is not None
+    backends = {"target": engine.target, "draft": engine.draft}
+    for b in backends.values():
+        b.truncate(0)
+    cancel = SetAtLook(10**6)
+    calls: list[str] = []
+
+    def watched(*args, _name: str, _real, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(_name)
+        if _name == stopped:
+            cancel.n = cancel.looks + 3  # the look before the call, then llama.cpp's first two
+        return _real(*args, **kwargs)
+
+    for name, b in backends.items():
+        b.decode = functools.partial(watched, _name=name, _real=b.decode)  # type: ignore[method-assign]
+    try:
+        events: list[object] = list(engine.generate(prompt, greedy(max_tokens=12), cancel))
+    finally:
+        for b in backends.values():
+            del b.decode
+    assert calls[-1] == stopped
+    return events
+
+
+def test_stop_while_the_prompt_is_evaluated_ends_the_answer_before_its_first_step(tiny: TinyModels) -> None:
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=512)) as engine:
+        prompt = " ".join([PROMPT] * 20)
+        reference = finish_of(engine.generate(prompt, greedy(max_tokens=12))).tokens
+        for stopped in ("target", "draft"):
+            events = _stopped_in_the_prompt_of(engine, prompt, stopped)
+            assert [type(e) for e in events] == [StartEvent, FinishEvent]
+            assert isinstance(events[-1], FinishEvent)
+            assert events[-1].reason is FinishReason.CANCELLED and not events[-1].tokens
+        # The models stay usable, and the next answer is the same.
+        assert finish_of(engine.generate(prompt, greedy(max_tokens=12))).tokens == reference
 
 
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import IO
 
 from speculens import paths
-from speculens.cli import as_message, in_words, interruptible_load, missing_source, progress, read_prompt, resolve
+from speculens.cli import (
+    as_message,
+    in_words,
+    interrupt_sets,
+    interruptible_load,
+    missing_source,
+    progress,
+    read_prompt,
+    resolve,
+)
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_CTX,
@@ -221,7 +230,7 @@ def summary(
         f"accept       = {100 * stats.acceptance:.2f}%",
         f"mean accepted length = {stats.mean_accepted_length:.2f} tokens per target pass ({stats.n_steps} passes)",
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
-        f"stopped: {reason.words} ({reason.value})",
+        f"stopped: {'interrupted' if reason is FinishReason.CANCELLED else reason.words} ({reason.value})",
     ]
     if threads is not None and threads.fewer() is not None:
         counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.settled.items(), reverse=True))
@@ -357,10 +366,17 @@ def run(args: argparse.Namespace) -> int:
                     events = engine.chat([{"role": "user", "content": prompt}], config, cancel)
                 else:
                     events = engine.generate(prompt, config, cancel)
-                consumed = consume(events, sys.stdout, args.color, log, models)
+                # Ctrl+C stops the answer within a step (or its prompt's evaluation) and keeps it: the figures of
+                # what was generated, and an events file that ends with its finish event (a tour's could not be
+                # replayed). Exit 130, as an interrupted command.
+                with interrupt_sets(cancel):
+                    consumed = consume(events, sys.stdout, args.color, log, models)
                 if not consumed[0].text.endswith("\n"):
                     sys.stdout.write("\n")
                 _say_figures(consumed, config.adaptive)
+                if cancel.is_set():
+                    print("interrupted", file=sys.stderr)
+                    return 130
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
@@ -377,7 +393,10 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     if answered and not interactive:
                         sys.stdout.write("\n")  # piped: a blank line between one answer and the next
-                    consumed = consume(events, sys.stdout, args.color, log, models)
+                    # Ctrl+C stops this answer (kept in the conversation as far as it went) and, at a terminal,
+                    # gives the prompt back, as llama.cpp's interactive mode does; at the prompt it quits.
+                    with interrupt_sets(cancel):
+                        consumed = consume(events, sys.stdout, args.color, log, models)
                     answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
@@ -386,6 +405,11 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
                 sys.stdout.flush()
                 _say_figures(consumed, config.adaptive)
+                if cancel.is_set():
+                    if not interactive:
+                        print("interrupted", file=sys.stderr)
+                        return 130
+                    cancel.clear()
         except SpeculensError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -40,6 +40,7 @@ _llama_log = logging.getLogger("speculens.llama_cpp")
 _LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _log_level = [logging.DEBUG]  # the level of the line being assembled
 _log_line: list[str] = []
+_abortable: list[threading.Event | None] = [None]  # the cancel flag of the abortable decode call running now
 
 # llama_get_logits as a plain address: llama-cpp-python's binding returns a ctypes pointer, and turning it into
 # an address or an array costs tens of microseconds a call (see LlamaBackend._logit_rows).
@@ -57,7 +58,10 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         _log_level[0] = _LEVELS.get(level, logging.DEBUG)
     _log_line.append(text.decode("utf-8", errors="replace"))
     if _log_line[-1].endswith("\n"):
-        _llama_log.log(_log_level[0], "%s", "".join(_log_line).rstrip())
+        # A decode stopped by its cancel flag (LlamaBackend.decode) is the user's doing, not a failure: llama.cpp
+        # logs it in four errors and warnings, which the CLI would print.
+        stopping = _abortable[0] is not None and _abortable[0].is_set()
+        _llama_log.log(logging.INFO if stopping else _log_level[0], "%s", "".join(_log_line).rstrip())
         _log_line.clear()
 
 
@@ -76,6 +80,11 @@ def _init_backend() -> None:
 
 class BackendError(OperationError):
     """A model could not be loaded or evaluated; the message says what to do."""
+
+
+class DecodeCancelled(Exception):
+    """A decode call given a cancel flag stopped because the flag was set (see :meth:`LlamaBackend.decode`). Control
+    flow, not a :class:`~speculens.errors.SpeculensError`: the generation ends as stopped."""
 
 
 def supports_gpu_offload() -> bool:
@@ -892,7 +901,13 @@ class LlamaBackend:
 
     # ---- evaluation ---------------------------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (), exact: bool = False) -> np.ndarray:
+    def decode(
+        self,
+        tokens: Sequence[int],
+        logits_for: Sequence[int] = (),
+        exact: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> np.ndarray:
         """Evaluate tokens appended after the KV cache's current contents.
 
         Args:
@@ -901,6 +916,12 @@ class LlamaBackend:
             exact: split the batch into decode calls of :attr:`invariant_sizes` (see :meth:`split`), so every
                 row equals one-token decoding bit for bit; otherwise calls of up to ``n_batch`` tokens. A call is
                 cut further where it would ask for more than :data:`N_OUTPUTS_MAX` rows (llama.cpp aborts there).
+            cancel: stop when it is set: before the next call, and inside a call where llama.cpp can stop one (its
+                CPU backend looks between the graph's nodes; not a recurrent model, whose state could not be taken
+                back). The cache then holds the calls that ended. For a prompt's evaluation: a 2,800-token prompt
+                takes 20 s on 2 cores, and Stop waited for all of it. A step's calls go without, as the flag is
+                looked at through a Python callback, once a node (about 1,000 a call), on a thread that waits for
+                the GIL.
 
         Returns:
             A ``(len(logits_for), n_vocab)`` float32 array. When one decode call computed them all, it is a view
@@ -908,6 +929,7 @@ class LlamaBackend:
 
         Raises:
             BackendError: the tokens do not fit in the context, or llama.cpp fails.
+            DecodeCancelled: ``cancel`` was set.
         """
         if self._ctx is None:
             if self.params.vocab_only:
@@ -929,14 +951,23 @@ class LlamaBackend:
         rows: list[np.ndarray] = []
         start = 0
         for size in sizes:
+            if cancel is not None and cancel.is_set():
+                raise DecodeCancelled
             chunk = tokens[start : start + size]
             asked = [start + j in want for j in range(len(chunk))]
             c0 = time.process_time()
-            rc, seconds = self._call(self._ctx, chunk, self.n_past, asked)
+            abortable = None if self.recurrent else cancel
+            rc, seconds = self._call(self._ctx, chunk, self.n_past, asked, abortable)
             self.last_cpu = time.process_time() - c0
             self.decode_seconds += seconds
             self.last_calls.append((len(chunk), seconds))
             self.n_decode_calls += 1
+            if rc == 2 and abortable is not None:
+                # llama.cpp took back the unfinished part of the call; its finished part goes too, so the cache
+                # holds what self.tokens says (an attention cache can be cut anywhere: recurrent ones are not
+                # aborted)
+                llama_cpp.llama_memory_seq_rm(self._memory, 0, self.n_past, -1)
+                raise DecodeCancelled
             if rc != 0:
                 raise BackendError(f"llama_decode failed with code {rc} (1 = no KV slot: the context is full)")
             self.tokens.extend(chunk)
@@ -1076,9 +1107,17 @@ class LlamaBackend:
             raise BackendError(f"llama_decode failed with code {rc}")
         return seconds
 
-    def _call(self, ctx: Any, tokens: Sequence[int], position: int, logits: Sequence[bool]) -> tuple[int, float]:
+    def _call(
+        self,
+        ctx: Any,
+        tokens: Sequence[int],
+        position: int,
+        logits: Sequence[bool],
+        abort: threading.Event | None = None,
+    ) -> tuple[int, float]:
         """One ``llama_decode`` of ``tokens`` at ``position ..`` (sequence 0), asking for row ``j``'s logits when
-        ``logits[j]``; its return code and its seconds, to the end of the computation."""
+        ``logits[j]``; its return code (2: stopped because ``abort`` was set) and its seconds, to the end of the
+        computation."""
         loading.check()  # a cancelled load stops before its next timed call
         b = self._batch
         b.n_tokens = len(tokens)
@@ -1087,7 +1126,17 @@ class LlamaBackend:
             b.pos[j] = position + j
             b.logits[j] = logits[j]
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(ctx, b)
+        if abort is None:
+            rc = llama_cpp.llama_decode(ctx, b)
+        else:
+            callback = llama_cpp.ggml_abort_callback(lambda _data: abort.is_set())
+            llama_cpp.llama_set_abort_callback(ctx, callback, None)
+            _abortable[0] = abort
+            try:
+                rc = llama_cpp.llama_decode(ctx, b)
+            finally:
+                _abortable[0] = None
+                llama_cpp.llama_set_abort_callback(ctx, llama_cpp.ggml_abort_callback(), None)
         if rc == 0:
             # Measured on an H200: without this, plain decoding's 192 calls timed 0.03 s of 0.35 s, the rest
             # landing in "overhead" when the logits were read, and the adaptive controller saw a batch of 8
@@ -1137,12 +1186,15 @@ class LlamaBackend:
                 return
             del self.tokens[n_past:]
 
-    def sync(self, tokens: Sequence[int], logits_last: bool = False) -> tuple[int, np.ndarray | None]:
+    def sync(
+        self, tokens: Sequence[int], logits_last: bool = False, cancel: threading.Event | None = None
+    ) -> tuple[int, np.ndarray | None]:
         """Make the KV cache hold exactly ``tokens``, reusing the longest common prefix.
 
         Args:
             tokens: the wanted cache contents.
             logits_last: return the logits of the last token (it is re-evaluated if needed).
+            cancel: see :meth:`decode`.
 
         Returns:
             How many tokens had to be evaluated, and the last token's logits row if asked for.
@@ -1154,12 +1206,12 @@ class LlamaBackend:
         rest = list(tokens[common:])
         if not rest:
             return 0, None
-        rows = self.decode(rest, [len(rest) - 1] if logits_last else ())
+        rows = self.decode(rest, [len(rest) - 1] if logits_last else (), cancel=cancel)
         return len(rest), (rows[0] if logits_last else None)
 
-    def prefill(self, prompt: Sequence[int]) -> np.ndarray:
+    def prefill(self, prompt: Sequence[int], cancel: threading.Event | None = None) -> np.ndarray:
         """Evaluate a prompt, its last token included, reusing the cached prefix; return the last token's
-        logits row (a copy).
+        logits row (a copy). ``cancel`` stops it (see :meth:`decode`).
 
         The tokens past the cached prefix go in calls of ``n_batch``, as llama.cpp's own tools evaluate a
         prompt, so a fresh prompt's first token is chosen from the same logits as ``llama-completion``'s,
@@ -1171,6 +1223,7 @@ class LlamaBackend:
         Raises:
             ValueError: the prompt is empty.
             BackendError: it does not fit in the context, or llama.cpp fails.
+            DecodeCancelled: ``cancel`` was set.
         """
         n = len(prompt)
         if not n:
@@ -1181,7 +1234,7 @@ class LlamaBackend:
         repeat = last is not None and last[0] == key and common >= last[1]
         start = last[1] if last is not None and repeat else min(common, n - 1)
         self.truncate(start)
-        row = self.decode(prompt[start:], [n - 1 - start])[0].copy()
+        row = self.decode(prompt[start:], [n - 1 - start], cancel=cancel)[0].copy()
         self._last_prefill = (key, start + self.params.n_batch * ((n - 1 - start) // self.params.n_batch))
         return row
 

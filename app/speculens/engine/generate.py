@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from speculens.engine.adaptive import MODEL, AdaptiveController, CostModel, Offer, StepPlan
-from speculens.engine.backend import LlamaBackend
+from speculens.engine.backend import DecodeCancelled, LlamaBackend
 from speculens.engine.config import ContextFullError, GenerationConfig, PromptError, recurrent_refusal
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
@@ -231,16 +231,21 @@ class _Loop:
         t0 = time.perf_counter()
         before = target.n_decoded
         # The whole prompt, last token included, as llama.cpp's own tools evaluate it (see LlamaBackend.prefill).
-        pending: np.ndarray | None = target.prefill(prompt)  # the last prompt token's logits row
+        # Stop stops it too: a long prompt takes seconds (a cancelled one ends the answer before its first step).
+        pending: np.ndarray | None = None  # the last prompt token's logits row
+        try:
+            pending = target.prefill(prompt, self.cancel)
+            for drafter in self.free:
+                drafter.begin(prompt)
+            if model is not None:
+                model.begin(prompt)
+                # A draft model that cannot pay on this machine is not even given the prompt; if it is ever
+                # chosen, its first draft catches up (and the controller counts that cost).
+                if controller is None or controller.could_pay():
+                    model.prefill(self.cancel)
+        except DecodeCancelled:
+            pass
         n_evaluated = target.n_decoded - before
-        for drafter in self.free:
-            drafter.begin(prompt)
-        if model is not None:
-            model.begin(prompt)
-            # A draft model that cannot pay on this machine is not even given the prompt; if it is ever
-            # chosen, its first draft catches up (and the controller counts that cost).
-            if controller is None or controller.could_pay():
-                model.prefill()
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
         elapsed = time.perf_counter() - t0
         yield StartEvent(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -52,10 +53,13 @@ class DraftModelDrafter:
         self._prompt = prompt
         self._synced = self.backend.common_prefix(prompt)
 
-    def prefill(self) -> None:
-        """Evaluate the prompt now, reusing whatever prefix the draft's cache already holds."""
-        self.backend.sync(self._prompt[:-1])
-        self._synced = self.backend.n_past
+    def prefill(self, cancel: threading.Event | None = None) -> None:
+        """Evaluate the prompt now, reusing whatever prefix the draft's cache already holds (``cancel``: see
+        :meth:`~speculens.engine.backend.LlamaBackend.decode`)."""
+        try:
+            self.backend.sync(self._prompt[:-1], cancel=cancel)
+        finally:
+            self._synced = self.backend.common_prefix(self._prompt)
 
     def behind(self, history: Sequence[int]) -> int:
         """Tokens of ``history`` the draft model has not evaluated (its next draft catches up on them)."""
