@@ -286,6 +286,47 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.info().flash_attn == probe.summary() and not calls
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["costs-kept", "no-costs-folder"])
+def test_a_setting_timed_in_this_session_is_not_timed_again_when_switched_back(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """Every switch of flash attention timed the target and the draft model as a load does: 3.3-4.6 s of the demo
+    target's decode calls on 2 cores, paid by a short prompt after a long one (and the long one after it) for a gain
+    of 2%."""
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))  # off from 192 tokens of context on
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    timed: list[str] = []
+    real_draft = session.calibrate_draft
+
+    def recording_draft(*args, **kwargs):  # type: ignore[no-untyped-def]
+        timed.append("draft")
+        return real_draft(*args, **kwargs)
+
+    monkeypatch.setattr(session, "calibrate_draft", recording_draft)
+    config = ModelConfig(tiny.target, tiny.identical, n_ctx=2048, costs_dir=tmp_path if kept else None)
+    long_prompt = " ".join([PROMPT] * 160)
+    with SpeculativeEngine(config) as engine:
+        calibrate = engine.calibrate
+
+        def recording_calibrate(repeats: int = 1) -> None:
+            timed.append("target")
+            calibrate(repeats)
+
+        monkeypatch.setattr(engine, "calibrate", recording_calibrate)
+        timed.clear()  # the load's
+        costs: dict[bool | None, tuple[dict[int, float], float]] = {}
+        for prompt, setting in ((long_prompt, False), (PROMPT, None), (long_prompt, False), (PROMPT, None)):
+            list(engine.generate(prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=4)))
+            assert engine.target.params.flash_attn is setting
+            now = (engine.costs.verify.measured(), engine.costs.draft_call.value)
+            assert now[0] and now[1] > 0
+            if setting in costs:  # what this setting had when the session left it (and more since)
+                assert now[0].keys() >= costs[setting][0].keys()
+            costs[setting] = now
+        # Off timed at its first switch only, on not again after the load: kept in memory, with a costs folder or not.
+        assert timed == ["draft", "target"]
+
+
 def test_the_switch_waits_for_a_valid_prompt_and_times_at_the_full_thread_count(
     tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,9 +363,9 @@ def test_the_switch_waits_for_a_valid_prompt_and_times_at_the_full_thread_count(
         prefilled_at: list[int] = []
         prefill = engine.target.prefill
 
-        def recording_prefill(prompt: list[int]) -> object:
+        def recording_prefill(prompt: list[int], cancel: threading.Event | None = None) -> object:
             prefilled_at.append(engine.target.n_threads)
-            return prefill(prompt)
+            return prefill(prompt, cancel)
 
         monkeypatch.setattr(engine.target, "prefill", recording_prefill)
         start = next(events)
