@@ -94,6 +94,31 @@ def test_missing_and_changed_files_are_shown_not_raised(lib: Library, tiny, tmp_
     assert resolve_model("changed", lib) == changed.resolve()
 
 
+def test_a_name_that_matches_nothing_is_answered_with_the_nearest_ids(lib: Library, tiny, tmp_path: Path) -> None:
+    """A tour typed the demo target's file name without its quantization, and a demo key without its last letter,
+    and read the list of demo keys only."""
+    model = tmp_path / "qwen2.5-coder-7b-instruct-q4_k_m.gguf"
+    shutil.copy(tiny.target, model)
+    entry = lib.add(model)
+    assert entry.id == "qwen2.5-coder-7b-instruct-q4_k_m"
+    for typed, meant in (
+        ("qwen2.5-coder-7b", "qwen2.5-coder-7b-instruct-q4_k_m"),  # part of its file name: its id
+        ("QWEN2.5-coder-7b-instruct", "qwen2.5-coder-7b-instruct-q4_k_m"),
+        ("qwen-1.5", "qwen-1.5b"),  # a near spelling of a demo key
+        ("gemma", "gemma-270m"),
+    ):
+        with pytest.raises(ModelNotFoundError) as raised:
+            resolve_model(typed, lib)
+        said = str(raised.value)
+        assert "did you mean " in said, said
+        guesses = said.split("did you mean ")[1].rstrip("?").split(" or ")
+        assert guesses[0] == meant and len(guesses) <= 3, said
+        assert all(resolve_model(g, lib) for g in guesses if g == entry.id)  # a guess is a name that works
+    with pytest.raises(ModelNotFoundError) as raised:
+        resolve_model("llama3", lib)
+    assert "did you mean" not in str(raised.value)
+
+
 def test_damaged_index_is_set_aside(lib: Library) -> None:
     lib.index_path.parent.mkdir(parents=True, exist_ok=True)
     lib.index_path.write_text("{ not json", encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,7 +48,25 @@ def resolve_model(
             return entry.path
         raise ModelNotFoundError(f"{entry.name} ({entry.id}) is in the library, but its file is missing: {entry.path}")
     keys = ", ".join(m.key for m in DEMO_MODELS)
+    known = {m.key: m.key for m in DEMO_MODELS}
+    for e in (library or Library()).entries():  # what names each: its id, its file, its readable name
+        for alias in (e.id, e.path.name, e.path.stem, e.name):
+            known.setdefault(alias, e.id)
+    near = close_names(spec, known)
     raise ModelNotFoundError(
         f"no model file {spec!r}, and it is neither a demo model ({keys}) nor a model in the library "
-        "(see: speculens-cli models list)"
+        "(see: speculens-cli models list)" + (f"; did you mean {' or '.join(near)}?" if near else "")
     )
+
+
+def close_names(typed: str, known: dict[str, str], n: int = 3) -> list[str]:
+    """The names (values of ``known``, by what names them: ids, file names) nearest to what was ``typed``, best
+    first: those named by a text holding it ("qwen2.5-coder-1.5b" for the file "qwen2.5-coder-1.5b-instruct-
+    q4_k_m.gguf", whose library id is qwen-1.5b), then near spellings ("qwen-1.5" for "qwen-1.5b")."""
+    lowered = typed.lower().strip()
+    if not lowered:
+        return []
+    by_lower = {alias.lower(): name for alias, name in known.items()}
+    holding = [name for alias, name in by_lower.items() if lowered in alias]
+    near = [by_lower[m] for m in difflib.get_close_matches(lowered, list(by_lower), n=n, cutoff=0.75)]
+    return list(dict.fromkeys(holding + near))[:n]
