@@ -62,6 +62,25 @@ def test_library_table_lists_the_models(manager: ModelManagerWindow, tiny) -> No
     assert header == ["Name", "Location", "Family", "Size", "Quantization", "Context", "Source", "Status"]
 
 
+def test_the_library_opens_with_the_keyboard_on_a_row_that_stays_through_a_refresh(
+    qtbot, manager: ModelManagerWindow, tiny
+) -> None:
+    """A keyboard tour opened the manager on its tab bar with no row selected: the arrow keys and Delete did nothing."""
+    table = manager.library_table
+    manager.show()
+    qtbot.waitExposed(manager)
+    qtbot.waitUntil(lambda: manager.focusWidget() is table)
+    assert table.currentRow() >= 0
+    first = manager.entries[table.currentRow()].path
+    qtbot.keyClick(table, Qt.Key.Key_Down)
+    moved = manager.entries[table.currentRow()].path
+    assert moved != first
+    manager.refresh_library()  # the rows are read again (a scan, a download): the selection stays on its model
+    qtbot.waitUntil(lambda: "models in the library" in manager.message.text())
+    qtbot.wait(50)
+    assert manager.entries[table.currentRow()].path == moved
+
+
 def test_the_location_column_is_never_cut_to_nothing(qtbot, manager: ModelManagerWindow) -> None:
     """From a new-user tour: in a 1080 px window, the other columns left the stretched Location column '/t…uf'."""
     from speculens.ui.model_manager import LOCATION_WIDTH

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QStandardItemModel
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -273,6 +273,8 @@ class ModelManagerWindow(QMainWindow):
     def _show_library(self, entries: list[Any], news: str = "") -> None:
         from speculens.models.gguf_info import format_bytes
 
+        selected = self._selected_entry()
+        opening = not self.entries
         self.entries = entries
         table = self.library_table
         table.setRowCount(len(entries))
@@ -303,6 +305,14 @@ class ModelManagerWindow(QMainWindow):
         table.setColumnWidth(SOURCE_COLUMN, min(table.columnWidth(SOURCE_COLUMN), SOURCE_WIDTH))
         table.resizeRowsToContents()
         self._fit_location()
+        # The arrow keys, Delete and the buttons work from the keyboard as the window opens (a keyboard tour found
+        # no row selected); a refresh keeps the selection on its model, and a removed one leaves none, so that a
+        # second click removes nothing.
+        rows = {str(e.path): r for r, e in enumerate(entries)}
+        if selected is not None and str(selected.path) in rows:
+            table.setCurrentCell(rows[str(selected.path)], 0)
+        elif opening and entries:
+            table.setCurrentCell(rows.get(self.models.store.settings.target_path, 0), 0)
         damaged = [e for e in entries if e.status is EntryStatus.DAMAGED]
         note = f" {len(damaged)} damaged: {damaged[0].problem}" if damaged else ""
         self._say(f"{news + ' ' if news else ''}{len(entries)} models in the library.{note}")
@@ -351,6 +361,11 @@ class ModelManagerWindow(QMainWindow):
         # (draft)" once a pair was chosen), and Location takes what is left.
         self.library_table.resizeColumnToContents(0)
         self._fit_location()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self.tabs.currentIndex() == 0:  # typing goes to the library's rows (the hub tab focuses its search box)
+            self.library_table.setFocus()
 
     def _selected_entry(self) -> Any:
         rows = {i.row() for i in self.library_table.selectedIndexes()}
