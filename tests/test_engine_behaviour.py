@@ -226,6 +226,46 @@ def test_stop_while_the_prompt_is_evaluated_ends_the_answer_before_its_first_ste
         assert finish_of(engine.generate(prompt, greedy(max_tokens=12))).tokens == reference
 
 
+def test_stop_in_a_draft_model_s_catch_up_on_the_prompt_ends_the_answer(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft model kept from the prompt (the controller found it could not pay then) evaluates the prompt at its
+    first draft: Stop stops that as it stops the target's evaluation, and the drafters given no prompt are not told
+    an answer ended."""
+    from speculens.engine.drafters.draft_model import DraftModelDrafter
+    from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
+
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=512)) as engine:
+        prompt = " ".join([PROMPT] * 20)
+        reference = finish_of(engine.generate(prompt, greedy(max_tokens=12))).tokens
+        assert engine.draft is not None
+        engine.draft.truncate(0)
+        monkeypatch.setattr(DraftModelDrafter, "prefill", lambda self, cancel=None: None)  # kept from the prompt
+        cancel = SetAtLook(10**6)
+        real_sync = engine.draft.sync
+
+        def sync(tokens, logits_last=False, cancel=None):  # type: ignore[no-untyped-def]
+            assert cancel is not None and len(tokens) > 64  # the catch-up on the whole prompt can be stopped
+            cancel.n = cancel.looks + 3  # Stop pressed inside it
+            return real_sync(tokens, logits_last, cancel)
+
+        monkeypatch.setattr(engine.draft, "sync", sync)
+        events = list(engine.generate(prompt, greedy(max_tokens=12), cancel))
+        finish = events[-1]
+        assert isinstance(finish, FinishEvent) and finish.reason is FinishReason.CANCELLED and not finish.tokens
+        monkeypatch.undo()
+        ended: list[int] = []
+        monkeypatch.setattr(PromptLookupDrafter, "end", lambda self, history: ended.append(len(history)))
+        stopped = threading.Event()
+        stopped.set()
+        list(engine.generate(prompt, greedy(Strategy.LOOKUP, max_tokens=12), stopped))
+        assert not ended  # stopped before the prompt: no drafter was given it, none is told an answer ended
+        list(engine.generate(prompt, greedy(Strategy.LOOKUP, max_tokens=4)))
+        assert ended
+        monkeypatch.undo()
+        assert finish_of(engine.generate(prompt, greedy(max_tokens=12))).tokens == reference
+
+
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 @pytest.mark.parametrize("n_draft", [1, 16])
 def test_a_full_context_ends_generation_without_overflow(tiny: TinyModels, n_draft: int, adaptive: bool) -> None:
@@ -412,6 +452,10 @@ def test_a_chat_turn_that_fails_leaves_the_conversation_as_it_was(
             list(chat.send("four five", config))
         assert chat.messages == before  # no user message left without its answer
         monkeypatch.undo()
+        stopped = threading.Event()
+        stopped.set()  # Stop (Ctrl+C in `generate --chat`) before the answer began: the message is not kept
+        assert finish_of(chat.send("eight nine", config, stopped)).reason is FinishReason.CANCELLED
+        assert chat.messages == before
         list(chat.send("six seven", config))
     assert [m["role"] for m in chat.messages] == ["user", "assistant", "user", "assistant"]
     assert chat.messages[2]["content"] == "six seven"

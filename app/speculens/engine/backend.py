@@ -40,7 +40,9 @@ _llama_log = logging.getLogger("speculens.llama_cpp")
 _LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _log_level = [logging.DEBUG]  # the level of the line being assembled
 _log_line: list[str] = []
-_abortable: list[threading.Event | None] = [None]  # the cancel flag of the abortable decode call running now
+# The cancel flag of the abortable decode call running now. One for the process: the engine decodes on one thread
+# at a time (the app's worker, the CLI's main thread), so no other call's log lines can come in meanwhile.
+_abortable: list[threading.Event | None] = [None]
 
 # llama_get_logits as a plain address: llama-cpp-python's binding returns a ctypes pointer, and turning it into
 # an address or an array costs tens of microseconds a call (see LlamaBackend._logit_rows).
@@ -962,11 +964,11 @@ class LlamaBackend:
             self.decode_seconds += seconds
             self.last_calls.append((len(chunk), seconds))
             self.n_decode_calls += 1
-            if rc == 2 and abortable is not None:
-                # llama.cpp took back the unfinished part of the call; its finished part goes too, so the cache
-                # holds what self.tokens says (an attention cache can be cut anywhere: recurrent ones are not
-                # aborted)
+            if rc != 0 and not self.recurrent:
+                # llama.cpp took back the ubatch that failed or was stopped, not those of the call before it: they
+                # go too, so the cache holds what self.tokens says (an attention cache can be cut anywhere)
                 llama_cpp.llama_memory_seq_rm(self._memory, 0, self.n_past, -1)
+            if rc == 2 and abortable is not None:
                 raise DecodeCancelled
             if rc != 0:
                 raise BackendError(f"llama_decode failed with code {rc} (1 = no KV slot: the context is full)")
@@ -1130,9 +1132,9 @@ class LlamaBackend:
             rc = llama_cpp.llama_decode(ctx, b)
         else:
             callback = llama_cpp.ggml_abort_callback(lambda _data: abort.is_set())
-            llama_cpp.llama_set_abort_callback(ctx, callback, None)
-            _abortable[0] = abort
-            try:
+            try:  # reset whatever happens: llama.cpp must never call a freed callback
+                _abortable[0] = abort
+                llama_cpp.llama_set_abort_callback(ctx, callback, None)
                 rc = llama_cpp.llama_decode(ctx, b)
             finally:
                 _abortable[0] = None

@@ -233,14 +233,17 @@ class _Loop:
         # The whole prompt, last token included, as llama.cpp's own tools evaluate it (see LlamaBackend.prefill).
         # Stop stops it too: a long prompt takes seconds (a cancelled one ends the answer before its first step).
         pending: np.ndarray | None = None  # the last prompt token's logits row
+        begun = False  # the drafters were given the prompt (and so end with the answer)
         try:
             pending = target.prefill(prompt, self.cancel)
+            begun = True
             for drafter in self.free:
                 drafter.begin(prompt)
             if model is not None:
                 model.begin(prompt)
                 # A draft model that cannot pay on this machine is not even given the prompt; if it is ever
                 # chosen, its first draft catches up (and the controller counts that cost).
+                model.cancel = self.cancel
                 if controller is None or controller.could_pay():
                     model.prefill(self.cancel)
         except DecodeCancelled:
@@ -279,7 +282,11 @@ class _Loop:
 
             # 1. Draft: the source and length the controller chooses (or n_draft), within answer and context.
             n_max = min(config.n_draft, remaining - 1, room)
-            draft, plan, offered = self._draft(history, n_max)
+            try:
+                draft, plan, offered = self._draft(history, n_max)
+            except DecodeCancelled:  # Stop in a draft model's catch-up on the prompt (see DraftModelDrafter.draft)
+                reason = FinishReason.CANCELLED
+                break
             if len(draft.tokens) < max(config.n_draft_min, 1):
                 draft = Draft()
             t_drafted = time.perf_counter()
@@ -394,10 +401,11 @@ class _Loop:
                 thread_trial=thread_trial,
             )
 
-        for drafter in self.free:
-            drafter.end(history)
-        if model is not None:
-            model.end(history)
+        if begun:
+            for drafter in self.free:
+                drafter.end(history)
+            if model is not None:
+                model.end(history)
         text.flush()
         yield FinishEvent(reason, text.text, tuple(answer), stats.freeze())
 

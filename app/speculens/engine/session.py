@@ -48,7 +48,7 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.ngram_map import NgramMapDrafter
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError, another_tokenizer
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
-from speculens.engine.events import Divergence, Event, FinishEvent
+from speculens.engine.events import Divergence, Event, FinishEvent, FinishReason
 from speculens.engine.generate import generate
 from speculens.engine.protocol import EngineInfo, Messages
 from speculens.engine.threads import BUSY_SHARE, CpuWindow, ThreadGovernor
@@ -225,9 +225,10 @@ class SpeculativeEngine:
         :data:`FLASH_SWITCH_KEEP` tokens, and more than a quarter of this prompt, that it would reuse (a
         conversation going on: a switch empties them, and evaluating them again would cost more than it gains).
         The costs of that setting are restored and timed as at a load, the first time; a switch back to a setting
-        this session left takes the costs it had then, untimed: every switch was timed, 3.3-4.6 s of the demo
-        target's decode calls on 2 cores, paid by a short prompt after a long one for a gain of 2% (flash attention
-        on at 64 tokens of context). Nothing happens where the setting was not measured (set by the user, bit-exact
+        this session left takes the costs it had then, untimed: every switch was timed, 1.0 s of the demo target's
+        decode calls on 2 cores with the costs saved by earlier sessions (4.7 s while a setting's were still being
+        gathered), paid by a short prompt after a long one for a gain of 2% (flash attention on at 64 tokens of
+        context). Nothing happens where the setting was not measured (set by the user, bit-exact
         mode, a GPU)."""
         probe, target = self._flash, self.target
         if probe is None:
@@ -715,10 +716,12 @@ class ChatSession:
 
     def send(self, user_text: str, config: GenerationConfig, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate the assistant's answer to a user message; both join the history when the answer ends (a
-        stopped answer too, with what was said). A turn that fails (a message too long for what is left of the
-        context) leaves the history as it was, so the conversation can go on."""
+        stopped answer too, with what was said, unless nothing was). A turn that fails (a message too long for what
+        is left of the context) leaves the history as it was, so the conversation can go on."""
         messages = [*self.messages, {"role": "user", "content": user_text}]
         for event in self.engine.chat(messages, config, cancel):
-            if isinstance(event, FinishEvent):
+            # A message stopped before its answer began is not kept (as the app gives it back to the box): every
+            # later turn would read it with an empty answer.
+            if isinstance(event, FinishEvent) and (event.tokens or event.reason is not FinishReason.CANCELLED):
                 self.messages = [*messages, {"role": "assistant", "content": event.text}]
             yield event

@@ -7,9 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from speculens.engine.backend import LlamaBackend
+from speculens.engine.backend import DecodeCancelled, LlamaBackend
 from speculens.engine.drafters.base import EMPTY_DRAFT, Draft
 from speculens.engine.sampling import SamplingParams, sample, top_probability, transform
+
+# Catch-ups longer than this (tokens) are stopped by the generation's Stop: a prompt's evaluation, not a step's.
+CATCHUP_ABORTABLE = 64
 
 
 class DraftModelDrafter:
@@ -47,6 +50,8 @@ class DraftModelDrafter:
         self.rng = rng
         self._prompt: Sequence[int] = ()
         self._synced = 0  # history tokens the draft's KV cache holds
+        # The generation's Stop, for a catch-up long enough to be a prompt's evaluation (see draft).
+        self.cancel: threading.Event | None = None
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Start a generation; the prompt is evaluated by :meth:`prefill` or by the first draft."""
@@ -75,7 +80,14 @@ class DraftModelDrafter:
         """
         if n_max <= 0:
             return EMPTY_DRAFT
-        _, logits = self.backend.sync(history, logits_last=True)
+        # A draft model kept from the prompt (it could not pay then) evaluates it at its first draft: Stop stops
+        # that too. A step's own catch-up goes without (see LlamaBackend.decode).
+        cancel = self.cancel if self.behind(history) > CATCHUP_ABORTABLE else None
+        try:
+            _, logits = self.backend.sync(history, logits_last=True, cancel=cancel)
+        except DecodeCancelled:
+            self._synced = self.backend.common_prefix(history)
+            raise
         assert logits is not None
         self._synced = len(history)
         tokens: list[int] = []
