@@ -327,6 +327,15 @@ def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_dra
     assert draft_model_idle(start, [plain, replace(probe, probe=False)], adaptive=True) == ""  # it drafted
     assert draft_model_idle(start, [plain], adaptive=False) == ""  # --no-adaptive: every step drafts
     assert draft_model_idle(replace(start, strategy="lookup+ngram-cache"), [plain], adaptive=True) == ""
+    # Not given a long prompt, whose reading it could not win back: said so, not "×0.01 at best" (the catch-up on
+    # the whole prompt counted in every step's rate), a tour's reading of its long paste.
+    unread = replace(start, draft_behind=2764)
+    catching_up = replace(plain, expected_speedup=(1.0, 0.01))
+    assert draft_model_idle(unread, [catching_up], adaptive=True) == (
+        "note: the draft model sat out: reading the 2,764-token prompt would have cost it more than it could save on "
+        "this answer (it reads a prompt where it might pay)"
+    )
+    assert draft_model_idle(unread, [catching_up, replace(probe, probe=False)], adaptive=True) == ""  # it caught up
 
 
 def test_cli_errors_and_figures_are_in_words(tiny: TinyModels, tmp_path: Path) -> None:

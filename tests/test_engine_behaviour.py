@@ -266,6 +266,40 @@ def test_stop_in_a_draft_model_s_catch_up_on_the_prompt_ends_the_answer(
         assert finish_of(engine.generate(prompt, greedy(max_tokens=12))).tokens == reference
 
 
+def test_a_draft_model_is_not_given_a_prompt_it_could_not_win_back(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from speculens.engine.adaptive import AdaptiveController
+
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=512)) as engine:
+        assert engine.draft is not None
+        prompt = " ".join([PROMPT] * 20)
+        asked: list[tuple[int, int]] = []
+
+        def prefill_pays(self: AdaptiveController, n_prompt: int, max_tokens: int) -> bool:
+            asked.append((n_prompt, max_tokens))
+            return False
+
+        monkeypatch.setattr(AdaptiveController, "prefill_pays", prefill_pays)
+        monkeypatch.setattr(AdaptiveController, "could_pay", lambda self: True)  # it might pay, just not for this
+        read = engine.draft.n_decoded
+        events = engine.generate(prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=8))
+        start = next(events)
+        assert isinstance(start, StartEvent) and asked == [(start.n_prompt, 8)]
+        assert engine.draft.n_decoded == read and start.draft_behind == start.n_prompt  # not given the prompt
+        finish = list(events)[-1]
+        assert isinstance(finish, FinishEvent) and len(finish.tokens) == 8  # and the answer goes on
+        monkeypatch.setattr(AdaptiveController, "prefill_pays", lambda self, n_prompt, max_tokens: True)
+        for b in (engine.target, engine.draft):
+            b.truncate(0)
+        read = engine.draft.n_decoded
+        events = engine.generate(prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=8))
+        start = next(events)
+        assert isinstance(start, StartEvent) and start.draft_behind == 0
+        assert engine.draft.n_decoded > read  # a prompt worth reading is read before the answer
+        list(events)
+
+
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 @pytest.mark.parametrize("n_draft", [1, 16])
 def test_a_full_context_ends_generation_without_overflow(tiny: TinyModels, n_draft: int, adaptive: bool) -> None:

@@ -38,6 +38,7 @@ from speculens.engine.config import (
 )
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.engine.events import (
+    UNREAD,
     FinishEvent,
     FinishReason,
     Origin,
@@ -45,6 +46,7 @@ from speculens.engine.events import (
     StartEvent,
     StepEvent,
     draft_model_sat_out,
+    draft_model_unread,
     event_to_dict,
 )
 from speculens.engine.sampling import SamplingParams
@@ -280,6 +282,8 @@ def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive:
     probes that re-measure its cost), with the best rate over plain decoding it expected of it: a tour ran
     ``-s draft``, read "strategy draft" and 64 passes for 64 tokens, and could not tell a decision had been made.
     Empty where the draft model drafted, was not loaded, or drafts every step (``--no-adaptive``)."""
+    if unread := draft_model_unread(start, steps):
+        return f"note: the draft model sat out: {UNREAD.format(unread)} (it reads a prompt where it might pay)"
     rate = draft_model_sat_out(start.strategy, steps) if adaptive and start is not None else None
     if rate is None:
         return ""

@@ -160,6 +160,8 @@ class StartEvent:
             round differently, so a greedy answer can part from another run's at a near-tie.
         sampled: the answer samples (temperature above 0), so its seed reproduces it; greedy, the seed plays no
             part (an answer opened again showed or hid its seed by the temperature of the moment).
+        draft_behind: prompt tokens a loaded draft model was not given before the answer, because reading them
+            would have cost it more than it could save (it catches up on them if it is ever chosen).
     """
 
     n_prompt: int
@@ -169,6 +171,7 @@ class StartEvent:
     seed: int | None = None
     flash_attn: bool | None = None
     sampled: bool = False
+    draft_behind: int = 0
 
     @property
     def uses_draft_model(self) -> bool:
@@ -307,6 +310,21 @@ def draft_model_sat_out(strategy: str, steps: Iterable[StepEvent]) -> float | No
             rates.append(max(step.expected_speedup[1:]))
     best = max(rates, default=None)
     return best if best is not None and best < 1.0 else None
+
+
+# Why a draft model was not given the prompt (see draft_model_unread), in words for the app's figures and the CLI.
+UNREAD = "reading the {:,}-token prompt would have cost it more than it could save on this answer"
+
+
+def draft_model_unread(start: StartEvent | None, steps: Iterable[StepEvent]) -> int:
+    """The prompt tokens a loaded draft model was not given (see :attr:`StartEvent.draft_behind`) in an answer where
+    it then drafted nothing but probes; 0 otherwise. Its best rate in such an answer counts the catch-up on the
+    whole prompt, and read "×0.01 of plain decoding at best" (a tour's long paste)."""
+    if start is None or not start.draft_behind:
+        return 0
+    if any(step.source == "draft" and step.drafted and not step.probe for step in steps):
+        return 0
+    return start.draft_behind
 
 
 def event_to_dict(event: Event, exact: bool = False) -> dict[str, Any]:

@@ -234,6 +234,7 @@ class _Loop:
         # Stop stops it too: a long prompt takes seconds (a cancelled one ends the answer before its first step).
         pending: np.ndarray | None = None  # the last prompt token's logits row
         begun = False  # the drafters were given the prompt (and so end with the answer)
+        unread = 0  # prompt tokens the draft model was not given: reading them would cost more than it could save
         try:
             pending = target.prefill(prompt, self.cancel)
             begun = True
@@ -241,19 +242,21 @@ class _Loop:
                 drafter.begin(prompt)
             if model is not None:
                 model.begin(prompt)
-                # A draft model that cannot pay on this machine is not even given the prompt; if it is ever
-                # chosen, its first draft catches up (and the controller counts that cost).
                 model.cancel = self.cancel
-                if controller is None or controller.could_pay():
+                # A draft model that cannot pay on this machine, or not enough to pay for evaluating this prompt
+                # (a long one), is not given the prompt; if it is ever chosen, its first draft catches up (and the
+                # controller counts that cost).
+                if controller is None or controller.prefill_pays(len(prompt), config.max_tokens):
                     model.prefill(self.cancel)
+                elif controller.could_pay():  # it might pay, but not enough to pay for reading this prompt
+                    unread = model.behind(prompt)
         except DecodeCancelled:
             pass
         n_evaluated = target.n_decoded - before
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
         elapsed = time.perf_counter() - t0
-        yield StartEvent(
-            len(prompt), n_evaluated, elapsed, name, sampling.seed, target.flash_attn_in_use, not sampling.greedy
-        )
+        flash, sampled = target.flash_attn_in_use, not sampling.greedy
+        yield StartEvent(len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread)
 
         history = list(prompt)
         answer: list[int] = []

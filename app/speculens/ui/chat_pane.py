@@ -48,7 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.engine.config import ContextFullError
-from speculens.engine.events import Event, FinishEvent, FinishReason, StartEvent, StepEvent
+from speculens.engine.events import Event, FinishEvent, FinishReason, StartEvent, StepEvent, draft_model_unread
 from speculens.engine.threads import ThreadTally
 from speculens.settings import generation_config
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
@@ -198,7 +198,8 @@ def answer_figures(events: Sequence[Event]) -> str:
     for step in step_events:
         tally.add(step)
     s = finish.stats
-    drafts = drafts_phrase(start.strategy if start is not None else "", step_events, s.n_drafted, s.n_accepted)
+    drafts = drafts_phrase(start.strategy if start is not None else "", step_events, s.n_drafted, s.n_accepted,
+                           unread=draft_model_unread(start, step_events))  # fmt: skip
     seed = f" · seed {start.seed}" if start is not None and start.sampled and start.seed is not None else ""
     tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
     stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent, draft_model_unread
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import (
     SOURCE_NAMES,
@@ -226,7 +226,8 @@ class LivePanel(QWidget):
         drafted_by = f", drafted by {and_list(names)}" if names else ""
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         strategy = start.strategy if start is not None else ""
-        acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by)
+        acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by,
+                                   unread=draft_model_unread(start, self.steps))  # fmt: skip
         flash = f", flash attention {start.flash_text}" if start is not None else ""
         rate = f"{s.tokens_per_second:.1f} tokens/s, " if s.n_generated > 1 else ""
         why = "" if event.reason is FinishReason.EOG else f" ({event.reason.words})"  # the figures say it ended

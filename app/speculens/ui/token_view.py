@@ -22,7 +22,7 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
-from speculens.engine.events import draft_model_sat_out
+from speculens.engine.events import UNREAD, draft_model_sat_out
 from speculens.words import and_list
 
 if TYPE_CHECKING:
@@ -98,10 +98,13 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
     )
 
 
-def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
+def draft_model_idle(strategy: str, steps: Sequence[StepEvent], unread: int = 0) -> str:
     """Why the draft model drafted nothing (or only probed) in an answer where other sources did, in a phrase for its
     figures (a tour read "drafted by prompt lookup" under every answer of the demo pair and could not tell why the
-    draft model it had loaded never drafted); empty when it drafted, or was not loaded."""
+    draft model it had loaded never drafted); empty when it drafted, or was not loaded. ``unread``: the prompt tokens
+    it was not given (:func:`~speculens.engine.events.draft_model_unread`)."""
+    if unread:
+        return f"; the draft model sat out ({UNREAD.format(unread)})"
     # Probes draft to re-measure, not because drafting paid (a tour read "drafted by the draft model" under an
     # answer whose draft model had only probed, 0% accepted, and took the pair for broken).
     rate = draft_model_sat_out(strategy, steps)
@@ -113,19 +116,23 @@ def draft_model_idle(strategy: str, steps: Sequence[StepEvent]) -> str:
     )
 
 
-def drafts_phrase(strategy: str, steps: Sequence[StepEvent], n_drafted: int, n_accepted: int, by: str = "") -> str:
+def drafts_phrase(
+    strategy: str, steps: Sequence[StepEvent], n_drafted: int, n_accepted: int, by: str = "", unread: int = 0
+) -> str:
     """An answer's drafting in a phrase for its figures: its acceptance and what it is of, or why nothing was
     drafted; and why a loaded draft model drafted nothing, where it did not (a tour's demo answers blamed prompt
     lookup under the chat, and never said that the draft model it had loaded could not pay on this machine).
-    ``by``: words that follow the acceptance (which sources drafted)."""
+    ``by``: words that follow the acceptance (which sources drafted); ``unread``: see :func:`draft_model_idle`."""
     if n_drafted:
         acceptance = f"acceptance {100 * n_accepted / n_drafted:.0f}% ({n_accepted} of {n_drafted} drafted)"
-        return acceptance + by + draft_model_idle(strategy, steps)
+        return acceptance + by + draft_model_idle(strategy, steps, unread)
     best = None
     for step in steps:
         best = best_weighed(step, best)
     said = nothing_drafted(strategy, best)
-    return said if best is not None and best[1] == "draft" else said + draft_model_idle(strategy, steps)
+    if best is not None and best[1] == "draft" and not unread:
+        return said
+    return said + draft_model_idle(strategy, steps, unread)
 
 
 def _draft_would_not_pay(rate: float, why: str = "") -> str:
