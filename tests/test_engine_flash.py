@@ -317,10 +317,10 @@ def test_a_setting_timed_in_this_session_is_not_timed_again_when_switched_back(
         left: dict[bool | None, tuple[object, object]] = {}  # each setting's costs as the session left it
         fit = engine.fit_flash_attn
 
-        def recording_fit(prompt, max_tokens):  # type: ignore[no-untyped-def]
+        def recording_fit(prompt, max_tokens, cancel=None):  # type: ignore[no-untyped-def]
             before = engine.target.params.flash_attn
             state = (engine.costs.verify_state(), engine.costs.draft_state())
-            fit(prompt, max_tokens)
+            fit(prompt, max_tokens, cancel)
             if engine.target.params.flash_attn != before:
                 left[before] = state
 
@@ -334,6 +334,34 @@ def test_a_setting_timed_in_this_session_is_not_timed_again_when_switched_back(
             list(events)
         # Off timed at its first switch only, on not again after the load: kept in memory, with a costs folder or not.
         assert timed == ["draft", "target"]
+
+
+def test_stop_while_a_switch_is_timed_undoes_it(tiny: TinyModels, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a new-user tour: Ctrl+C right after the load waited 5 s, the first long prompt's switch of flash
+    attention timing the models (4.7 s of the demo target's decode calls on 2 cores) before anything looked."""
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))  # off from 192 tokens of context on
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    long_prompt = " ".join([PROMPT] * 160)
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=2048)) as engine:
+        assert engine.draft is not None
+        before = (engine.costs.verify_state(), engine.costs.draft_state())
+        cancel = threading.Event()
+        calibrate_draft = session.calibrate_draft
+
+        def pressed_while_timing(*args, **kwargs):  # type: ignore[no-untyped-def]
+            cancel.set()  # Stop, while the draft model is timed for the new setting
+            return calibrate_draft(*args, **kwargs)
+
+        monkeypatch.setattr(session, "calibrate_draft", pressed_while_timing)
+        events = list(engine.generate(long_prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=4), cancel))
+        assert [type(e) for e in events] == [StartEvent, FinishEvent]  # stopped before the prompt
+        # Undone: the setting it left, with that setting's costs, and nothing half-timed kept.
+        assert engine.target.params.flash_attn is None and engine.draft.params.flash_attn is None
+        assert (engine.costs.verify_state(), engine.costs.draft_state()) == before
+        monkeypatch.undo()
+        monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+        finish = list(engine.generate(long_prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=4)))[-1]
+        assert isinstance(finish, FinishEvent) and finish.tokens and engine.target.params.flash_attn is False
 
 
 def test_the_switch_waits_for_a_valid_prompt_and_times_at_the_full_thread_count(

@@ -219,7 +219,7 @@ class SpeculativeEngine:
         self._flash = saved
         self.flash_note = saved.summary()
 
-    def fit_flash_attn(self, prompt: Sequence[int], max_tokens: int) -> None:
+    def fit_flash_attn(self, prompt: Sequence[int], max_tokens: int, cancel: threading.Event | None = None) -> None:
         """Before a generation: switch flash attention (target and draft) to the setting measured faster at the
         depth this generation decodes at (the prompt and half of what it may add), unless the caches hold more than
         :data:`FLASH_SWITCH_KEEP` tokens, and more than a quarter of this prompt, that it would reuse (a
@@ -261,9 +261,19 @@ class SpeculativeEngine:
                 # Timed at the thread count the costs are kept for, not at the fewer a busy spell left.
                 for backend in backends:
                     backend.set_threads(self.threads.full)
-            if self.draft is not None:
-                self._draft_costs()
-            self.calibrate()
+            # Stop stops the timing (up to 4.7 s of the demo target's decode calls on 2 cores: a tour's Ctrl+C
+            # waited 5 s), and the switch is undone, to be made and timed again by the next generation that wants it.
+            with loading.watching(loading.LoadWatch(cancel or threading.Event(), lambda _w, _d, _t: None)):
+                if self.draft is not None:
+                    self._draft_costs()
+                self.calibrate()
+        except loading.LoadCancelled:
+            for backend in backends:
+                backend.set_flash_attn(left)
+            self.costs.forget_verify()
+            self.costs.restore_verify(self._flash_costs[left][0])
+            self.costs.forget_draft()
+            self.costs.restore_draft(self._flash_costs[left][1])
         finally:
             if self.threads is not None:  # and the prompt is evaluated at the governor's count, as before
                 for backend in backends:
@@ -519,7 +529,7 @@ class SpeculativeEngine:
     ) -> Iterator[Event]:
         """``events``, after :meth:`fit_flash_attn` (skipped when the generation is cancelled before it begins)."""
         if cancel is None or not cancel.is_set():
-            self.fit_flash_attn(prompt, max_tokens)
+            self.fit_flash_attn(prompt, max_tokens, cancel)
         yield from events
 
     def chat(
