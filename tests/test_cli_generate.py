@@ -283,6 +283,21 @@ def test_ctrl_c_while_answering_stops_the_answer_and_keeps_it_with_its_figures(
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl+C raises again afterwards
 
 
+def test_an_answer_stopped_before_it_began_says_how_far_its_prompt_got() -> None:
+    """From a new-user tour: Ctrl+C while the prompt was read printed "(0 evaluated) in 0.00 s", a block of zeros
+    (n_drafted, accept 0.00%, mean accepted length 0.00) and "stopped: interrupted (cancelled)"."""
+    from speculens.cli.generate_cmd import summary
+    from speculens.engine.events import FinishReason, RunningStats, StartEvent
+
+    start = StartEvent(2764, 1536, 15.6, "lookup+ngram-cache", 7, False)
+    said = summary(RunningStats(), start, FinishReason.CANCELLED)
+    assert said.splitlines() == [
+        "strategy lookup+ngram-cache; prompt: 2764 tokens, 1536 of them evaluated in 15.60 s, flash attention off",
+        "stopped: interrupted before the answer began (cancelled)",
+    ]
+    assert "n_drafted" in summary(RunningStats(), start, FinishReason.EOG)  # an answer of no tokens that ended
+
+
 def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(
     tiny: TinyModels, tmp_path: Path, monkeypatch, capsys  # type: ignore[no-untyped-def]
 ) -> None:

@@ -111,6 +111,13 @@ def test_an_answer_stopped_before_it_began_leaves_the_last_one_shown(panel: Live
     panel.on_records([Record(2, Lane.CHAT, RecordKind.FINISHED, event=stopped)])
     assert panel.status.text() == "Stopped before the answer began."
     assert panel.view.toPlainText() == shown and panel.stats_strip.value_text("tokens") == strip == "7"
+    # Stopped while its prompt was read: the same, with how far the prompt got (a tour read "0 tokens in 0 target
+    # passes, nothing drafted: no source found a draft").
+    feed(panel, [StartEvent(2764, 1536, 15.6, "lookup+ngram-cache", 7), stopped])
+    assert panel.status.text() == "Stopped while the prompt was read (1,536 of its 2,764 tokens): no answer."
+    assert panel.view.toPlainText() == shown and panel.stats_strip.value_text("tokens") == "7"
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7), *KNOWN_STEPS[1:2]])  # the next answer replaces it
+    assert panel.view.toPlainText() != shown and "generating" in panel.status.text()
 
 
 def test_events_kept_as_json_come_back_as_they_were() -> None:
@@ -746,9 +753,11 @@ def test_new_answer_clears_the_panel_and_its_figures_when_it_starts(panel: LiveP
     shown = panel.view.toPlainText()
     feed(panel, [], queued=True)  # not yet: an answer that cannot start leaves the last one's (see test_ui_chat)
     assert panel.view.toPlainText() == shown and panel.series.step and panel.status.text() == "Starting…"
-    feed(panel, [StartEvent(3, 3, 0.01, "auto")])
-    assert panel.view.toPlainText() == "" and panel.series.step == [] and len(panel.events) == 1
-    assert panel.stats_strip.value_text("tokens") == "–"
+    feed(panel, [StartEvent(3, 3, 0.01, "auto")])  # its prompt read: it may still be stopped before its first step
+    assert panel.view.toPlainText() == shown and "generating" in panel.status.text()
+    feed(panel, [KNOWN_STEPS[0]])
+    assert panel.series.step == [KNOWN_STEPS[0].step] and len(panel.events) == 2  # the start and the step
+    assert shown not in panel.view.toPlainText() and panel.stats_strip.value_text("tokens") != "7"
 
 
 def test_step_ticks_do_not_pile_up_when_a_new_answer_starts_in_the_last_ones_range(qtbot) -> None:

@@ -210,6 +210,14 @@ def summary(
     back or tried another count; ``sources``: tokens drafted and accepted by each source that drafted, which a
     tour of the automatic strategy could not tell from ``n_drafted`` alone)."""
     lines = []
+    if reason is FinishReason.CANCELLED and not stats.n_generated:
+        # Stopped before the answer began: no block of zeros (a tour's), but how far the prompt got.
+        if start is not None:
+            lines.append(
+                f"strategy {start.strategy}; prompt: {start.n_prompt} tokens, {start.n_prompt_evaluated} of them "
+                f"evaluated in {start.prompt_s:.2f} s, flash attention {start.flash_text}"
+            )
+        return "\n".join([*lines, "stopped: interrupted before the answer began (cancelled)"])
     if start is not None:
         lines.append(
             f"strategy {start.strategy}; prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in "

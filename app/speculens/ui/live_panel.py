@@ -132,6 +132,9 @@ class LivePanel(QWidget):
         self.events: list[Event] = []  # the current answer's events, for the exports
         self._request: int | None = None  # the request shown
         self._started = False  # whether it began (its start event came)
+        # Its start event, until its first step or its end: an answer stopped while its prompt was read leaves the
+        # last one shown, as one stopped before it started does.
+        self._start: StartEvent | None = None
         self._figures_due = 0.0  # when the legend and the figures may change again (see FIGURES_S)
         self._saved_ids = itertools.count(-1, -1)  # request ids of answers shown from their kept events
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
@@ -141,6 +144,7 @@ class LivePanel(QWidget):
         an answer that is still stopping is not shown either."""
         if self._request is not None:
             self._dropped.add(self._request)
+        self._start = None
         self._reset(description)
 
     def show_saved(self, events: Sequence[Event]) -> None:
@@ -173,11 +177,11 @@ class LivePanel(QWidget):
                 # too long for the context) leaves them, with its reason below them.
                 self._request = record.request_id
                 self._started = False
+                self._start = None
                 self.status.setText("Starting…")
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._started = True
-                self._reset("")
-                self.events.append(event)
+                self._start = event
                 seed = f", seed {event.seed}" if event.seed is not None else ""
                 self.status.setText(
                     f"{drafting_from(event.strategy)}: prompt of {event.n_prompt} tokens "
@@ -188,7 +192,21 @@ class LivePanel(QWidget):
                 # Stopped while it waited (for a load, say): no answer ran, so the last one's figures stay (a tour
                 # saw "Finished (stopped): 0 tokens in 0 target passes" and a strip of zeros).
                 self.status.setText("Stopped before the answer began.")
+            elif (
+                isinstance(event, FinishEvent)
+                and (start := self._start) is not None
+                and event.reason is FinishReason.CANCELLED
+                and not event.stats.n_generated
+            ):
+                # Stopped while its prompt was read: the same (a tour read "0 tokens in 0 target passes, nothing
+                # drafted: no source found a draft" here).
+                self._start = None
+                self.status.setText(
+                    f"Stopped while the prompt was read ({start.n_prompt_evaluated:,} of its {start.n_prompt:,} "
+                    "tokens): no answer."
+                )
             elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
+                self._begin()
                 self._show_steps(steps)
                 steps = []
                 self.events.append(event)
@@ -200,8 +218,16 @@ class LivePanel(QWidget):
                 self._figures_due = 0.0  # a paused step is read figure by figure
         self._show_steps(steps)
 
+    def _begin(self) -> None:
+        """Clear the last answer for this one, at its first step or its end (see ``_start``)."""
+        if self._start is not None:
+            self._reset(self.status.text())  # what the start said ("prompt of … tokens …; generating…")
+            self.events.append(self._start)
+            self._start = None
+
     def _show_steps(self, steps: list[StepEvent]) -> None:
         if steps:
+            self._begin()
             self.view.append_steps(steps)
             self.series.add(steps)
             self.steps.extend(steps)
@@ -218,13 +244,18 @@ class LivePanel(QWidget):
         self.legend.set_counts(self.view.counts)
         self.stats_strip.show_stats(event.stats)
         s = event.stats
+        start = next((e for e in self.events if isinstance(e, StartEvent)), None)
+        if event.reason is FinishReason.CANCELLED and not s.n_generated:
+            # Not "0 tokens in 0 target passes, nothing drafted: no source found a draft" (a tour's).
+            got = f" ({start.n_prompt_evaluated:,} of its {start.n_prompt:,} tokens read)" if start is not None else ""
+            self.status.setText(f"Stopped while the prompt was read{got}: no answer.")
+            return
         sources = sorted({st.source for st in self.steps if st.source})
         # Probes re-measure the draft model's cost: it drafted then, not because it paid (see draft_model_idle).
         probed = all(st.probe for st in self.steps if st.source == "draft")
         names = [SOURCE_NAMES.get(x, x) + (" (only to re-measure its cost)" if x == "draft" and probed else "")
                  for x in sources]  # fmt: skip
         drafted_by = f", drafted by {and_list(names)}" if names else ""
-        start = next((e for e in self.events if isinstance(e, StartEvent)), None)
         strategy = start.strategy if start is not None else ""
         acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by,
                                    unread=draft_model_unread(start, self.steps))  # fmt: skip
