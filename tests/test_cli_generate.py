@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import TinyModels
 
@@ -296,6 +299,35 @@ def test_an_answer_stopped_before_it_began_says_how_far_its_prompt_got() -> None
         "stopped: interrupted before the answer began (cancelled)",
     ]
     assert "n_drafted" in summary(RunningStats(), start, FinishReason.EOG)  # an answer of no tokens that ended
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
+def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines() -> None:
+    """From a new-user tour: a function pasted into `generate --chat` at a terminal was answered line by line."""
+    import threading
+    import time
+
+    from speculens.cli.generate_cmd import read_message
+
+    master, terminal = os.openpty()  # canonical mode: the terminal hands over a line a read, as a user's does
+    try:
+        os.write(master, b"def f(x):\n    return x * 2\n\nWhat does this do?\n")  # pasted: the lines come at once
+        assert read_message(terminal) == "def f(x):\n    return x * 2\n\nWhat does this do?\n"
+        os.write(master, b"first line \\\nsecond line\n")  # typed, a backslash going on to the next line
+        assert read_message(terminal) == "first line \nsecond line\n"
+
+        def type_slowly() -> None:
+            for line in (b"hello\n", b"again\n"):
+                os.write(master, line)
+                time.sleep(0.3)  # typed: each line is its own message
+
+        typing = threading.Thread(target=type_slowly)
+        typing.start()
+        assert read_message(terminal) == "hello\n" and read_message(terminal) == "again\n"
+        typing.join()
+    finally:
+        os.close(master)
+        os.close(terminal)
 
 
 def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import sys
 import threading
 import time
@@ -327,6 +329,36 @@ def _render_colored(event: StepEvent) -> str:
     return "".join(parts)
 
 
+# How long a line typed at the terminal waits for the next before it is sent: lines that come together are a paste.
+PASTE_S = 0.05
+
+
+def read_message(fd: int | None = None) -> str:
+    """One chat message typed at a terminal ("" at the end of input): a line, or several where each but the last
+    ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together. A tour pasted a
+    function into `generate --chat` and got an answer to each of its lines. A paste is told from typing by its lines
+    arriving together, where the terminal allows to ask (``select`` on POSIX; on Windows, backslashes only)."""
+    fd = sys.stdin.fileno() if fd is None else fd
+    lines: list[str] = []
+    pending = b""
+    while True:
+        data = os.read(fd, 65536)  # a terminal hands over a line a read (its own line editing is kept)
+        if not data:
+            return "".join(lines) + pending.decode("utf-8", errors="replace")
+        pending += data
+        if not pending.endswith(b"\n"):
+            continue
+        text, pending = pending.decode("utf-8", errors="replace"), b""
+        if text.endswith("\\\n"):
+            lines.append(text[:-2] + "\n")
+            print("… ", end="", file=sys.stderr, flush=True)
+            continue
+        lines.append(text)
+        if os.name == "posix" and select.select([fd], [], [], PASTE_S)[0]:
+            continue  # more lines came with this one: a paste
+        return "".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``."""
     if not args.chat and (args.prompt is None) == (args.file is None):
@@ -396,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
             while True:
                 if interactive:
                     print("> ", end="", file=sys.stderr, flush=True)
-                line = sys.stdin.readline()
+                line = read_message() if interactive else sys.stdin.readline()
                 if not line:
                     return 1 if failed else 0
                 if not line.strip():
