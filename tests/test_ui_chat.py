@@ -345,6 +345,13 @@ def test_the_conversations_list_is_not_rebuilt_while_nothing_it_shows_changed(qt
     assert listing.list.count() == 3 and listing.list.currentItem().text().startswith("third chat\n")
 
 
+def test_a_title_leaves_out_markdown_code_fences() -> None:
+    """From a new-user tour: pasted modules were all titled "Here is a module: ```python def transform_1(rec…"."""
+    conversation = Conversation(id="c")
+    conversation.set_title_from("Here is a module:\n\n```python\ndef transform_1(records, factor=1):\n    pass\n```")
+    assert conversation.title == "Here is a module: def transform_1(records, factor=1): pass"
+
+
 def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     qtbot, tiny, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -244,6 +244,7 @@ class CompareView(QWidget):
                 for label in self.figures.values():
                     if label.text() == _WAITING:  # a lane the comparison never reached
                         label.setText("not run")
+                QTimer.singleShot(0, self._show_verdict)  # "Comparison stopped." too (a tour's lay out of view)
 
     def _show_verdict(self) -> None:
         parent = self.parentWidget()

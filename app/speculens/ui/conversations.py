@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -64,7 +65,9 @@ class Conversation:
     def set_title_from(self, text: str) -> None:
         """Use the start of the first user message as the title (unless the user named it)."""
         if not self.renamed and self.title == UNTITLED:
-            line = " ".join(text.split())
+            # Without Markdown's code fences: a tour's pasted modules were all titled "Here is a module: ```python
+            # def transform_1(rec…".
+            line = " ".join(re.sub(r"```[\w+-]*", " ", text).split())
             self.title = line[:60] + ("…" if len(line) > 60 else "")
 
     def to_dict(self) -> dict[str, object]:
