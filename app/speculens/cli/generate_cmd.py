@@ -337,7 +337,9 @@ def read_message(fd: int | None = None) -> str:
     """One chat message typed at a terminal ("" at the end of input): a line, or several where each but the last
     ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together. A tour pasted a
     function into `generate --chat` and got an answer to each of its lines. A paste is told from typing by its lines
-    arriving together, where the terminal allows to ask (``select`` on POSIX; on Windows, backslashes only)."""
+    arriving together (``select``). On Windows a line is a message, as before (the console's encoding and line ends)."""
+    if os.name != "posix":  # Windows: the console's own encoding and line ends, which readline() handles
+        return sys.stdin.readline()
     fd = sys.stdin.fileno() if fd is None else fd
     lines: list[str] = []
     pending = b""
@@ -354,7 +356,7 @@ def read_message(fd: int | None = None) -> str:
             print("… ", end="", file=sys.stderr, flush=True)
             continue
         lines.append(text)
-        if os.name == "posix" and select.select([fd], [], [], PASTE_S)[0]:
+        if select.select([fd], [], [], PASTE_S)[0]:
             continue  # more lines came with this one: a paste
         return "".join(lines)
 
