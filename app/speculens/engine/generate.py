@@ -247,7 +247,7 @@ class _Loop:
                 # (a long one), is not given the prompt; if it is ever chosen, its first draft catches up (and the
                 # controller counts that cost).
                 if controller is None or controller.prefill_pays(len(prompt), config.max_tokens):
-                    model.prefill(self.cancel)
+                    model.prefill()
                 elif controller.could_pay():  # it might pay, but not enough to pay for reading this prompt
                     unread = model.behind(prompt)
         except DecodeCancelled:

@@ -6,7 +6,6 @@ owns it (DESIGN.md §3) and every request goes through that thread; only ``cance
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -244,7 +243,7 @@ class SpeculativeEngine:
         if target.params.flash_attn != wanted:
             return  # llama.cpp could not make that context: the old one is back, costs and all
         log.info("flash attention %s for %d tokens of context", "off" if wanted is False else "on", depth)
-        self._flash_costs[left] = copy.deepcopy((self.costs.verify_state(), self.costs.draft_state()))
+        self._flash_costs[left] = (self.costs.verify_state(), self.costs.draft_state())  # fresh lists: no copy
         self.costs.forget_verify()
         if self.draft is not None:
             self.draft.set_flash_attn(wanted)

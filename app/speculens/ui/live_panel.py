@@ -245,11 +245,6 @@ class LivePanel(QWidget):
         self.stats_strip.show_stats(event.stats)
         s = event.stats
         start = next((e for e in self.events if isinstance(e, StartEvent)), None)
-        if event.reason is FinishReason.CANCELLED and not s.n_generated:
-            # Not "0 tokens in 0 target passes, nothing drafted: no source found a draft" (a tour's).
-            got = f" ({start.n_prompt_evaluated:,} of its {start.n_prompt:,} tokens read)" if start is not None else ""
-            self.status.setText(f"Stopped while the prompt was read{got}: no answer.")
-            return
         sources = sorted({st.source for st in self.steps if st.source})
         # Probes re-measure the draft model's cost: it drafted then, not because it paid (see draft_model_idle).
         probed = all(st.probe for st in self.steps if st.source == "draft")

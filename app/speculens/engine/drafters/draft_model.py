@@ -58,13 +58,15 @@ class DraftModelDrafter:
         self._prompt = prompt
         self._synced = self.backend.common_prefix(prompt)
 
-    def prefill(self, cancel: threading.Event | None = None) -> None:
-        """Evaluate the prompt now, reusing whatever prefix the draft's cache already holds (``cancel``: see
-        :meth:`~speculens.engine.backend.LlamaBackend.decode`)."""
+    def prefill(self) -> None:
+        """Evaluate the prompt now, reusing whatever prefix the draft's cache already holds; the generation's Stop
+        (:attr:`cancel`) stops it."""
         try:
-            self.backend.sync(self._prompt[:-1], cancel=cancel)
-        finally:
+            self.backend.sync(self._prompt[:-1], cancel=self.cancel)
+        except DecodeCancelled:
             self._synced = self.backend.common_prefix(self._prompt)
+            raise
+        self._synced = self.backend.n_past
 
     def behind(self, history: Sequence[int]) -> int:
         """Tokens of ``history`` the draft model has not evaluated (its next draft catches up on them)."""
