@@ -379,7 +379,7 @@ def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_dra
     unread = replace(start, draft_behind=2764)
     catching_up = replace(plain, expected_speedup=(1.0, 0.01))
     assert draft_model_idle(unread, [catching_up], adaptive=True) == (
-        "note: the draft model sat out: reading the 2,764-token prompt would have cost it more than it could save on "
+        "note: the draft model sat out: reading 2,764 prompt tokens would have cost it more than it could save on "
         "this answer (it reads a prompt where it might pay)"
     )
     assert draft_model_idle(unread, [catching_up, replace(probe, probe=False)], adaptive=True) == ""  # it caught up

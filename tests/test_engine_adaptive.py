@@ -750,7 +750,7 @@ def test_a_draft_model_reads_a_prompt_only_where_its_best_rate_could_win_back_th
     """From a tour: a 2,764-token prompt took 36-41 s with the demo draft model instead of 20 on 2 cores (the draft
     model reading it too), and the draft model then sat out."""
     controller = AdaptiveController(32, [FREE, MODEL])
-    assert controller.prefill_pays(2764, 256)  # nothing measured: it might pay
+    assert controller.prefill_pays(2764, 2764, 256)  # nothing measured: it might pay
     gpu = {n: 1.0 + 0.01 * (n - 1) for n in (1, 2, 3, 4, 8, 16, 32)}  # a draft model that pays well
     for n, ratio in gpu.items():
         controller.costs.verify.observe(n, 0.0404 * ratio)
@@ -761,15 +761,17 @@ def test_a_draft_model_reads_a_prompt_only_where_its_best_rate_could_win_back_th
     plain = 0.0404 + controller.overhead_plain.value
     # Reading pays where the most it could save over the answer exceeds its cost: about this many tokens.
     breakeven = 256 * plain * (1 - 1 / best) / (0.0404 * 0.1)
-    assert controller.prefill_pays(int(breakeven * 0.9), 256)
-    assert not controller.prefill_pays(int(breakeven * 1.1), 256)
-    assert controller.prefill_pays(int(breakeven * 1.1), 2048)  # a longer answer has more to win back
+    assert controller.prefill_pays(4000, int(breakeven * 0.9), 256)
+    assert not controller.prefill_pays(4000, int(breakeven * 1.1), 256)
+    assert controller.prefill_pays(4000, int(breakeven * 1.1), 2048)  # a longer answer has more to win back
+    # Only the tokens its cache lacks count: a long conversation's next turn is cheap to read.
+    assert controller.prefill_pays(int(breakeven * 3), int(breakeven * 0.9), 256)
     cpu = {1: 1.0, 2: 2.0, 3: 2.68, 4: 2.81, 8: 6.46, 12: 8.38, 16: 8.76, 24: 12.29, 32: 14.54}
     cannot = AdaptiveController(32, [FREE, MODEL])
     for n, ratio in cpu.items():
         cannot.costs.verify.observe(n, 0.0404 * ratio)
     cannot.costs.draft_call.add(0.0404 * 0.525)
-    assert not cannot.prefill_pays(10, 256)  # it cannot pay at all: not even a short prompt
+    assert not cannot.prefill_pays(10, 10, 256)  # it cannot pay at all: not even a short prompt
 
 
 def test_a_draft_model_that_cannot_pay_says_why_in_words() -> None:

@@ -274,22 +274,23 @@ def test_a_draft_model_is_not_given_a_prompt_it_could_not_win_back(
     with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=512)) as engine:
         assert engine.draft is not None
         prompt = " ".join([PROMPT] * 20)
-        asked: list[tuple[int, int]] = []
+        asked: list[tuple[int, int, int]] = []
+        pays = False
 
-        def prefill_pays(self: AdaptiveController, n_prompt: int, max_tokens: int) -> bool:
-            asked.append((n_prompt, max_tokens))
-            return False
+        def prefill_pays(self: AdaptiveController, n_prompt: int, n_read: int, max_tokens: int) -> bool:
+            asked.append((n_prompt, n_read, max_tokens))
+            return pays
 
         monkeypatch.setattr(AdaptiveController, "prefill_pays", prefill_pays)
         monkeypatch.setattr(AdaptiveController, "could_pay", lambda self: True)  # it might pay, just not for this
         read = engine.draft.n_decoded
         events = engine.generate(prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=8))
         start = next(events)
-        assert isinstance(start, StartEvent) and asked == [(start.n_prompt, 8)]
+        assert isinstance(start, StartEvent) and asked == [(start.n_prompt, start.n_prompt, 8)]
         assert engine.draft.n_decoded == read and start.draft_behind == start.n_prompt  # not given the prompt
         finish = list(events)[-1]
         assert isinstance(finish, FinishEvent) and len(finish.tokens) == 8  # and the answer goes on
-        monkeypatch.setattr(AdaptiveController, "prefill_pays", lambda self, n_prompt, max_tokens: True)
+        pays = True
         for b in (engine.target, engine.draft):
             b.truncate(0)
         read = engine.draft.n_decoded
@@ -298,6 +299,16 @@ def test_a_draft_model_is_not_given_a_prompt_it_could_not_win_back(
         assert isinstance(start, StartEvent) and start.draft_behind == 0
         assert engine.draft.n_decoded > read  # a prompt worth reading is read before the answer
         list(events)
+        # A chat's next turn: only what the draft's cache lacks is weighed, and no answer is longer than the context
+        # has room for (a tour's multi-turn chat was refused as if the whole conversation were to be read).
+        asked.clear()
+        events = engine.generate(prompt + " and then some", GenerationConfig(strategy=Strategy.DRAFT, max_tokens=9999))
+        start = next(events)
+        assert isinstance(start, StartEvent)
+        ((n_prompt, n_read, max_tokens),) = asked
+        assert n_prompt == start.n_prompt > 100 and 0 < n_read < 10  # the words added, not the 100-token prompt
+        assert max_tokens == engine.target.n_ctx + 1 - n_prompt
+        events.close()
 
 
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])

@@ -300,10 +300,15 @@ def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_
     # Not given a long prompt whose reading it could not win back: that is why, not its rate with the catch-up.
     unread = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0, unread=2764)
     assert unread.endswith(
-        "; the draft model sat out (reading the 2,764-token prompt would have cost it more than it could save on "
+        "; the draft model sat out (reading 2,764 prompt tokens would have cost it more than it could save on "
         "this answer)"
     )
     assert "×0.21" not in unread
+    alone = drafts_phrase("draft", weighed[1:], 0, 0, unread=2764)  # its rate counted the catch-up on all of it
+    assert alone == (
+        "nothing drafted; the draft model sat out (reading 2,764 prompt tokens would have cost it more than it could "
+        "save on this answer)"
+    )
     # And an acceptance says what it is of (a tour read 100% of 4 drafted tokens as a strong result).
     assert drafts_phrase("lookup", [], 4, 4).startswith("acceptance 100% (4 of 4 drafted)")
 

@@ -1031,13 +1031,15 @@ class AdaptiveController:
         self._pay_memo = (costs.verify.revision, single, call, over, plain, ratio, float(seconds.min()))
         return ratio > 1.0
 
-    def prefill_pays(self, n_prompt: int, max_tokens: int) -> bool:
-        """Whether the draft model should evaluate a prompt of ``n_prompt`` tokens before the answer: it could pay
-        (:meth:`could_pay`, judged at the prompt's depth) and the most it could save over ``max_tokens`` tokens, at
-        its best rate, exceeds what evaluating the prompt costs it. Otherwise it is left behind, and its first
-        draft, if the controller ever chooses one, catches up (at a cost the controller counts). A tour's
-        2,764-token prompt took 36-41 s with the demo draft model instead of 20 on 2 cores, and the draft model
-        then sat out: it could beat plain decoding only at an acceptance no text gives it there."""
+    def prefill_pays(self, n_prompt: int, n_read: int, max_tokens: int) -> bool:
+        """Whether the draft model should evaluate the ``n_read`` tokens of an ``n_prompt``-token prompt its cache
+        lacks before the answer: it could pay (:meth:`could_pay`, judged at the prompt's depth) and the most it could
+        save over ``max_tokens`` tokens, at its best rate, exceeds what reading them costs it. Otherwise it is left
+        behind, and its first draft, if the controller ever chooses one, catches up (at a cost the controller
+        counts). A tour's 2,764-token prompt took 36-41 s with the demo draft model instead of 20 on 2 cores, and
+        the draft model then sat out: it could beat plain decoding only at an acceptance no text gives it there.
+        Only the unread tokens count: a chat's draft cache holds its earlier turns, and a turn that adds a few
+        hundred tokens to a long conversation is cheap to read."""
         self.costs.verify.at(n_prompt)
         if not self.could_pay():
             return False
@@ -1045,7 +1047,7 @@ class AdaptiveController:
         if plain is None or self._pay_memo is None:
             return True  # nothing measured yet: it might
         best = self._pay_memo[5]  # the best rate over plain decoding (at the acceptance ceiling, less the margin)
-        return max_tokens * plain * (1.0 - 1.0 / best) > self.costs.catchup_seconds(n_prompt)
+        return max_tokens * plain * (1.0 - 1.0 / best) > self.costs.catchup_seconds(n_read)
 
     def draft_idle(self) -> str | None:
         """Why the draft model is left idle on this machine, in a phrase for the user (``None``: it could pay, or

@@ -313,7 +313,7 @@ def draft_model_sat_out(strategy: str, steps: Iterable[StepEvent]) -> float | No
 
 
 # Why a draft model was not given the prompt (see draft_model_unread), in words for the app's figures and the CLI.
-UNREAD = "reading the {:,}-token prompt would have cost it more than it could save on this answer"
+UNREAD = "reading {:,} prompt tokens would have cost it more than it could save on this answer"
 
 
 def draft_model_unread(start: StartEvent | None, steps: Iterable[StepEvent]) -> int:

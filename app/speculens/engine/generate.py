@@ -246,7 +246,8 @@ class _Loop:
                 # A draft model that cannot pay on this machine, or not enough to pay for evaluating this prompt
                 # (a long one), is not given the prompt; if it is ever chosen, its first draft catches up (and the
                 # controller counts that cost).
-                if controller is None or controller.prefill_pays(len(prompt), config.max_tokens):
+                answer_room = max(0, min(config.max_tokens, self.limit + 1 - len(prompt)))
+                if controller is None or controller.prefill_pays(len(prompt), model.behind(prompt), answer_room):
                     model.prefill()
                 elif controller.could_pay():  # it might pay, but not enough to pay for reading this prompt
                     unread = model.behind(prompt)

@@ -128,9 +128,14 @@ def drafts_phrase(
         return acceptance + by + draft_model_idle(strategy, steps, unread)
     best = None
     for step in steps:
-        best = best_weighed(step, best)
+        # A draft model kept from the prompt was weighed with its catch-up on all of it: "×0.01 at best" beside the
+        # real reason (unread) told nothing true about the model.
+        if not (unread and step.considered == "draft"):
+            best = best_weighed(step, best)
+    if unread and best is None:  # the draft model was the only source weighed
+        return "nothing drafted" + draft_model_idle(strategy, steps, unread)
     said = nothing_drafted(strategy, best)
-    if best is not None and best[1] == "draft" and not unread:
+    if best is not None and best[1] == "draft":
         return said
     return said + draft_model_idle(strategy, steps, unread)
 
