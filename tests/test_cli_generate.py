@@ -301,33 +301,58 @@ def test_an_answer_stopped_before_it_began_says_how_far_its_prompt_got() -> None
     assert "n_drafted" in summary(RunningStats(), start, FinishReason.EOG)  # an answer of no tokens that ended
 
 
+CHAT_READER = """
+import os, sys
+from speculens.cli.generate_cmd import line_editing, read_message
+line_editing()
+with os.fdopen(int(sys.argv[1]), "w") as said:
+    while message := read_message():
+        said.write(repr(message) + "\\n")
+        said.flush()
+"""
+
+
 @pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
-def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines() -> None:
-    """From a new-user tour: a function pasted into `generate --chat` at a terminal was answered line by line."""
-    import threading
+@pytest.mark.parametrize("editing", [True, False], ids=["readline", "plain"])
+def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool) -> None:
+    """From a new-user tour: a function pasted into `generate --chat` at a terminal was answered line by line. Run
+    in a pseudo-terminal, with readline (stdout the terminal) and without (stdout elsewhere: the terminal's own line
+    editing, and the prompts on stderr)."""
+    import ast
+    import select
+    import subprocess
     import time
 
-    from speculens.cli.generate_cmd import read_message
-
-    master, terminal = os.openpty()  # canonical mode: the terminal hands over a line a read, as a user's does
+    master, terminal = os.openpty()
+    said_r, said_w = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHAT_READER, str(said_w)], pass_fds=(said_w,), stdin=terminal,
+        stdout=terminal if editing else subprocess.DEVNULL, stderr=terminal, start_new_session=True,
+        env={**os.environ, "TERM": "xterm"},
+    )  # fmt: skip
+    os.close(said_w)
+    os.close(terminal)
     try:
-        os.write(master, b"def f(x):\n    return x * 2\n\nWhat does this do?\n")  # pasted: the lines come at once
-        assert read_message(terminal) == "def f(x):\n    return x * 2\n\nWhat does this do?\n"
-        os.write(master, b"first line \\\nsecond line\n")  # typed, a backslash going on to the next line
-        assert read_message(terminal) == "first line \nsecond line\n"
+        with os.fdopen(said_r) as said:
 
-        def type_slowly() -> None:
-            for line in (b"hello\n", b"again\n"):
-                os.write(master, line)
-                time.sleep(0.3)  # typed: each line is its own message
+            def typed(*keys: bytes) -> str:
+                for key in keys:
+                    os.write(master, key)
+                    time.sleep(0.3)  # a person's pace: longer than a paste's
+                assert select.select([said], [], [], 30)[0], "no message read"
+                return ast.literal_eval(said.readline())
 
-        typing = threading.Thread(target=type_slowly)
-        typing.start()
-        assert read_message(terminal) == "hello\n" and read_message(terminal) == "again\n"
-        typing.join()
+            if editing:  # a terminal that brackets a paste: one message, even without the paste's last newline
+                assert typed(b"\x1b[200~def f(x):\n    return x * 2\x1b[201~", b"\r") == "def f(x):\n    return x * 2\n"
+            # Lines that arrive together are a paste (a backslash ending one of them is the text's own).
+            assert typed(b"x = 1 + \\\r    2\r\rWhat does this do?\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
+            assert typed(b"first line \\\r", b"second line\r") == "first line \nsecond line\n"  # typed going on
+            assert typed(b"hello\r") == "hello\n" and typed(b"again\r") == "again\n"  # typed: a line a message
+            os.write(master, b"\x04")  # Ctrl+D: the end
+            assert child.wait(timeout=30) == 0 and said.read() == ""
     finally:
+        child.kill()
         os.close(master)
-        os.close(terminal)
 
 
 def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(

@@ -333,32 +333,51 @@ def _render_colored(event: StepEvent) -> str:
 PASTE_S = 0.05
 
 
-def read_message(fd: int | None = None) -> str:
+def line_editing() -> None:
+    """Line editing for ``generate --chat`` at a terminal, where Python has readline (not on Windows, whose console
+    edits and recalls lines itself): the arrow keys, Up for an earlier message, and bracketed paste, which takes a
+    pasted function as one message (a tour's was answered line by line) even without its last newline. Tab inserts
+    a tab, as in the code people paste and type, instead of completing file names."""
+    try:
+        import readline
+    except ImportError:
+        return
+    if "libedit" in (readline.__doc__ or ""):  # macOS's Python: editline, whose own syntax this is
+        readline.parse_and_bind("bind ^I ed-insert")
+    else:
+        readline.parse_and_bind("tab: tab-insert")
+        readline.parse_and_bind("set enable-bracketed-paste on")
+
+
+def read_message(prompt: str = "> ") -> str:
     """One chat message typed at a terminal ("" at the end of input): a line, or several where each but the last
-    ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together. A tour pasted a
-    function into `generate --chat` and got an answer to each of its lines. A paste is told from typing by its lines
-    arriving together (``select``). On Windows a line is a message, as before (the console's encoding and line ends)."""
-    if os.name != "posix":  # Windows: the console's own encoding and line ends, which readline() handles
-        return sys.stdin.readline()
-    fd = sys.stdin.fileno() if fd is None else fd
+    ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together: in one piece
+    where the terminal brackets a paste (see :func:`line_editing`), otherwise told from typing by their arrival
+    together (``select``, POSIX only), a backslash at the end of a pasted line then kept as pasted. The prompts go
+    to stderr unless stdout is the terminal too (where readline must know them to redraw a line)."""
+
+    def ask(said: str) -> str:
+        if sys.stdout.isatty():
+            return input(said)
+        print(said, end="", file=sys.stderr, flush=True)
+        return input()
+
     lines: list[str] = []
-    pending = b""
     while True:
-        data = os.read(fd, 65536)  # a terminal hands over a line a read (its own line editing is kept)
-        if not data:
-            return "".join(lines) + pending.decode("utf-8", errors="replace")
-        pending += data
-        if not pending.endswith(b"\n"):
+        try:
+            line = ask(prompt if not lines else "… ")
+        except EOFError:
+            return "".join(lines)
+        except KeyboardInterrupt:  # Ctrl+C at the prompt quits: "interrupted" on a line of its own
+            print(file=sys.stderr)
+            raise
+        pasted = os.name == "posix" and bool(select.select([sys.stdin], [], [], PASTE_S)[0])
+        if line.endswith("\\") and not pasted:
+            lines.append(line[:-1] + "\n")
             continue
-        text, pending = pending.decode("utf-8", errors="replace"), b""
-        if text.endswith("\\\n"):
-            lines.append(text[:-2] + "\n")
-            print("… ", end="", file=sys.stderr, flush=True)
-            continue
-        lines.append(text)
-        if select.select([fd], [], [], PASTE_S)[0]:
-            continue  # more lines came with this one: a paste
-        return "".join(lines)
+        lines.append(line + "\n")
+        if not pasted:
+            return "".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -426,10 +445,10 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
+            if interactive:
+                line_editing()
             failed = answered = False
             while True:
-                if interactive:
-                    print("> ", end="", file=sys.stderr, flush=True)
                 line = read_message() if interactive else sys.stdin.readline()
                 if not line:
                     return 1 if failed else 0
