@@ -350,6 +350,13 @@ def test_a_title_leaves_out_markdown_code_fences() -> None:
     conversation = Conversation(id="c")
     conversation.set_title_from("Here is a module:\n\n```python\ndef transform_1(records, factor=1):\n    pass\n```")
     assert conversation.title == "Here is a module: def transform_1(records, factor=1): pass"
+    tilde, empty = Conversation(), Conversation()
+    tilde.set_title_from("~~~js\nlet x = 1;\n~~~\nWhy?")  # Markdown's other fence
+    assert tilde.title == "let x = 1; Why?"
+    empty.set_title_from("```\n\n```")  # nothing but fences: the next message names it
+    assert empty.title == UNTITLED
+    empty.set_title_from("Explain this")
+    assert empty.title == "Explain this"
 
 
 def test_conversations_can_be_renamed_and_deleted_and_titles_fit(

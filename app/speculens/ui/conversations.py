@@ -67,8 +67,9 @@ class Conversation:
         if not self.renamed and self.title == UNTITLED:
             # Without Markdown's code fences: a tour's pasted modules were all titled "Here is a module: ```python
             # def transform_1(rec…".
-            line = " ".join(re.sub(r"```[\w+-]*", " ", text).split())
-            self.title = line[:60] + ("…" if len(line) > 60 else "")
+            line = " ".join(re.sub(r"(?:```|~~~)[\w+-]*", " ", text).split())
+            if line:  # a message of fences alone leaves the title to the next one
+                self.title = line[:60] + ("…" if len(line) > 60 else "")
 
     def to_dict(self) -> dict[str, object]:
         """The JSON document."""
