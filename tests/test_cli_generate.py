@@ -301,6 +301,19 @@ def test_an_answer_stopped_before_it_began_says_how_far_its_prompt_got() -> None
     assert "n_drafted" in summary(RunningStats(), start, FinishReason.EOG)  # an answer of no tokens that ended
 
 
+def test_an_answer_stopped_before_it_began_has_no_note_on_the_draft_model(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A draft model kept from a long prompt sat out no answer where none began: the note said it did."""
+    from speculens.cli.generate_cmd import _say_figures
+    from speculens.engine.events import FinishEvent, FinishReason, RunningStats, StartEvent
+    from speculens.engine.threads import ThreadTally
+
+    start = StartEvent(2764, 2764, 20.1, "lookup+ngram-cache+draft", 7, False, False, 2764)
+    stopped = FinishEvent(FinishReason.CANCELLED, "", (), RunningStats())
+    _say_figures((stopped, start, ThreadTally(), {}, []), True)
+    said = capsys.readouterr().err
+    assert "stopped: interrupted before the answer began" in said and "note:" not in said
+
+
 CHAT_READER = """
 import os, sys
 from speculens.cli.generate_cmd import line_editing, read_message

@@ -310,6 +310,8 @@ def _say_figures(
     """An answer's closing figures on stderr, and why a loaded draft model sat out."""
     finish, start, threads, sources, steps = consumed
     print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
+    if not steps:  # stopped before the answer began: no answer the draft model sat out
+        return
     if idle := draft_model_idle(start, steps, adaptive):
         print(idle, file=sys.stderr)
 
