@@ -491,6 +491,36 @@ def test_a_cancelled_suite_keeps_the_prompts_it_measured_and_the_cli_writes_them
     rc = main(["bench", "-m", str(tiny.target), "--suite", str(suite), "--strategies", "lookup", "--repeat", "1",
                "--warmup", "0", "--max-tokens", "8", "-o", str(out)])  # fmt: skip
     said = capsys.readouterr()
-    assert rc == 130 and "interrupted: 1 of 2 prompts were measured in full before the stop" in said.err
+    assert rc == 130 and "interrupted: 1 of 2 prompts were measured with every setting before the stop;" in said.err
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["cancelled"] is True and [p["id"] for p in doc["prompts"]] == ["one"]
+
+
+def test_a_suite_stopped_inside_a_prompt_keeps_the_settings_it_timed_and_says_no_speedup_it_did_not(
+    tiny: TinyModels,
+) -> None:
+    """From a new-user tour: a bench stopped in its third run of sixteen kept nothing, and its overall table read
+    0.00× for every setting (the JSON said null)."""
+    import threading
+
+    from speculens.cli.bench_cmd import format_table
+
+    settings = settings_for([Strategy.LOOKUP], ["adaptive"], 4)
+    cancel = threading.Event()
+
+    def progress(line: str) -> None:
+        if line.startswith("[2/"):  # the first prompt's second setting: plain decoding has run, lookup not
+            cancel.set()
+
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=512)) as engine:
+        results = run_suite(engine, load_suite(SMALL_SUITE), settings, GenerationConfig(max_tokens=8), 1, 0,
+                            progress=progress, cancel=cancel)  # fmt: skip
+    assert results.cancelled and results.runs.keys() == {"one"} and results.runs["one"].keys() == {"none"}
+    (prompt,) = results_document(results)["prompts"]
+    assert prompt["id"] == "one" and list(prompt["results"]) == ["none"]
+    table = format_table(results)
+    lookup = next(line for line in table.splitlines()[::-1] if line.startswith(settings[1].label))
+    assert "0.00×" not in lookup and lookup.split()[1:4] == ["–", "–", "–"]
+    from speculens.ui.bench_chart import render_chart  # returns before Qt: nothing to draw
+
+    assert render_chart(results_document(results), Path("unused.png")) == "nothing to draw (no speedup was measured)"

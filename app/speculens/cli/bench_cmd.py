@@ -237,9 +237,11 @@ def run(args: argparse.Namespace) -> int:
         problem = render_chart(doc, chart)
         print(f"wrote {chart}" if problem is None else f"no chart: {problem}", file=sys.stderr)
     if results.cancelled:
-        done = sum(p.id in results.runs for p in results.prompts)
-        print(f"interrupted: {done} of {len(results.prompts)} prompts were measured in full before the stop, and "
-              "kept", file=sys.stderr)  # fmt: skip
+        done = sum(len(results.runs.get(p.id, {})) == len(results.settings) for p in results.prompts)
+        part = len(results.runs) - done
+        partly = f" ({part} more in part)" if part else ""
+        print(f"interrupted: {done} of {len(results.prompts)} prompts were measured with every setting before the "
+              f"stop{partly}; what was measured is kept", file=sys.stderr)  # fmt: skip
         return 130
     return 0
 
@@ -345,8 +347,12 @@ def format_table(results: BenchResults) -> str:
             continue
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
         speedup_spread = pm(o.speedup_spread_median)
+
+        def times(x: float | None, width: int) -> str:  # not measured beside plain decoding: no figure, not 0.00×
+            return f"{'–':>{width}}" if x is None else f"{x:{width - 1}.2f}×"
+
         lines.append(
-            f"{s.label:<{w}} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
+            f"{s.label:<{w}} {times(o.speedup_geomean, 7)} {times(o.speedup_min, 6)} {times(o.speedup_max, 6)} "
             f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {pm(o.spread_median):>7} "
             f"{speedup_spread:>9} {pm(o.passes_spread_median):>8} {same:>4}"
         )

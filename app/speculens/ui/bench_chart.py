@@ -70,8 +70,10 @@ def render_chart(doc: dict[str, Any], path: Path, width: int = 1400, height: int
         ``None`` when written, else why not (Qt missing, nothing to draw, the file could not be written).
     """
     prompts, labels, values = chart_data(doc)
-    if not prompts or not labels:
+    if not labels:
         return "nothing to draw (no speculative settings)"
+    if all(v is None for row in values for v in row):  # a stopped run (a tour's read "no speculative settings")
+        return "nothing to draw (no speedup was measured)"
     try:
         if "QT_QPA_PLATFORM" not in os.environ:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"
