@@ -360,11 +360,15 @@ def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool
             # Lines that arrive together are a paste (a backslash ending one of them is the text's own).
             assert typed(b"x = 1 + \\\r    2\r\rWhat does this do?\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
             assert typed(b"first line \\\r", b"second line\r") == "first line \nsecond line\n"  # typed going on
+            if editing:  # Up recalls a message of several lines whole (a tour's recalled its last line)
+                assert typed(b"\x1b[A", b"\r") == "first line \nsecond line\n"
+                assert typed(b"\x1b[A\x1b[A", b"\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
             assert typed(b"hello\r") == "hello\n" and typed(b"again\r") == "again\n"  # typed: a line a message
             os.write(master, b"\x04")  # Ctrl+D: the end
             assert child.wait(timeout=30) == 0 and said.read() == ""
     finally:
         child.kill()
+        child.wait()
         os.close(master)
 
 

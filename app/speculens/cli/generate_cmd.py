@@ -364,12 +364,23 @@ def read_message(prompt: str = "> ") -> str:
         print(said, end="", file=sys.stderr, flush=True)
         return input()
 
+    readline = sys.modules.get("readline")  # imported by line_editing(), where Python has it
+    kept = readline.get_current_history_length() if readline is not None else 0
+
+    def one_message(text: str) -> str:
+        """``text``, as one entry of the history where it took several lines (a tour's Up recalled its last)."""
+        if readline is not None and len(lines) > 1:
+            for _ in range(readline.get_current_history_length() - kept):
+                readline.remove_history_item(kept)
+            readline.add_history(text.rstrip("\n"))
+        return text
+
     lines: list[str] = []
     while True:
         try:
             line = ask(prompt if not lines else "… ")
         except EOFError:
-            return "".join(lines)
+            return one_message("".join(lines))
         except KeyboardInterrupt:  # Ctrl+C at the prompt quits: "interrupted" on a line of its own
             print(file=sys.stderr)
             raise
@@ -379,7 +390,7 @@ def read_message(prompt: str = "> ") -> str:
             continue
         lines.append(line + "\n")
         if not pasted:
-            return "".join(lines)
+            return one_message("".join(lines))
 
 
 def run(args: argparse.Namespace) -> int:
