@@ -320,8 +320,10 @@ def _render_colored(event: StepEvent) -> str:
     parts: list[str] = []
     for e in event.emitted:
         if e.origin is not Origin.ACCEPTED:
+            # A rejected draft is not text of the answer: its line breaks and tabs are shown, not made (a tour's
+            # struck-through newline broke a function's lines apart), as in the app's Live tokens.
             parts.extend(
-                _RED_STRIKE + d.piece.decode("utf-8", errors="replace") + _RESET
+                _RED_STRIKE + d.piece.decode("utf-8", errors="replace").replace("\n", "⏎").replace("\t", "⇥") + _RESET
                 for d in event.drafted
                 if not d.accepted
             )
