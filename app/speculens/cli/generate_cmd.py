@@ -309,6 +309,8 @@ def _say_figures(
 ) -> None:
     """An answer's closing figures on stderr, and why a loaded draft model sat out."""
     finish, start, threads, sources, steps = consumed
+    if sys.stderr.isatty():  # at a terminal, a blank line between the answer and its figures (a tour's ran together)
+        print(file=sys.stderr)
     print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
     if not steps:  # stopped before the answer began: no answer the draft model sat out
         return
