@@ -448,3 +448,23 @@ def test_kinds_of_text_are_known_by_their_ids_and_by_the_names_the_app_shows() -
     with pytest.raises(InvalidInputError, match="unknown kinds of text: nope"):
         lab_prompts(["nope"])
     assert (duration(20), duration(89), duration(300)) == ("20 s", "89 s", "5 min")  # never "about 0 min left"
+
+
+def test_the_cli_report_names_each_candidate_whole() -> None:
+    """From a new-user tour: "Automatic with qwen2.5-coder-0.5b-instruct-q4_" (names cut at 46 characters)."""
+    from speculens.cli.lab_cmd import report
+    from speculens.lab import LabResult, Row
+
+    name = "Automatic with qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    candidates = {"none": PLAIN, "auto:d": Candidate("auto:d", name, Strategy.AUTO, Path("d.gguf"))}
+    rows = {
+        "chat": {
+            "none": Row("none", PLAIN.label, 10.0, 1.0, None, 1.0, 0.0, None, 3, "2026-01-01"),
+            "auto:d": Row("auto:d", name, 12.0, 1.2, 0.9, 2.0, 4.0, True, 3, "2026-01-01"),
+        }
+    }
+    said = report(LabResult("t.gguf", rows=rows, candidates=candidates))
+    line = next(line for line in said.splitlines() if "12.00" in line)
+    assert line.split()[:5] == ["Automatic", "with", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "12.00", "×1.20"]
+    header = next(line for line in said.splitlines() if "candidate" in line)
+    assert header.index("tok/s") + len("tok/s") == line.index("12.00") + len("12.00")  # the columns still line up

@@ -128,24 +128,28 @@ def report(result: LabResult) -> str:
         lines.append(f"NOISY: {result.noisy}")
     if result.cancelled:
         lines.append("CANCELLED: these are the runs measured before the stop.")
+    # As wide as the longest name: "Automatic with qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" was cut at 46 (a tour's).
+    w = max([9, *(len(r.label) for kind in result.rows for r in result.ranking(kind))])
+    w = max([w, *(len(result.candidates[key].label) for key in result.estimates)])
     for kind in result.rows:
         lines.append(f"\n{KINDS.get(kind, kind)}")
         lines.append(
-            f"  {'candidate':46} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'drafted':>7} {'tok/pass':>8} {'k':>4} same"
+            f"  {'candidate':{w}} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'drafted':>7} {'tok/pass':>8} "
+            f"{'k':>4} same"
         )
         for r in result.ranking(kind):
             acc = "-" if r.acceptance is None else f"{r.acceptance:.0%}"
             speedup = "-" if r.speedup is None else f"×{r.speedup:.2f}" + ("?" if r.noisy else "")
             same = "-" if r.identical is None else ("yes" if r.identical else "no")
             lines.append(
-                f"  {r.label[:46]:46} {r.tokens_per_second:7.2f} {speedup:>8} {acc:>7} {r.drafted or '-':>7} "
+                f"  {r.label:{w}} {r.tokens_per_second:7.2f} {speedup:>8} {acc:>7} {r.drafted or '-':>7} "
                 f"{r.mean_accepted_length:8.2f} {r.settled_n_draft:4g} {same}"
             )
     if result.estimates:
         lines.append("\nEstimates from the cost profile")
         for key, est in result.estimates.items():
             if est.cost_ratio is not None:
-                lines.append(f"  {result.candidates[key].label[:46]:46} {est.text}")
+                lines.append(f"  {result.candidates[key].label:{w}} {est.text}")
     lines.append("")
     lines.extend(result.recommendation())
     return "\n".join(lines)
