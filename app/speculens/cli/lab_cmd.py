@@ -152,4 +152,6 @@ def report(result: LabResult) -> str:
                 lines.append(f"  {result.candidates[key].label:{w}} {est.text}")
     lines.append("")
     lines.extend(result.recommendation())
+    if caution := result.plain_caution():
+        lines.append(caution)
     return "\n".join(lines)

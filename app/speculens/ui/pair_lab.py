@@ -702,6 +702,8 @@ class PairLabWindow(QMainWindow):
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (Apply sets it; each kind's own best is below)"
             lines.insert(0, f"<b>{head}</b>")
+            if caution := result.plain_caution():
+                lines.insert(1, html.escape(caution))
             if ties := result.overall_ties():
                 level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)
                 lines.insert(
