@@ -340,12 +340,13 @@ def test_the_headline_says_one_setting_for_all_kinds_when_a_kind_has_its_own_bes
     lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
     assert "Recommended: lookup" in lab.recommendation.text()
     assert not lab.noisy.isVisible()
-    # Plain decoding found on text that does not repeat: what Apply gives up is said under the headline (a tour's
+    # Plain decoding found on text that does not repeat: what Apply gives up is said after the verdict (a tour's
     # applied it from one line of its own text, and its next rename ran at plain decoding's speed).
     lab.show_result(LabResult("t.gguf", rows={"custom": rows["code-rewrite"] | {"lookup": row("lookup", 0.97, 0.1)}},
                               candidates=candidates))  # fmt: skip
     said = lab.recommendation.text().split("<br>")
-    assert said[0] == "<b>Recommended: none</b>" and said[1].startswith("Measured on your text only")
+    assert said[0] == "<b>Recommended: none</b>" and said[1].startswith("For your text, plain decoding")
+    assert said[2].startswith("Measured on your text only")
 
 
 def test_a_speedup_no_pass_can_give_is_marked_and_not_recommended(lab) -> None:  # type: ignore[no-untyped-def]

@@ -702,13 +702,13 @@ class PairLabWindow(QMainWindow):
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (Apply sets it; each kind's own best is below)"
             lines.insert(0, f"<b>{head}</b>")
-            if caution := result.plain_caution():
-                lines.insert(1, html.escape(caution))
             if ties := result.overall_ties():
                 level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)
                 lines.insert(
                     1, f"As fast within this machine's noise: {html.escape(level)}. The simplest to run is recommended."
                 )
+        if caution := result.plain_caution():  # after the verdict it qualifies
+            lines.append(html.escape(caution))
         differ = sorted({r.label for rows in result.rows.values() for r in rows.values() if r.identical is False})
         if differ:  # said where it is read, not only in the cells' tooltips
             lines.append(
