@@ -489,3 +489,20 @@ def test_plain_decoding_recommended_from_text_that_does_not_repeat_says_what_app
     del rows["code-rewrite"]
     rows["custom"]["lookup"] = row("lookup", 1.5)
     assert result.plain_caution() is None  # not recommending plain decoding
+
+
+def test_the_cli_takes_a_draft_by_its_library_id(tiny: TinyModels, library: Library, capsys) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: lab's keys named drafts by file (draft:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf) where
+    every other command takes the library id (qwen-0.5b)."""
+    from speculens.cli.__main__ import main
+    from speculens.cli.lab_cmd import _by_file
+
+    entry = library.get(str(tiny.perturbed))
+    assert entry is not None and entry.id != tiny.perturbed.name
+    known = {c.key for c in list_candidates(tiny.target, library, n_ctx=512)}
+    assert _by_file(f"draft:{entry.id}", known, library) == f"draft:{tiny.perturbed.name}"
+    assert _by_file(f"auto:{entry.id}@ngl=0", known, library) == f"auto:{tiny.perturbed.name}@ngl=0"
+    assert _by_file("draft:nothing-like-it", known, library) == "draft:nothing-like-it"  # said unknown by the caller
+    assert main(["lab", "-m", str(tiny.target), "--ctx", "512", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert f"draft:{tiny.perturbed.name}" in listed and f"(or draft:{entry.id})" in listed

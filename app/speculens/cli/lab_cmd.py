@@ -61,14 +61,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = resolve(args.target)
         sweep = tuple(int(k) for k in args.sweep.split(",")) if args.sweep else ()
-        candidates = list_candidates(target, Library(), args.ctx, gpu=offloaded_layers(args.ngl) != 0)
+        library = Library()
+        candidates = list_candidates(target, library, args.ctx, gpu=offloaded_layers(args.ngl) != 0)
         if args.list:
+            ids = {e.path.name: e.id for e in library.entries()}
             for c in candidates:
                 state = "" if c.runnable else f"  [cannot run: {c.problem or 'not downloaded'}]"
-                print(f"{c.key:48} {c.label}{state}")
+                kind, _, spec = c.key.partition(":")
+                alias = f" (or {kind}:{ids[spec.split('@')[0]]})" if spec.split("@")[0] in ids else ""
+                print(f"{c.key:48} {c.label}{alias}{state}")
             return 0
         if args.only:
-            keys = set(args.only.split(","))
+            known = {c.key for c in candidates}
+            keys = {_by_file(key, known, library) for key in args.only.split(",")}
             unknown = keys - {c.key for c in candidates}
             if unknown:
                 print(f"error: no such candidates: {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
@@ -119,6 +124,17 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted: the results above are what was measured before the stop", file=sys.stderr)
         return 130
     return 0
+
+
+def _by_file(key: str, known: set[str], library: Library) -> str:
+    """A candidate key as the lab names it, ``draft:FILE.gguf``, from one that names the draft by its library id
+    (``draft:qwen-0.5b``, as every other command does: a tour's --list keys were file names alone)."""
+    kind, sep, spec = key.partition(":")
+    if not sep or key in known:
+        return key
+    name, at, where = spec.partition("@")
+    entry = library.get(name)
+    return f"{kind}:{entry.path.name}{at}{where}" if entry is not None else key
 
 
 def report(result: LabResult) -> str:
