@@ -77,6 +77,18 @@ def test_color_marks_accepted_and_rejected_drafts(tiny: TinyModels) -> None:
     assert re.sub("\033\\[[0-9;]*m", "", rejected.sub("", out.stdout)) == plain.stdout
 
 
+def test_color_shows_a_rejected_drafts_line_breaks_instead_of_making_them() -> None:
+    """From a new-user tour: a struck-through rejected newline broke a function's lines apart."""
+    from speculens.cli.generate_cmd import _render_colored
+    from speculens.engine.events import DraftToken, EmittedToken, Origin, RunningStats, StepEvent
+
+    rejected = (DraftToken(7, b"\n\t", None, None, False), DraftToken(8, b"x", None, None, False))
+    step = StepEvent(1, 2, rejected, (EmittedToken(9, b" y", Origin.CORRECTION),), " y", 1.0, 2.0, 0.1, RunningStats())
+    said = _render_colored(step, "utf-8")
+    assert "\n" not in said and "⏎⇥" in said and " y" in said
+    assert "\\n\\t" in _render_colored(step, "cp1252")  # a console that cannot write ⏎
+
+
 def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_path: Path) -> None:
     missing = cli("generate", "-m", tmp_path / "none.gguf", "hi")
     assert missing.returncode == 1 and "no model file" in missing.stderr
@@ -349,7 +361,7 @@ def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool
     child = subprocess.Popen(
         [sys.executable, "-c", CHAT_READER, str(said_w)], pass_fds=(said_w,), stdin=terminal,
         stdout=terminal if editing else subprocess.DEVNULL, stderr=terminal, start_new_session=True,
-        env={**os.environ, "TERM": "xterm"},
+        env={**os.environ, "TERM": "xterm", "INPUTRC": "/dev/null"},  # not the user's key bindings
     )  # fmt: skip
     os.close(said_w)
     os.close(terminal)

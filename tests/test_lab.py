@@ -484,6 +484,8 @@ def test_plain_decoding_recommended_from_text_that_does_not_repeat_says_what_app
     assert result.overall_best().key == "none"
     caution = result.plain_caution()
     assert caution is not None and caution.startswith("Measured on your text only: on text that repeats itself")
+    rows["code-rewrite"] = {"none": row("none", 1.0)}  # stopped before anything but plain decoding ran on it
+    assert result.plain_caution() is not None
     rows["code-rewrite"] = {"none": row("none", 1.0), "lookup": row("lookup", 0.98)}
     assert result.plain_caution() is None  # measured on a rewrite too: plain decoding it is
     del rows["code-rewrite"]

@@ -357,6 +357,11 @@ def test_a_title_leaves_out_markdown_code_fences() -> None:
     assert empty.title == UNTITLED
     empty.set_title_from("Explain this")
     assert empty.title == "Explain this"
+    # A blank rename names it after the first message that gives a title.
+    fenced = Conversation(messages=[{"role": "user", "content": "```\n```"}, {"role": "assistant", "content": "?"},
+                                    {"role": "user", "content": "Explain this"}])  # fmt: skip
+    ConversationStore().rename(fenced, " ")
+    assert fenced.title == "Explain this" and not fenced.renamed
 
 
 def test_conversations_can_be_renamed_and_deleted_and_titles_fit(

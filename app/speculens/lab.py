@@ -507,7 +507,8 @@ class LabResult:
         sentence (a tour applied "Plain decoding" found on one line of its own, and its next rename in the chat ran
         at plain decoding's speed where Automatic had run it 1.3 times faster)."""
         best = self.overall_best()
-        if best is None or best.key != PLAIN.key or "code-rewrite" in self.rows:
+        rewrites = self.rows.get("code-rewrite", {})
+        if best is None or best.key != PLAIN.key or any(key != PLAIN.key for key in rewrites):
             return None
         measured = ", ".join(KINDS.get(k, k).lower() for k in self.rows if self.rows[k])
         return (

@@ -339,6 +339,9 @@ def format_table(results: BenchResults) -> str:
     )
     for s in results.settings:
         o = results.overall(s.label)
+        if not o.n_prompts:  # stopped before a prompt was measured with every setting: no figure, not zeros
+            lines.append(f"{s.label:<{w}} " + " ".join(f"{'–':>{n}}" for n in (7, 6, 6, 6, 7, 7, 9, 8, 4)))
+            continue
         if s.is_plain:
             lines.append(
                 f"{s.label:<{w}} {'1.00×':>7} {'':>6} {'':>6} {'–':>6} {_pct(o.overhead_share_max):>7} "
@@ -348,11 +351,8 @@ def format_table(results: BenchResults) -> str:
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
         speedup_spread = pm(o.speedup_spread_median)
 
-        def times(x: float | None, width: int) -> str:  # not measured beside plain decoding: no figure, not 0.00×
-            return f"{'–':>{width}}" if x is None else f"{x:{width - 1}.2f}×"
-
         lines.append(
-            f"{s.label:<{w}} {times(o.speedup_geomean, 7)} {times(o.speedup_min, 6)} {times(o.speedup_max, 6)} "
+            f"{s.label:<{w}} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
             f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {pm(o.spread_median):>7} "
             f"{speedup_spread:>9} {pm(o.passes_spread_median):>8} {same:>4}"
         )

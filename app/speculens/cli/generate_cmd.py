@@ -40,7 +40,6 @@ from speculens.engine.config import (
 )
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.engine.events import (
-    UNREAD,
     FinishEvent,
     FinishReason,
     Origin,
@@ -50,6 +49,7 @@ from speculens.engine.events import (
     draft_model_sat_out,
     draft_model_unread,
     event_to_dict,
+    unread_words,
 )
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
@@ -293,7 +293,7 @@ def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive:
     ``-s draft``, read "strategy draft" and 64 passes for 64 tokens, and could not tell a decision had been made.
     Empty where the draft model drafted, was not loaded, or drafts every step (``--no-adaptive``)."""
     if unread := draft_model_unread(start, steps):
-        return f"note: the draft model sat out: {UNREAD.format(unread)} (it reads a prompt where it might pay)"
+        return f"note: the draft model sat out: {unread_words(unread)} (it reads a prompt where it might pay)"
     rate = draft_model_sat_out(start.strategy, steps) if adaptive and start is not None else None
     if rate is None:
         return ""
@@ -318,14 +318,21 @@ def _say_figures(
         print(idle, file=sys.stderr)
 
 
-def _render_colored(event: StepEvent) -> str:
+def _render_colored(event: StepEvent, encoding: str | None = None) -> str:
+    """A step's text with its drafts coloured, for a terminal writing ``encoding`` (stdout's by default)."""
+    try:
+        newline, tab = "⏎", "⇥"
+        (newline + tab).encode(encoding or sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):  # a console code page (Windows' cp1252, say)
+        newline, tab = "\\n", "\\t"
     parts: list[str] = []
     for e in event.emitted:
         if e.origin is not Origin.ACCEPTED:
             # A rejected draft is not text of the answer: its line breaks and tabs are shown, not made (a tour's
             # struck-through newline broke a function's lines apart), as in the app's Live tokens.
             parts.extend(
-                _RED_STRIKE + d.piece.decode("utf-8", errors="replace").replace("\n", "⏎").replace("\t", "⇥") + _RESET
+                _RED_STRIKE + d.piece.decode("utf-8", errors="replace").replace("\n", newline).replace("\t", tab)
+                + _RESET
                 for d in event.drafted
                 if not d.accepted
             )
@@ -344,6 +351,8 @@ def line_editing() -> None:
     edits and recalls lines itself): the arrow keys, Up for an earlier message, and bracketed paste, which takes a
     pasted function as one message (a tour's was answered line by line) even without its last newline. Tab inserts
     a tab, as in the code people paste and type, instead of completing file names."""
+    if os.name != "posix":  # pyreadline3 may be installed there: its history is not GNU readline's
+        return
     try:
         import readline
     except ImportError:
@@ -359,8 +368,8 @@ def read_message(prompt: str = "> ") -> str:
     """One chat message typed at a terminal ("" at the end of input): a line, or several where each but the last
     ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together: in one piece
     where the terminal brackets a paste (see :func:`line_editing`), otherwise told from typing by their arrival
-    together (``select``, POSIX only), a backslash at the end of a pasted line then kept as pasted. The prompts go
-    to stderr unless stdout is the terminal too (where readline must know them to redraw a line)."""
+    together (``select``, POSIX only), a backslash at the end of a pasted line then kept as pasted. Python's
+    ``input()`` edits with readline only where stdout is the terminal too; the prompts go to stderr otherwise."""
 
     def ask(said: str) -> str:
         if sys.stdout.isatty():
@@ -374,9 +383,12 @@ def read_message(prompt: str = "> ") -> str:
     def one_message(text: str) -> str:
         """``text``, as one entry of the history where it took several lines (a tour's Up recalled its last)."""
         if readline is not None and len(lines) > 1:
-            for _ in range(readline.get_current_history_length() - kept):
-                readline.remove_history_item(kept)
-            readline.add_history(text.rstrip("\n"))
+            try:
+                for _ in range(readline.get_current_history_length() - kept):
+                    readline.remove_history_item(kept)
+                readline.add_history(text.rstrip("\n"))
+            except ValueError:  # a line editor whose history counts otherwise: its entries stay, the chat goes on
+                pass
         return text
 
     lines: list[str] = []
@@ -484,7 +496,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)
                     failed = True
                     continue
-                sys.stdout.write("\n")
+                if not consumed[0].text.endswith("\n"):
+                    sys.stdout.write("\n")
                 sys.stdout.flush()
                 _say_figures(consumed, config.adaptive)
                 if cancel.is_set():

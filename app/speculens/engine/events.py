@@ -312,14 +312,16 @@ def draft_model_sat_out(strategy: str, steps: Iterable[StepEvent]) -> float | No
     return best if best is not None and best < 1.0 else None
 
 
-# Why a draft model was not given the prompt (see draft_model_unread), in words for the app's figures and the CLI.
-UNREAD = "reading {:,} prompt tokens would have cost it more than it could save on this answer"
+def unread_words(n: int) -> str:
+    """Why a draft model was not given ``n`` prompt tokens, in words for the app's figures and the CLI."""
+    tokens = f"{n:,} prompt token{'s' if n != 1 else ''}"
+    return f"reading {tokens} would have cost it more than it could save on this answer"
 
 
 def draft_model_unread(start: StartEvent | None, steps: Iterable[StepEvent]) -> int:
     """The prompt tokens a loaded draft model was not given (see :attr:`StartEvent.draft_behind`) in an answer where
-    it then drafted nothing but probes; 0 otherwise. Its best rate in such an answer counts the catch-up on the
-    whole prompt, and read "×0.01 of plain decoding at best" (a tour's long paste)."""
+    it then drafted nothing but probes; 0 otherwise. Its best rate in such an answer counts the catch-up on those
+    tokens, and read "×0.01 of plain decoding at best" (a tour's long paste)."""
     if start is None or not start.draft_behind:
         return 0
     if any(step.source == "draft" and step.drafted and not step.probe for step in steps):

@@ -172,9 +172,11 @@ class ConversationStore:
         title = " ".join(title.split())
         conversation.renamed = bool(title)
         conversation.title = title or UNTITLED
-        if not title:
-            first = next((m["content"] for m in conversation.messages if m["role"] == "user"), "")
-            conversation.set_title_from(first)
+        for message in conversation.messages if not title else ():  # the first that gives a title (not fences)
+            if message["role"] == "user":
+                conversation.set_title_from(message["content"])
+                if conversation.title != UNTITLED:
+                    break
         self.save(conversation, touched=False)  # it keeps its date and its place in the list
 
     def delete(self, conversation: Conversation) -> None:

@@ -22,7 +22,7 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
-from speculens.engine.events import UNREAD, draft_model_sat_out
+from speculens.engine.events import draft_model_sat_out, unread_words
 from speculens.words import and_list
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def draft_model_idle(strategy: str, steps: Sequence[StepEvent], unread: int = 0)
     draft model it had loaded never drafted); empty when it drafted, or was not loaded. ``unread``: the prompt tokens
     it was not given (:func:`~speculens.engine.events.draft_model_unread`)."""
     if unread:
-        return f"; the draft model sat out ({UNREAD.format(unread)})"
+        return f"; the draft model sat out ({unread_words(unread)})"
     # Probes draft to re-measure, not because drafting paid (a tour read "drafted by the draft model" under an
     # answer whose draft model had only probed, 0% accepted, and took the pair for broken).
     rate = draft_model_sat_out(strategy, steps)
