@@ -395,7 +395,8 @@ def read_message(prompt: str = "> ") -> str:
     while True:
         try:
             line = ask(prompt if not lines else "… ")
-        except EOFError:
+        except EOFError:  # Ctrl+D: the shell's prompt on a line of its own
+            print(file=sys.stderr)
             return one_message("".join(lines))
         except KeyboardInterrupt:  # Ctrl+C at the prompt quits: "interrupted" on a line of its own
             print(file=sys.stderr)
