@@ -248,7 +248,10 @@ def summary(
         counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.settled.items(), reverse=True))
         lines.append(f"threads: {counts} (fewer while another program kept a core busy)")
     if threads is not None and threads.trials:
-        lines.append(f"thread trials: {threads.trials} steps tried another thread count")
+        lines.append(
+            f"thread trials: {threads.trials} steps tried another thread count (whether fewer or more decode faster "
+            "while other programs share the CPUs; the faster is kept)"
+        )
     return "\n".join(lines)
 
 
