@@ -44,7 +44,14 @@ from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import AdaptiveParams, CostModel
 from speculens.engine.backend import BackendParams, LlamaBackend, system_info
 from speculens.engine.bench import BenchPrompt, RunResult, load_suite, run_once
-from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_DRAFT, GenerationConfig, ModelConfig, Strategy
+from speculens.engine.config import (
+    DEFAULT_GPU_LAYERS,
+    DEFAULT_N_DRAFT,
+    NOISY_SPREAD,
+    GenerationConfig,
+    ModelConfig,
+    Strategy,
+)
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
@@ -73,8 +80,6 @@ KINDS = {
 }
 # A candidate must beat plain decoding by this much to be recommended over it (run-to-run noise is ~3%).
 RECOMMEND_MARGIN = 0.03
-# Plain decoding whose runs spread more than this (max - min over the median) was measured on a busy machine.
-NOISY_SPREAD = 0.15
 # A candidate faster than plain decoding by more than this factor times its tokens per target pass marks its row
 # noisy (see _impossible).
 IMPOSSIBLE_MARGIN = 1.15

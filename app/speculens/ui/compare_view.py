@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speculens.engine.config import NOISY_SPREAD
 from speculens.engine.events import FinishEvent, FinishReason, StepEvent
-from speculens.lab import NOISY_SPREAD
 from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import TokenView
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
