@@ -232,6 +232,8 @@ def test_the_cli_ranks_and_writes_json_and_csv(tiny: TinyModels, tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     assert "Chat" in proc.stdout and "Prompt lookup" in proc.stdout and "For chat" in proc.stdout
     assert " drafted " in proc.stdout  # the count the acceptance is of
+    # Said before the runs, as the app says it: a round runs in full, whatever the budget (a tour's took 109 s of 60).
+    assert "one round, which runs in full whatever --budget: 2 runs of up to 12 tokens" in proc.stderr
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["schema"] == "speculens-lab/1" and set(doc["kinds"]["chat"]) == {"none", "lookup"}
     assert table.read_text(encoding="utf-8").splitlines()[0].startswith("kind,candidate,tokens_per_second")

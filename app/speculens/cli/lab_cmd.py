@@ -16,7 +16,17 @@ from speculens.cli import in_words, interrupt_sets, resolve
 from speculens.engine.backend import offloaded_layers
 from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_CTX
 from speculens.errors import SpeculensError
-from speculens.lab import KINDS, LabProgress, LabResult, LabSettings, PairLab, lab_prompts, list_candidates, save
+from speculens.lab import (
+    KINDS,
+    LabProgress,
+    LabResult,
+    LabSettings,
+    PairLab,
+    lab_prompts,
+    list_candidates,
+    load_saved,
+    save,
+)
 from speculens.models.library import Library
 from speculens.words import duration
 
@@ -100,6 +110,13 @@ def run(args: argparse.Namespace) -> int:
     lab = PairLab(target, candidates, prompts, settings, threading.Event())
     for key, why in lab.skipped.items():
         print(f"skipped {key}: {why}", file=sys.stderr)
+    # As the app says before a run: a tour's --budget 60 took 109 s, and nothing said a round runs in full.
+    n_runs = len(lab.prompts) * len(lab.candidates)
+    said = f"one round, which runs in full whatever --budget: {n_runs} runs of up to {settings.max_tokens} tokens"
+    last = load_saved(target)
+    if last is not None and last.run_s:
+        said += f", about {duration((last.setup_s or 0.0) + n_runs * last.run_s)} at the last run's pace"
+    print(said, file=sys.stderr)
 
     def progress(p: LabProgress) -> None:
         eta = f", about {duration(p.eta_s)} left" if p.eta_s else ""  # as the app says it
