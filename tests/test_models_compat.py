@@ -221,3 +221,26 @@ def test_a_demo_draft_not_built_yet_is_suggested_for_its_catalog_target(
     [offered] = [s for s in suggestions if s.path == entry.path]
     assert offered.source == "library" and "A demo model: picked, it is built." in offered.reason
     assert not any(s.filename == draft.filename for s in suggestions if s.source == "catalog")  # not twice
+
+
+def test_a_demo_model_not_built_yet_is_not_offered_as_a_draft_as_large_as_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a new-user tour: an imported 1.5B target, in a home whose demo models were not built yet, was offered the
+    demo 1.5B (the same file) as its draft: the catalog's draft for a 32B target, let through before the size check."""
+    import dataclasses
+
+    from speculens.models import demo
+
+    big = demo.DemoModel("tiny-big", "Tiny demo 1.5B", "target", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                         ("no_such_chunk_package",), 1_120_000_000, "0" * 64, "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF")
+    small = demo.DemoModel("tiny-small", "Tiny demo 0.5B", "draft", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                           ("no_such_chunk_package",), 491_000_000, "0" * 64, "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF")
+    monkeypatch.setattr(demo, "DEMO_MODELS", (big, small))
+    monkeypatch.setattr(demo, "is_installed", lambda model: True)
+    (tmp_path / "imported").mkdir()
+    target = write_tiny_model(tmp_path / "imported" / big.filename, TinyModelSpec(name="Qwen2.5 Coder 1.5B Instruct"))
+    info = dataclasses.replace(read_gguf_info(target), file_size=big.size)
+    assert info.family == "qwen2.5-coder"  # the catalog's family: its 32B target's 1.5B draft is this file
+    offered = [s.path.name for s in suggest_drafts(info, Library(tmp_path / "library.json")) if s.path is not None]
+    assert big.filename not in offered and small.filename in offered

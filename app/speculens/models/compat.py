@@ -569,19 +569,22 @@ def suggest_drafts(
         seen: set[tuple[str, str]] = set()
         for pair in pairs_for_target(t, repo=source.repo if source else None):
             key = (pair.draft.repo, pair.draft.file.lower())
+            if key in seen or pair.draft.file.lower() == t.path.name.lower():  # the target's own file is no draft
+                continue
+            # A pair of the same family may have a larger target, and a draft too large to pay for this one (a
+            # tour's 268 MB Gemma was offered the 292 MB and 806 MB drafts; another's imported 1.5B target was
+            # offered the demo 1.5B, the catalog's draft for a 32B). A pair made for this very file is the
+            # catalog's own choice, kept whatever its file sizes (Qwen2.5 1.5B Q4_K_M and 0.5B Q8_0: 1.9x).
+            for_this_file = pair.target.file.lower() == t.path.name.lower()
+            if not for_this_file and pair.draft.size * MIN_USEFUL_SIZE_RATIO > t.file_size:
+                continue
             demo = unbuilt.get(pair.draft.file.lower())
-            if demo is not None and key not in seen and demo.path != target_path:
+            if demo is not None and demo.path != target_path:
                 seen.add(key)
                 reason = f"Recommended with {pair.target.file}: {pair.why} A demo model: picked, it is built."
                 out.append(DraftSuggestion("library", demo.name, reason, demo.id, demo.path, size=demo.size))
                 continue
-            if key in seen or key in have or pair.draft.file.lower() in have_names:
-                continue
-            # A pair of the same family may have a larger target, and a draft too large to pay for this one (a
-            # tour's 268 MB Gemma was offered the 292 MB and 806 MB drafts). A pair made for this very file is the
-            # catalog's own choice, kept whatever its file sizes (Qwen2.5 1.5B Q4_K_M and 0.5B Q8_0: 1.9x).
-            for_this_file = pair.target.file.lower() == t.path.name.lower()
-            if not for_this_file and pair.draft.size * MIN_USEFUL_SIZE_RATIO > t.file_size:
+            if key in have or pair.draft.file.lower() in have_names:
                 continue
             seen.add(key)
             out.append(
