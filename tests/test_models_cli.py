@@ -122,3 +122,30 @@ def test_a_demo_model_built_on_first_use_is_said_and_listed_as_not_built_before(
     assert rc == 0 and "built the demo model Tiny Demo" in err, err
     rc, out, err = run(capsys, "info", "tiny-demo")  # built already: nothing to say
     assert rc == 0 and "built" not in err
+
+
+def test_remove_forgets_a_model_and_deletes_only_a_file_speculens_made(
+    capsys: pytest.CaptureFixture[str], tiny, tmp_path: Path
+) -> None:
+    """From a new-user tour: the CLI downloaded models but had no way to remove one (the app has Remove from
+    library)."""
+    from speculens import paths
+
+    mine = tmp_path / "mine.gguf"
+    shutil.copy(tiny.target, mine)
+    ours = paths.models_dir() / "hub" / "someone__Tiny" / "ours.gguf"
+    ours.parent.mkdir(parents=True)
+    shutil.copy(tiny.target, ours)
+    for path in (mine, ours):
+        assert run(capsys, "import", str(path))[0] == 0
+    rc, out, _ = run(capsys, "remove", "mine", "--delete-file")  # imported from elsewhere: the user's file, kept
+    assert rc == 0 and f"its file stays at {mine}" in out and mine.exists()
+    rc, out, _ = run(capsys, "remove", "ours")  # in Speculens' folder, but kept unless asked
+    assert rc == 0 and ours.exists()
+    assert run(capsys, "import", str(ours))[0] == 0
+    rc, out, _ = run(capsys, "remove", "ours", "--delete-file", "--json")
+    assert rc == 0 and json.loads(out)["file_deleted"] is True and not ours.exists()
+    rc, out, _ = run(capsys, "list")
+    assert "library is empty" in out
+    rc, _, err = run(capsys, "remove", "nothing-like-it")
+    assert rc == 1 and "no model 'nothing-like-it' in the library" in err

@@ -1,6 +1,6 @@
 """``speculens-cli models``: the model manager on the command line.
 
-Actions: ``list``, ``info``, ``search``, ``files``, ``download``, ``import``, ``scan``, ``check-pair``,
+Actions: ``list``, ``info``, ``search``, ``files``, ``download``, ``import``, ``remove``, ``scan``, ``check-pair``,
 ``suggest``, ``catalog`` and ``demo``. Output is for people by default; ``--json`` prints one JSON document
 on stdout for scripts. Exit status: 0 success, 1 failure (the message is on stderr), 3 when ``check-pair``
 finds the pair incompatible.
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from speculens import paths
 from speculens.cli import demo_progress, progress, resolve
 from speculens.errors import SpeculensError
 from speculens.models import demo
@@ -65,6 +66,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = action("import", "register a GGUF file where it is (nothing is copied)", run_import)
     a.add_argument("path", type=Path, help="the .gguf file")
     a.add_argument("--sha256", action="store_true", help="also compute and remember its SHA-256")
+    a = action("remove", "forget a model; its file is deleted only if Speculens downloaded or built it", run_remove)
+    a.add_argument("model", help="a library id or name")
+    a.add_argument(
+        "--delete-file", action="store_true",
+        help="also delete a downloaded file (a demo model's is always deleted; an imported one never)",
+    )  # fmt: skip
     a = action("scan", "register every GGUF model in a folder", run_scan)
     a.add_argument("folder", type=Path, help="the folder")
     a.add_argument("--no-recursive", action="store_true", help="do not look into sub-folders")
@@ -191,6 +198,29 @@ def run_import(args: argparse.Namespace) -> int:
         _emit(entry.to_dict())
     else:
         print(f"added {entry.id}: {entry.name} ({entry.path})")
+    return EXIT_OK
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    """Forget a model, as the app's Remove from library does (a tour found no way in the CLI)."""
+    library = Library()
+    entry = library.get(args.model)
+    if entry is None:
+        print(f"error: no model {args.model!r} in the library (see: speculens-cli models list)", file=sys.stderr)
+        return EXIT_FAILED
+    if entry.status is EntryStatus.NOT_ASSEMBLED:
+        print(f"error: {entry.name} is a demo model not built yet: it takes no disk space, and stays listed while its "
+              "packages are installed (pip uninstall them to drop it)", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
+    ours = entry.path.resolve().is_relative_to(paths.models_dir().resolve())
+    delete = ours and (args.delete_file or bool(entry.source.demo_key))  # a demo model is built again on first use
+    library.remove(entry.id, delete_file=delete)
+    if args.json:
+        _emit({"removed": entry.id, "file_deleted": delete, "path": str(entry.path)})
+    elif delete:
+        print(f"removed {entry.id}: {entry.name}, and deleted its file ({format_bytes(entry.size)})")
+    else:
+        print(f"removed {entry.id}: {entry.name}; its file stays at {entry.path} (models import adds it back)")
     return EXIT_OK
 
 
