@@ -56,9 +56,16 @@ def test_panel_edits_go_to_the_store_and_only_loading_fields_flag_a_reload(qtbot
         panel.temperature.setValue(0.8)
     assert blocker.args[0].temperature == pytest.approx(0.8) and store.settings.temperature == pytest.approx(0.8)
     assert panel.reload_note.isHidden()  # sampling applies to the next answer without a reload
+    panel.resize(360, 400)  # a short dock: the fields scroll
+    panel.show()
+    panel.scroll_area.verticalScrollBar().setValue(0)
+    assert panel.scroll_area.verticalScrollBar().maximum() > 0
     panel.n_ctx.setValue(8192)
     assert not panel.reload_note.isHidden()
     assert "context size" in panel.reload_note.text()
+    # In view without scrolling (a tour found the note and its button only at the end of the scrolled panel).
+    qtbot.waitUntil(lambda: not panel.reload_button.visibleRegion().isEmpty())
+    assert not panel.reload_note.visibleRegion().isEmpty()
     store.set_loaded(store.settings)  # a reload with the new settings
     assert panel.reload_note.isHidden()
 

@@ -240,14 +240,19 @@ class SettingsPanel(QWidget):
         column = QVBoxLayout(body)
         for box in (speculation, sampling, loading):
             column.addWidget(box)
-        column.addWidget(self.reload_note)
-        column.addWidget(self.reload_button)
         column.addStretch(1)
         scroll = scrolled(body, self)  # the panel follows the dock's width (notes wrap), never scrolls sideways
         self.scroll_area = scroll
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
+        # Under the scrolled fields, always in view: a tour changed the context size and found the note and its
+        # button only by scrolling to the panel's end.
+        footer = QVBoxLayout()
+        footer.setContentsMargins(6, 0, 6, 6)
+        footer.addWidget(self.reload_note)
+        footer.addWidget(self.reload_button)
+        outer.addLayout(footer)
 
         self.show_settings(store.settings)
         self._connect()
