@@ -736,3 +736,20 @@ def test_a_pair_s_note_is_said_when_that_pair_is_loaded_not_an_earlier_load(
     qtbot.waitUntil(lambda: sum(m.startswith("Loaded in") for m in said) == 2, timeout=20_000)
     first, second = (m for m in said if m.startswith("Loaded in"))
     assert "Automatic" not in first and second.endswith("The strategy is now Automatic.")
+
+
+def test_ctrl_tab_moves_between_sections_from_a_text_field(qtbot, manager: ModelManagerWindow) -> None:
+    """From a new-user tour: opened on the hub tab with the keyboard in its search box, Ctrl+Tab and Ctrl+PgDown did
+    nothing, so the Pair picker was out of the keyboard's reach."""
+    manager.show()
+    qtbot.waitExposed(manager)
+    manager.tabs.setCurrentIndex(2)
+    manager.activateWindow()
+    qtbot.waitUntil(lambda: manager.hub_search.hasFocus())
+    qtbot.keyClick(manager.hub_search, Qt.Key.Key_Tab, Qt.KeyboardModifier.ControlModifier)
+    assert manager.tabs.currentIndex() == 3
+    qtbot.keyClick(manager.focusWidget() or manager, Qt.Key.Key_PageDown, Qt.KeyboardModifier.ControlModifier)
+    assert manager.tabs.currentIndex() == 0  # round again
+    qtbot.keyClick(manager.focusWidget() or manager, Qt.Key.Key_Backtab,
+                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)  # fmt: skip
+    assert manager.tabs.currentIndex() == 3

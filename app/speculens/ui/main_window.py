@@ -826,6 +826,8 @@ class MainWindow(QMainWindow):
         rows.append(  # the tool windows' own shortcuts (not in the menus)
             "<tr><td><b>Esc</b></td><td>In the Models window: close it. In the Pair lab: stop a run, or close "
             "the lab when none is running</td></tr>"
+            "<tr><td><b>Ctrl+Tab</b></td><td>In the Models window: the next section (Library, Pair picker, "
+            "Hugging Face hub, Downloads); Ctrl+Shift+Tab the one before</td></tr>"
             "<tr><td><b>Delete</b></td><td>In the Models window's library: remove the selected model (it asks "
             "first)</td></tr>"
             "<tr><td><b>Ctrl+Return</b></td><td>In the Pair lab: run</td></tr>"

@@ -217,6 +217,10 @@ class ModelManagerWindow(QMainWindow):
         models.store.changed.connect(self._on_store_changed)
         # The hub tab: typing goes to its search box (a tour's first query went nowhere).
         self.tabs.currentChanged.connect(lambda i: self.hub_search.setFocus() if i == 2 else None)
+        # The next and previous tab from anywhere in the window: a text field kept Ctrl+Tab from the tab widget (a
+        # tour, opened on the hub tab with the keyboard in its search box, could not reach the Pair picker).
+        for keys, step in (("Ctrl+Tab", 1), ("Ctrl+PgDown", 1), ("Ctrl+Shift+Tab", -1), ("Ctrl+PgUp", -1)):
+            QShortcut(QKeySequence(keys), self, lambda step=step: self._next_tab(step))
         if parent is not None:  # Ctrl+Q quits from here too, as from the main window
             QShortcut(QKeySequence(QKeySequence.StandardKey.Quit), self, parent.close)
 
@@ -328,6 +332,9 @@ class ModelManagerWindow(QMainWindow):
         others = sum(table.columnWidth(c) for c in range(table.columnCount()) if c != 1)
         least = min(LOCATION_WIDTH, table.sizeHintForColumn(1))
         table.setColumnWidth(1, max(least, table.viewport().width() - others))
+
+    def _next_tab(self, step: int) -> None:
+        self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         kind = event.type()
