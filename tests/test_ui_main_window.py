@@ -865,3 +865,35 @@ def test_the_demo_pair_loaded_through_a_linked_home_needs_no_reload(qtbot, tiny,
     assert Path(window.store.settings.target_path) == demo.demo_path(fakes[0]).resolve()
     assert window.store.reload_needed() == set(), dataclasses.asdict(window.store.loaded)
     assert "reload needed" not in window.pair_label.text()
+
+
+def test_the_welcome_says_the_demo_pair_is_built_on_first_use_until_it_is(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a new-user tour: the welcome said "The demo pair is installed" beside a library listing both demo models
+    as "Not built yet"."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from speculens.models import demo
+    from speculens.settings import Settings
+    from speculens.ui.main_window import MainWindow
+
+    models = tuple(
+        demo.DemoModel(
+            f"tiny-{role}", f"Tiny {role}", role, f"{role}.gguf", ("no_chunks",), size, "0" * 64, "someone/T"
+        )
+        for role, size in (("target", 1_117_000_000), ("draft", 491_000_000))
+    )
+    monkeypatch.setattr(demo, "DEMO_MODELS", models)
+    monkeypatch.setattr(demo, "is_installed", lambda model: True)
+    said: list[str] = []
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: said.append(box.text()) or 0)
+    window = MainWindow(Settings(), restore_layout=False)
+    qtbot.addWidget(window)
+    window.offer_first_start()
+    assert "built from the installed packages when used (1.61 GB, once)" in said[-1]
+    for model in models:
+        demo.demo_path(model).parent.mkdir(parents=True, exist_ok=True)
+        demo.demo_path(model).write_bytes(b"built")
+    window.offer_first_start()
+    assert "The demo pair: Qwen2.5-Coder 1.5B" in said[-1] and "built from" not in said[-1]

@@ -267,6 +267,11 @@ def test_a_corrupted_download_says_why_on_the_message_line(qtbot, fake_hub, mana
     assert manager.message.text().startswith("Downloading tiny-target-F32.gguf from speculens-test/Tiny-GGUF: checksum")
     assert manager.download_table.cellWidget(download.row, 1).format().startswith("failed at")
     assert manager.download_table.item(download.row, 2).text() == "–"  # no speed left from the transfer
+    # And a full bar that failed is drawn red, not as a blue success (a tour's).
+    bar = manager.download_table.cellWidget(download.row, 1)
+    shot = bar.grab().toImage()
+    left = shot.pixelColor(3, shot.height() // 2)
+    assert left.red() > 150 and left.blue() < 120, left.name()
 
 
 def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(

@@ -786,7 +786,8 @@ class MainWindow(QMainWindow):
         """With no model chosen yet, offer the demo pair (when installed) and the model manager."""
         if self.store.settings.target_path:
             return
-        from speculens.models.demo import DEMO_MODELS, is_installed
+        from speculens.models.demo import DEMO_MODELS, demo_path, is_installed
+        from speculens.models.gguf_info import format_bytes
 
         demo = all(is_installed(m) for m in DEMO_MODELS if m.role in ("target", "draft"))
         box = QMessageBox(self)
@@ -797,7 +798,12 @@ class MainWindow(QMainWindow):
             "draft-model speculation, a smaller <i>draft</i> model with the same tokenizer.</p>"
         )
         if demo:
-            text += "<p>The demo pair is installed: Qwen2.5-Coder 1.5B (target) with Qwen2.5-Coder 0.5B (draft).</p>"
+            pair = [m for m in DEMO_MODELS if m.role in ("target", "draft")]
+            unbuilt = [m for m in pair if not demo_path(m).exists()]
+            # A tour read "installed" beside a library listing both as "Not built yet".
+            size = format_bytes(sum(m.size for m in unbuilt))
+            build = f" Their files are built from the installed packages when used ({size}, once)." if unbuilt else ""
+            text += f"<p>The demo pair: Qwen2.5-Coder 1.5B (target) with Qwen2.5-Coder 0.5B (draft).{build}</p>"
         box.setText(text)
         demo_button = box.addButton("Use the demo pair", QMessageBox.ButtonRole.AcceptRole) if demo else None
         manager_button = box.addButton("Open the model manager", QMessageBox.ButtonRole.ActionRole)

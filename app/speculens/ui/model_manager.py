@@ -1019,6 +1019,8 @@ class ModelManagerWindow(QMainWindow):
             _cell(table, download.row, 3).setText(_format_eta(p.eta) if running else "–")
         if state == "done" and isinstance(bar, QProgressBar):
             bar.setValue(1000)
+        if isinstance(bar, QProgressBar):  # a failed one is not drawn as a full, blue success (a tour's)
+            bar.setStyleSheet("QProgressBar::chunk { background: #d73a49; }" if state == "failed" else "")
         _cell(table, download.row, 4).setText(state.capitalize())  # as the library's statuses are written
         _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
