@@ -20,6 +20,7 @@ huggingface_hub finds (``HF_TOKEN`` or ``hf auth login``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -502,36 +503,43 @@ class HubClient:
         names = self._part_names(filename)
         metas = [self._metadata(repo_id, name, revision, what) for name in names]
         target_dir = folder or hub_folder(repo_id)
+        created = not target_dir.exists()
         try:
             target_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             self._fail(exc, what)
-        total = sum(m["size"] for m in metas)
-        dests = [target_dir / Path(name).name for name in names]
-        # Everything not yet on disk must fit, or the download would fail half-way.
-        have = sum(_part_size(d, m) for d, m in zip(dests, metas, strict=True))
-        free = shutil.disk_usage(target_dir).free
-        if total - have > free:
-            raise self._disk_full(what, target_dir, total - have - free)
-        meter = _Meter(progress, total, 0)
-        digests: dict[str, str] = {}
-        for name, dest, meta in zip(names, dests, metas, strict=True):
-            meter.filename = name
-            digests[name] = self._download_one(repo_id, name, revision, dest, meta, meter, cancel, what)
-        meter.report("done")
-        commit = metas[0]["commit"]
-        entry = None
-        if register:
-            library = self.library or Library()
-            single = digests[names[0]] if len(names) == 1 else None
-            entry = library.add(
-                dests[0],
-                source=ModelSource(
-                    SourceKind.HUB, repo=repo_id, revision=commit or revision, filename=names[0]
-                ),
-                sha256=single,
-            )
-        return DownloadResult(dests[0], digests, commit, entry)
+        try:
+            total = sum(m["size"] for m in metas)
+            dests = [target_dir / Path(name).name for name in names]
+            # Everything not yet on disk must fit, or the download would fail half-way.
+            have = sum(_part_size(d, m) for d, m in zip(dests, metas, strict=True))
+            free = shutil.disk_usage(target_dir).free
+            if total - have > free:
+                raise self._disk_full(what, target_dir, total - have - free)
+            meter = _Meter(progress, total, 0)
+            digests: dict[str, str] = {}
+            for name, dest, meta in zip(names, dests, metas, strict=True):
+                meter.filename = name
+                digests[name] = self._download_one(repo_id, name, revision, dest, meta, meter, cancel, what)
+            meter.report("done")
+            commit = metas[0]["commit"]
+            entry = None
+            if register:
+                library = self.library or Library()
+                single = digests[names[0]] if len(names) == 1 else None
+                entry = library.add(
+                    dests[0],
+                    source=ModelSource(
+                        SourceKind.HUB, repo=repo_id, revision=commit or revision, filename=names[0]
+                    ),
+                    sha256=single,
+                )
+            return DownloadResult(dests[0], digests, commit, entry)
+        except BaseException:
+            if created:  # a folder made for a download that left nothing in it goes too (a tour's checksum failure)
+                with contextlib.suppress(OSError):
+                    target_dir.rmdir()  # only if empty: a partial download kept to resume stays
+            raise
 
     @staticmethod
     def _part_names(filename: str) -> list[str]:
