@@ -473,8 +473,8 @@ def test_the_cli_report_names_each_candidate_whole() -> None:
 
 
 def test_plain_decoding_recommended_from_text_that_does_not_repeat_says_what_apply_gives_up() -> None:
-    """From a new-user tour: the lab, run on one line of the user's own text, recommended plain decoding; applied,
-    the chat's next rename ran at plain decoding's speed where Automatic had run it 1.3 times faster."""
+    """From a new-user tour: the lab, run on one line of the user's own text, recommended plain decoding, and Apply
+    set it for every answer, where Automatic ran the tour's next rename 1.28 times faster than plain decoding."""
     from speculens.lab import LabResult, Row
 
     def row(key: str, speedup: float) -> Row:

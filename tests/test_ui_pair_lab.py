@@ -341,7 +341,7 @@ def test_the_headline_says_one_setting_for_all_kinds_when_a_kind_has_its_own_bes
     assert "Recommended: lookup" in lab.recommendation.text()
     assert not lab.noisy.isVisible()
     # Plain decoding found on text that does not repeat: what Apply gives up is said after the verdict (a tour's
-    # applied it from one line of its own text, and its next rename ran at plain decoding's speed).
+    # applied it, from one line of its own text, for every answer, where Automatic ran its next rename 1.28x faster).
     lab.show_result(LabResult("t.gguf", rows={"custom": rows["code-rewrite"] | {"lookup": row("lookup", 0.97, 0.1)}},
                               candidates=candidates))  # fmt: skip
     said = lab.recommendation.text().split("<br>")

@@ -509,8 +509,8 @@ class LabResult:
 
     def plain_caution(self) -> str | None:
         """Where plain decoding is recommended from text that does not repeat itself, what Apply gives up, in a
-        sentence (a tour applied "Plain decoding" found on one line of its own, and its next rename in the chat ran
-        at plain decoding's speed where Automatic had run it 1.3 times faster)."""
+        sentence (a tour applied "Plain decoding" found on one line of its own, for every answer, where Automatic
+        ran its next rename 1.28 times faster than plain decoding: 19.0 tokens/s against 14.8)."""
         best = self.overall_best()
         rewrites = self.rows.get("code-rewrite", {})
         if best is None or best.key != PLAIN.key or any(key != PLAIN.key for key in rewrites):
