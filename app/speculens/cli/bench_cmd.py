@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         problem = render_chart(doc, chart)
         print(f"wrote {chart}" if problem is None else f"no chart: {problem}", file=sys.stderr)
     if results.cancelled:
-        done = sum(len(results.runs.get(p.id, {})) == len(results.settings) for p in results.prompts)
+        done = len(results.complete())
         part = len(results.runs) - done
         partly = f" ({part} more in part)" if part else ""
         print(f"interrupted: {done} of {len(results.prompts)} prompts were measured with every setting before the "
@@ -350,7 +350,6 @@ def format_table(results: BenchResults) -> str:
             continue
         same = "–" if o.identical_all is None else ("yes" if o.identical_all else "NO")
         speedup_spread = pm(o.speedup_spread_median)
-
         lines.append(
             f"{s.label:<{w}} {o.speedup_geomean or 0:6.2f}× {o.speedup_min or 0:5.2f}× {o.speedup_max or 0:5.2f}× "
             f"{_pct(o.acceptance):>6} {_pct(o.overhead_share_max):>7} {pm(o.spread_median):>7} "

@@ -7,6 +7,7 @@ stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import select
@@ -321,13 +322,20 @@ def _say_figures(
         print(idle, file=sys.stderr)
 
 
+@functools.cache
+def _marks(encoding: str) -> tuple[str, str]:
+    """How a rejected draft's line break and tab are shown in ``encoding``: ⏎ and ⇥, or ``\\n`` and ``\\t`` where it
+    cannot write them (a console code page: Windows' cp1252, say)."""
+    try:
+        "⏎⇥".encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return "\\n", "\\t"
+    return "⏎", "⇥"
+
+
 def _render_colored(event: StepEvent, encoding: str | None = None) -> str:
     """A step's text with its drafts coloured, for a terminal writing ``encoding`` (stdout's by default)."""
-    try:
-        newline, tab = "⏎", "⇥"
-        (newline + tab).encode(encoding or sys.stdout.encoding or "ascii")
-    except (UnicodeEncodeError, LookupError):  # a console code page (Windows' cp1252, say)
-        newline, tab = "\\n", "\\t"
+    newline, tab = _marks(encoding or sys.stdout.encoding or "ascii")
     parts: list[str] = []
     for e in event.emitted:
         if e.origin is not Origin.ACCEPTED:

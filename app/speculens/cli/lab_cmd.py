@@ -77,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
             ids = {e.path.name: e.id for e in library.entries()}
             for c in candidates:
                 state = "" if c.runnable else f"  [cannot run: {c.problem or 'not downloaded'}]"
-                kind, _, spec = c.key.partition(":")
-                alias = f" (or {kind}:{ids[spec.split('@')[0]]})" if spec.split("@")[0] in ids else ""
+                kind, file, where = _key_parts(c.key)
+                alias = f" (or {kind}:{ids[file]}{where})" if file in ids else ""
                 print(f"{c.key:48} {c.label}{alias}{state}")
             return 0
         if args.only:
             known = {c.key for c in candidates}
             keys = {_by_file(key, known, library) for key in args.only.split(",")}
-            unknown = keys - {c.key for c in candidates}
+            unknown = keys - known
             if unknown:
                 print(f"error: no such candidates: {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
                 return 2
@@ -143,15 +143,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_parts(key: str) -> tuple[str, str, str]:
+    """A candidate key's kind, draft and placement: ``auto:FILE.gguf@ngl=0`` → ``("auto", "FILE.gguf", "@ngl=0")``
+    (the draft is empty for a key without one, such as ``lookup``)."""
+    kind, _, spec = key.partition(":")
+    file, at, where = spec.partition("@")
+    return kind, file, at + where
+
+
 def _by_file(key: str, known: set[str], library: Library) -> str:
     """A candidate key as the lab names it, ``draft:FILE.gguf``, from one that names the draft by its library id
     (``draft:qwen-0.5b``, as every other command does: a tour's --list keys were file names alone)."""
-    kind, sep, spec = key.partition(":")
-    if not sep or key in known:
-        return key
-    name, at, where = spec.partition("@")
-    entry = library.get(name)
-    return f"{kind}:{entry.path.name}{at}{where}" if entry is not None else key
+    kind, name, where = _key_parts(key)
+    entry = library.get(name) if name and key not in known else None
+    return f"{kind}:{entry.path.name}{where}" if entry is not None else key
 
 
 def report(result: LabResult) -> str:

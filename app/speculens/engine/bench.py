@@ -482,12 +482,15 @@ class BenchResults:
         by_label = self.runs[prompt_id]
         return summarise_runs(by_label[label], by_label.get("none"))
 
-    def overall(self, label: str) -> OverallSummary:
-        """The suite-wide summary of one setting, over the prompts measured with every setting (a stopped suite's
-        last prompt may hold some of them only: counted for some settings and not others, the rows would not
-        compare)."""
+    def complete(self) -> list[str]:
+        """The prompts measured with every setting (a stopped suite's last prompt may hold some of them only)."""
         labels = {s.label for s in self.settings}
-        ids = [p.id for p in self.prompts if labels <= self.runs.get(p.id, {}).keys()]
+        return [p.id for p in self.prompts if labels <= self.runs.get(p.id, {}).keys()]
+
+    def overall(self, label: str) -> OverallSummary:
+        """The suite-wide summary of one setting, over the :meth:`complete` prompts (counted for some settings and
+        not others, the rows would not compare)."""
+        ids = self.complete()
         runs = [r for i in ids for r in self.runs[i][label]]
         drafted = sum(r.n_drafted for r in runs)
         acceptance = sum(r.n_accepted for r in runs) / drafted if drafted else 0.0

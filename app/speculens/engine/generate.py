@@ -247,10 +247,11 @@ class _Loop:
                 # (a long one), is not given the prompt; if it is ever chosen, its first draft catches up (and the
                 # controller counts that cost).
                 answer_room = max(0, min(config.max_tokens, self.limit + 1 - len(prompt)))
-                if controller is None or controller.prefill_pays(len(prompt), model.behind(prompt), answer_room):
+                behind = model.behind(prompt)
+                if controller is None or controller.prefill_pays(len(prompt), behind, answer_room):
                     model.prefill()
                 elif controller.could_pay():  # it might pay, but not enough to pay for reading this prompt
-                    unread = model.behind(prompt)
+                    unread = behind
         except DecodeCancelled:
             pass
         n_evaluated = target.n_decoded - before

@@ -789,7 +789,8 @@ class MainWindow(QMainWindow):
         from speculens.models.demo import DEMO_MODELS, demo_path, is_installed
         from speculens.models.gguf_info import format_bytes
 
-        demo = all(is_installed(m) for m in DEMO_MODELS if m.role in ("target", "draft"))
+        pair = [m for m in DEMO_MODELS if m.role in ("target", "draft")]
+        demo = all(is_installed(m) for m in pair)
         box = QMessageBox(self)
         box.setWindowTitle("Welcome to Speculens")
         box.setIcon(QMessageBox.Icon.Information)
@@ -798,7 +799,6 @@ class MainWindow(QMainWindow):
             "draft-model speculation, a smaller <i>draft</i> model with the same tokenizer.</p>"
         )
         if demo:
-            pair = [m for m in DEMO_MODELS if m.role in ("target", "draft")]
             unbuilt = [m for m in pair if not demo_path(m).exists()]
             # A tour read "installed" beside a library listing both as "Not built yet".
             size = format_bytes(sum(m.size for m in unbuilt))

@@ -1019,8 +1019,9 @@ class ModelManagerWindow(QMainWindow):
             _cell(table, download.row, 3).setText(_format_eta(p.eta) if running else "–")
         if state == "done" and isinstance(bar, QProgressBar):
             bar.setValue(1000)
-        if isinstance(bar, QProgressBar):  # a failed one is not drawn as a full, blue success (a tour's)
-            bar.setStyleSheet("QProgressBar::chunk { background: #d73a49; }" if state == "failed" else "")
+        sheet = "QProgressBar::chunk { background: #d73a49; }" if state == "failed" else ""
+        if isinstance(bar, QProgressBar) and bar.styleSheet() != sheet:  # not a full, blue success (a tour's)
+            bar.setStyleSheet(sheet)  # on a change only: this runs at every progress tick, and a sheet re-polishes
         _cell(table, download.row, 4).setText(state.capitalize())  # as the library's statuses are written
         _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
