@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import TinyModels
+from speculens import paths
 
 CLI = [sys.executable, "-m", "speculens.cli"]
 
@@ -337,20 +340,19 @@ def test_an_answer_stopped_before_it_began_has_no_note_on_the_draft_model(capsys
 CHAT_READER = """
 import os, sys
 from speculens.cli.generate_cmd import line_editing, read_message
-line_editing()
+history = line_editing()
 with os.fdopen(int(sys.argv[1]), "w") as said:
-    while message := read_message():
+    while message := read_message(history=history):
         said.write(repr(message) + "\\n")
         said.flush()
 """
 
 
-@pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
-@pytest.mark.parametrize("editing", [True, False], ids=["readline", "plain"])
-def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool) -> None:
-    """From a new-user tour: a function pasted into `generate --chat` at a terminal was answered line by line. Run
-    in a pseudo-terminal, with readline (stdout the terminal) and without (stdout elsewhere: the terminal's own line
-    editing, and the prompts on stderr)."""
+@contextlib.contextmanager
+def chat_reader(editing: bool) -> Iterator[Callable[..., str]]:
+    """``generate --chat``'s reader in a pseudo-terminal, with readline (stdout the terminal) or without (stdout
+    elsewhere: the terminal's own line editing, and the prompts on stderr). Yields ``typed(*keys)``, which types
+    each key at a person's pace and returns the message read; the reader must end (Ctrl+D) with exit status 0."""
     import ast
     import select
     import subprocess
@@ -373,23 +375,50 @@ def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool
                     os.write(master, key)
                     time.sleep(0.3)  # a person's pace: longer than a paste's
                 assert select.select([said], [], [], 30)[0], "no message read"
-                return ast.literal_eval(said.readline())
+                return str(ast.literal_eval(said.readline()))
 
-            if editing:  # a terminal that brackets a paste: one message, even without the paste's last newline
-                assert typed(b"\x1b[200~def f(x):\n    return x * 2\x1b[201~", b"\r") == "def f(x):\n    return x * 2\n"
-            # Lines that arrive together are a paste (a backslash ending one of them is the text's own).
-            assert typed(b"x = 1 + \\\r    2\r\rWhat does this do?\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
-            assert typed(b"first line \\\r", b"second line\r") == "first line \nsecond line\n"  # typed going on
-            if editing:  # Up recalls a message of several lines whole (a tour's recalled its last line)
-                assert typed(b"\x1b[A", b"\r") == "first line \nsecond line\n"
-                assert typed(b"\x1b[A\x1b[A", b"\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
-            assert typed(b"hello\r") == "hello\n" and typed(b"again\r") == "again\n"  # typed: a line a message
+            yield typed
             os.write(master, b"\x04")  # Ctrl+D: the end
             assert child.wait(timeout=30) == 0 and said.read() == ""
     finally:
         child.kill()
         child.wait()
         os.close(master)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
+@pytest.mark.parametrize("editing", [True, False], ids=["readline", "plain"])
+def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool) -> None:
+    """From a new-user tour: a function pasted into `generate --chat` at a terminal was answered line by line."""
+    with chat_reader(editing) as typed:
+        if editing:  # a terminal that brackets a paste: one message, even without the paste's last newline
+            assert typed(b"\x1b[200~def f(x):\n    return x * 2\x1b[201~", b"\r") == "def f(x):\n    return x * 2\n"
+        # Lines that arrive together are a paste (a backslash ending one of them is the text's own).
+        assert typed(b"x = 1 + \\\r    2\r\rWhat does this do?\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
+        assert typed(b"first line \\\r", b"second line\r") == "first line \nsecond line\n"  # typed going on
+        if editing:  # Up recalls a message of several lines whole (a tour's recalled its last line)
+            assert typed(b"\x1b[A", b"\r") == "first line \nsecond line\n"
+            assert typed(b"\x1b[A\x1b[A", b"\r") == "x = 1 + \\\n    2\n\nWhat does this do?\n"
+        assert typed(b"hello\r") == "hello\n" and typed(b"again\r") == "again\n"  # typed: a line a message
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
+def test_up_recalls_the_messages_of_an_earlier_chat() -> None:
+    """As a shell's history: the next `generate --chat` at a terminal recalls this one's messages, a message of
+    several lines whole, and a history file with a damaged line keeps the others."""
+    with chat_reader(True) as typed:
+        assert typed(b"\x1b[200~def f(x):\n    return x\x1b[201~", b"\r") == "def f(x):\n    return x\n"
+        assert typed(b"what does f do?\r") == "what does f do?\n"
+    kept = paths.chat_history_file()
+    assert [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()] == [
+        "def f(x):\n    return x", "what does f do?"]  # fmt: skip
+    with kept.open("a", encoding="utf-8") as f:
+        f.write('"cut off\n')
+    with chat_reader(True) as typed:
+        assert typed(b"\x1b[A", b"\r") == "what does f do?\n"
+        assert typed(b"\x1b[A\x1b[A\x1b[A", b"\r") == "def f(x):\n    return x\n"
+    assert [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()] == [
+        "def f(x):\n    return x", "what does f do?", "def f(x):\n    return x"]  # once in a row; the damaged line gone
 
 
 def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(

@@ -64,6 +64,11 @@ def conversations_dir() -> Path:
     return data_dir() / "conversations"
 
 
+def chat_history_file() -> Path:
+    """The messages typed into ``speculens-cli generate --chat`` at a terminal, which Up recalls in the next run."""
+    return data_dir() / "chat-history.jsonl"
+
+
 def settings_file() -> Path:
     """The settings JSON file."""
     return config_dir() / "settings.json"

@@ -16,9 +16,11 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from types import ModuleType
 from typing import IO
 
 from speculens import paths
+from speculens.atomic import write_bytes_atomic
 from speculens.cli import (
     as_message,
     in_words,
@@ -357,30 +359,71 @@ def _render_colored(event: StepEvent, encoding: str | None = None) -> str:
 PASTE_S = 0.05
 
 
-def line_editing() -> None:
+# Messages of earlier runs that Up recalls in ``generate --chat`` (as a shell keeps its history).
+HISTORY_KEPT = 500
+
+
+class ChatHistory:
+    """The messages typed into ``generate --chat`` at a terminal, kept between runs (:func:`paths.chat_history_file`,
+    one JSON string a line, so that a message of several lines stays one entry) and given to readline, so that Up
+    recalls them as a shell does. A history that cannot be read or written is left out, the chat going on."""
+
+    def __init__(self, readline: ModuleType) -> None:
+        self.path: Path | None = paths.chat_history_file()
+        self.messages: list[str] = []
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = []
+        for line in lines[-HISTORY_KEPT:]:
+            try:
+                message = json.loads(line)
+            except ValueError:  # a line cut off or edited by hand: the rest are kept
+                continue
+            if isinstance(message, str) and message:
+                self.messages.append(message)
+                readline.add_history(message)
+
+    def add(self, message: str) -> None:
+        """Keep ``message`` (already in readline's history) for the next run: once where it was sent twice in a row,
+        as readline keeps it."""
+        if self.path is None or not message.strip() or self.messages[-1:] == [message]:
+            return
+        self.messages = [*self.messages[-(HISTORY_KEPT - 1) :], message]
+        try:
+            write_bytes_atomic(self.path, "".join(json.dumps(m) + "\n" for m in self.messages).encode("utf-8"))
+        except OSError as exc:  # said once; the chat goes on without keeping it
+            print(f"note: the messages are not kept for the next run ({in_words(exc)})", file=sys.stderr)
+            self.path = None
+
+
+def line_editing() -> ChatHistory | None:
     """Line editing for ``generate --chat`` at a terminal, where Python has readline (not on Windows, whose console
-    edits and recalls lines itself): the arrow keys, Up for an earlier message, and bracketed paste, which takes a
-    pasted function as one message (a tour's was answered line by line) even without its last newline. Tab inserts
-    a tab, as in the code people paste and type, instead of completing file names."""
+    edits and recalls lines itself): the arrow keys, Up for an earlier message (of this run or, from the returned
+    :class:`ChatHistory`, of an earlier one), and bracketed paste, which takes a pasted function as one message (a
+    tour's was answered line by line) even without its last newline. Tab inserts a tab, as in the code people paste
+    and type, instead of completing file names."""
     if os.name != "posix":  # pyreadline3 may be installed there: its history is not GNU readline's
-        return
+        return None
     try:
         import readline
     except ImportError:
-        return
+        return None
     if "libedit" in (readline.__doc__ or ""):  # macOS's Python: editline, whose own syntax this is
         readline.parse_and_bind("bind ^I ed-insert")
     else:
         readline.parse_and_bind("tab: tab-insert")
         readline.parse_and_bind("set enable-bracketed-paste on")
+    return ChatHistory(readline)
 
 
-def read_message(prompt: str = "> ") -> str:
+def read_message(prompt: str = "> ", history: ChatHistory | None = None) -> str:
     """One chat message typed at a terminal ("" at the end of input): a line, or several where each but the last
     ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together: in one piece
     where the terminal brackets a paste (see :func:`line_editing`), otherwise told from typing by their arrival
     together (``select``, POSIX only), a backslash at the end of a pasted line then kept as pasted. Python's
-    ``input()`` edits with readline only where stdout is the terminal too; the prompts go to stderr otherwise."""
+    ``input()`` edits with readline only where stdout is the terminal too; the prompts go to stderr otherwise.
+    ``history`` keeps the message for the next run."""
 
     def ask(said: str) -> str:
         if sys.stdout.isatty():
@@ -400,6 +443,8 @@ def read_message(prompt: str = "> ") -> str:
                 readline.add_history(text.rstrip("\n"))
             except ValueError:  # a line editor whose history counts otherwise: its entries stay, the chat goes on
                 pass
+        if history is not None:
+            history.add(text.rstrip("\n"))
         return text
 
     lines: list[str] = []
@@ -486,11 +531,10 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             chat = ChatSession(engine)
             interactive = sys.stdin.isatty()
-            if interactive:
-                line_editing()
+            history = line_editing() if interactive else None
             failed = answered = False
             while True:
-                line = read_message() if interactive else sys.stdin.readline()
+                line = read_message(history=history) if interactive else sys.stdin.readline()
                 if not line:
                     return 1 if failed else 0
                 if not line.strip():
