@@ -114,7 +114,10 @@ def test_an_answer_stopped_before_it_began_leaves_the_last_one_shown(panel: Live
     # Stopped while its prompt was read: the same, with how far the prompt got (a tour read "0 tokens in 0 target
     # passes, nothing drafted: no source found a draft").
     feed(panel, [StartEvent(2764, 1536, 15.6, "lookup+ngram-cache", 7), stopped])
-    assert panel.status.text() == "Stopped while the prompt was read (1,536 of its 2,764 tokens): no answer."
+    assert panel.status.text() == (
+        "Stopped while the prompt of 2,764 tokens was read (1,536 evaluated, the rest from the cache or not reached): "
+        "no answer."
+    )
     assert panel.view.toPlainText() == shown and panel.stats_strip.value_text("tokens") == "7"
     feed(panel, [StartEvent(12, 12, 0.05, "lookup", 7), *KNOWN_STEPS[1:2]])  # the next answer replaces it
     assert panel.view.toPlainText() != shown and "generating" in panel.status.text()

@@ -199,11 +199,12 @@ class LivePanel(QWidget):
                 and not event.stats.n_generated
             ):
                 # Stopped while its prompt was read: the same (a tour read "0 tokens in 0 target passes, nothing
-                # drafted: no source found a draft" here).
+                # drafted: no source found a draft" here). The count evaluated is not how far it got: a chat turn
+                # evaluates only what its cache lacks.
                 self._start = None
                 self.status.setText(
-                    f"Stopped while the prompt was read ({start.n_prompt_evaluated:,} of its {start.n_prompt:,} "
-                    "tokens): no answer."
+                    f"Stopped while the prompt of {start.n_prompt:,} tokens was read ({start.n_prompt_evaluated:,} "
+                    "evaluated, the rest from the cache or not reached): no answer."
                 )
             elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
                 self._begin()
