@@ -86,6 +86,7 @@ def test_cli_demo_registers_and_check_pair_uses_library_ids(
         target.parent.mkdir(parents=True, exist_ok=True)
         os.link(demo_files[model.key], target)
     assert main(["models", "demo"]) == 0
+    assert "qwen-0.5b: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (" in capsys.readouterr().out  # not its metadata's "AWQ"
     entries = {e.id: e for e in Library().entries()}
     for model in demo.DEMO_MODELS:
         entry = entries[model.key]

@@ -570,12 +570,13 @@ class Library:
         return self._add_demo_entry(model, demo.ensure_demo_model(model, progress=progress))
 
     def _add_demo_entry(self, model: demo.DemoModel, path: Path) -> LibraryEntry:
-        return self.add(
+        # Named as entries() names it (`models demo` printed the draft as "… AWQ", from its file's metadata).
+        return _demo_named(self.add(
             path,
             source=ModelSource(SourceKind.DEMO, repo=model.hub_repo, filename=model.filename, demo_key=model.key),
             sha256=model.sha256,  # verified when assembled (demo.ensure_demo_model)
             entry_id=model.key,
-        )
+        ))
 
     def _sync_demo(self, stored: dict[str, LibraryEntry]) -> dict[str, LibraryEntry]:
         """Register demo models that were assembled (by a generate run, say) but never registered."""
