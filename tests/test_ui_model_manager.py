@@ -274,7 +274,7 @@ def test_a_corrupted_download_says_why_on_the_message_line(qtbot, fake_hub, mana
     assert left.red() > 150 and left.blue() < 120, left.name()
 
 
-def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(
+def test_a_resumed_download_keeps_its_row_and_a_finished_one_shows_its_model(
     qtbot, fake_hub, manager: ModelManagerWindow
 ) -> None:
     from speculens.models import hub as hub_module
@@ -308,8 +308,12 @@ def test_a_resumed_download_keeps_its_row_and_a_finished_one_has_no_button(
     with qtbot.waitSignal(manager.downloads_changed) as said:
         manager._on_download_timer_timeout()
     assert said.args == [""]  # the main window's word on downloads goes
-    assert manager.download_table.cellWidget(again.row, 5) is None  # no Resume on a finished download
     qtbot.waitUntil(lambda: "downloaded, checked and added to the library" in manager.message.text(), timeout=10_000)
+    # No Resume on a finished download, but the way to it (an empty cell left the user to look for it).
+    button = manager.download_table.cellWidget(again.row, 5)
+    assert button.text() == "Show in library"
+    button.click()
+    assert manager.tabs.currentIndex() == 0 and manager._selected_entry().path == Path(again.message)
 
 
 def test_a_download_left_unfinished_is_offered_again_after_a_restart(

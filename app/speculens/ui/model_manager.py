@@ -374,6 +374,17 @@ class ModelManagerWindow(QMainWindow):
         if self.tabs.currentIndex() == 0:  # typing goes to the library's rows (the hub tab focuses its search box)
             self.library_table.setFocus()
 
+    def show_in_library(self, path: Path) -> None:
+        """Select the library's row of ``path`` (a finished download), on the Library tab, with the keyboard there."""
+        self.tabs.setCurrentIndex(0)
+        row = next((i for i, e in enumerate(self.entries) if e.path == path), None)
+        if row is None:  # removed from the library since
+            self._show_error(f"{path.name} is no longer in the library: download it again, or Import it.")
+            return
+        self.library_table.selectRow(row)
+        self.library_table.scrollTo(self.library_table.model().index(row, 0))
+        self.library_table.setFocus()
+
     def _selected_entry(self) -> Any:
         rows = {i.row() for i in self.library_table.selectedIndexes()}
         return self.entries[min(rows)] if rows else None
@@ -992,12 +1003,14 @@ class ModelManagerWindow(QMainWindow):
         for col in (2, 3, 4):
             table.setItem(download.row, col, QTableWidgetItem("–"))
         button = QPushButton("Cancel", table)
-        button.setAccessibleName(f"Cancel or resume {download.filename}")
+        button.setAccessibleName(f"Cancel, resume or show {download.filename}")
         button.clicked.connect(lambda: self._on_download_button_clicked(download))
         table.setCellWidget(download.row, 5, button)
 
     def _on_download_button_clicked(self, download: Download) -> None:
-        if download.state in RUNNING:
+        if download.state == "done":
+            self.show_in_library(Path(download.message))
+        elif download.state in RUNNING:
             download.cancel.set()
         else:
             # Resume (or Retry): a fresh request, in the same row, continues from the .part file the hub client kept
@@ -1026,10 +1039,9 @@ class ModelManagerWindow(QMainWindow):
         _cell(table, download.row, 4).setToolTip(download.message)
         button = table.cellWidget(download.row, 5)
         if isinstance(button, QPushButton):
-            if state == "done":  # removed, not hidden: a table shows its cell widgets again when it lays them out
-                table.removeCellWidget(download.row, 5)
-            else:
-                button.setText("Cancel" if running else "Retry" if state == "failed" else "Resume")
+            # Done: where to use it (an empty cell left the user to find the new file among the library's rows).
+            words = {"done": "Show in library", "failed": "Retry"}
+            button.setText("Cancel" if running else words.get(state, "Resume"))
 
     def _on_download_timer_timeout(self) -> None:
         for download in self.downloads:
