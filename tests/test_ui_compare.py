@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from PySide6.QtCore import Qt
 
@@ -17,7 +19,7 @@ from speculens.engine.events import (
     RunningStats,
     StepEvent,
 )
-from speculens.ui.compare_view import CompareView
+from speculens.ui.compare_view import CompareView, verdict_html
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
@@ -198,7 +200,7 @@ def test_a_difference_names_both_candidates_and_switching_to_bit_exact_clears_it
     said = view.verdict.text()
     assert "different answers" not in said  # as long as each other
     # Which logit is whose, and which run chose which token.
-    assert "from token 2 (underlined in red): plain decoding chose <code>« that»</code>" in said
+    assert "from token 2 (underlined in red): plain decoding chose <code>«&nbsp;that»</code>" in said
     assert "(the target's logit 16.961" in said
     assert "over <code>«,»</code> (16.888), a margin of 0.073; speculation chose <code>«,»</code>" in said
     assert view.exact_button.isVisibleTo(view)
@@ -293,6 +295,17 @@ def test_where_one_answer_ends_first_the_verdict_says_it_chose_the_end(qtbot) ->
     comparison = Comparison(plain, speculative, True, False, Divergence(1, 0, 3, b"", b" b", 16.9, 16.8))
     view.on_records([Record(1, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)])
     assert "plain decoding chose the end of the answer (the target's logit 16.900" in view.verdict.text()
+
+
+def test_answers_that_part_at_their_indentation_show_how_much_each_chose(qtbot) -> None:
+    """Rich text collapses spaces: where a greedy answer chose four spaces and the other three, both read «  »."""
+    plain = FinishEvent(FinishReason.EOG, "a", (1,), RunningStats())
+    speculative = FinishEvent(FinishReason.EOG, "b", (2,), RunningStats())
+    parted = Divergence(1, 2, 3, b"\n    ", b"   ", 16.9, 16.8)
+    said = verdict_html(Comparison(plain, speculative, True, False, parted))
+    assert "«⏎␣␣␣␣»" in said and "«␣␣␣»" in said
+    tabs = verdict_html(Comparison(plain, speculative, True, False, replace(parted, piece_a=b"  return x\t")))
+    assert "«&nbsp;&nbsp;return&nbsp;x⇥»" in tabs  # spaces among text kept as they are, each one
 
 
 def test_the_verdict_is_shown_whole_in_a_narrow_short_dock(qtbot) -> None:

@@ -30,17 +30,17 @@ from PySide6.QtWidgets import (
 from speculens.engine.config import NOISY_SPREAD
 from speculens.engine.events import FinishEvent, FinishReason, StepEvent
 from speculens.ui.labels import WrappedLabel
-from speculens.ui.token_view import TokenView
+from speculens.ui.token_view import TokenView, token_html
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
 
 _WAITING = "waiting…"  # a lane's figures until its answer starts
 
 
 def _piece(piece: bytes) -> str:
-    text = piece.decode("utf-8", errors="replace").replace("\n", "⏎")
+    text = piece.decode("utf-8", errors="replace")
     if not text:  # a special token: where answers part, the end of one of them
         return "the end of the answer"
-    return f"<code>«{html.escape(text)}»</code>"
+    return f"<code>«{token_html(text)}»</code>"
 
 
 # A speedup within this far of 1 reads as the same speed: this project's VM drifts by more between two runs.

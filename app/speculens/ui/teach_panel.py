@@ -11,7 +11,6 @@ with the stopwatch: a draft that costs more than it wins shows a curve below 1.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -31,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from speculens.ui.charts import RunSeries, nice_end, solid_grid, solid_grid_axes
 from speculens.ui.labels import WrappedLabel
-from speculens.ui.token_view import SOURCE_NAMES
+from speculens.ui.token_view import SOURCE_NAMES, token_html
 from speculens.ui.worker import Record, RecordKind
 from speculens.words import upper_first
 
@@ -42,10 +41,10 @@ MAX_GAMMA = 32
 
 
 def _quote(piece: bytes) -> str:
-    text = piece.decode("utf-8", errors="replace").replace("\n", "⏎")
+    text = piece.decode("utf-8", errors="replace")
     if not text:  # a token with no text of its own ("«»" read as a glitch)
         return "<code>«»</code> (a special token with no text, such as the end of the answer)"
-    return f"<code>«{html.escape(text)}»</code>"
+    return f"<code>«{token_html(text)}»</code>"
 
 
 def explain_step(event: StepEvent, strategy: str | None = None) -> str:

@@ -157,6 +157,16 @@ WATCH_IT_DRAFT = "untick Adaptive in Settings to watch it draft anyway"
 NO_TEXT = "∅"
 
 
+def token_html(text: str) -> str:
+    """A token's text for rich text: line breaks as ⏎ and tabs as ⇥, as in the token view; a token of whitespace
+    alone (code's indentation) with a ␣ a space, and other spaces kept. HTML collapses spaces, so Compare's first
+    differing token read «  » against «  » where one was four spaces and the other three."""
+    marked = text.replace("\n", "⏎").replace("\t", "⇥")
+    if not marked.strip("⏎⇥ "):
+        marked = marked.replace(" ", "␣")
+    return html.escape(marked).replace(" ", "&nbsp;")
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     """What the tooltip says about one token.
@@ -179,14 +189,14 @@ class TokenInfo:
 
     def tooltip(self) -> str:
         """A short, plain description for a tooltip."""
-        shown = self.text.replace("\n", "⏎").replace("\t", "⇥") or (
+        shown = token_html(self.text) or (
             # A drafted token's own piece: empty only for a special token (the emitted stream's are decoded
             # together, where a piece can be the first bytes of a character shown with the next).
             f"{NO_TEXT} (a special token with no text, such as the end of the answer)"
             if self.kind is TokenKind.REJECTED
             else "(part of a character)"
         )
-        lines = [f"<b>{html.escape(shown)}</b> — {KIND_STYLE[self.kind][0]}", f"step {self.step}"]
+        lines = [f"<b>{shown}</b> — {KIND_STYLE[self.kind][0]}", f"step {self.step}"]
         if self.source is not None:
             lines.append(f"drafted by {SOURCE_NAMES.get(self.source, self.source)}")
         if self.draft_prob is not None:
