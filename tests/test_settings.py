@@ -10,7 +10,14 @@ import pytest
 
 from speculens import paths
 from speculens.engine.config import FlashAttention
-from speculens.settings import SCHEMA_VERSION, Settings, load_settings, model_config, save_settings
+from speculens.settings import (
+    SCHEMA_VERSION,
+    Settings,
+    load_settings,
+    model_config,
+    read_settings,
+    save_settings,
+)
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
@@ -75,21 +82,22 @@ def test_unknown_missing_and_bad_values_are_tolerated(tmp_path: Path) -> None:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("content", ["{not json", "", "\x00\x01binary"])
-def test_corrupt_file_is_backed_up_and_defaults_used(tmp_path: Path, content: str) -> None:
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b"", b"\x00\x01binary", b'{"schema_version": 3, garbage\x00\xff', b"[1, 2, 3]"],
+    ids=["not-json", "empty", "binary", "not-utf-8", "not-an-object"],
+)
+def test_corrupt_file_is_backed_up_and_defaults_used(tmp_path: Path, content: bytes) -> None:
+    """A damaged file gives the defaults, is kept beside them, and is said to the user (a tour's file that was not
+    UTF-8 stopped the app at start; one that was not JSON reset every setting without a word)."""
     path = tmp_path / "settings.json"
-    path.write_text(content, encoding="utf-8")
-    assert load_settings(path) == Settings()
+    path.write_bytes(content)
+    settings, said = read_settings(path)
     backup = tmp_path / "settings.json.corrupt"
-    assert backup.read_text(encoding="utf-8") == content
+    assert settings == Settings() and "damaged" in said and f"kept as {backup}" in said
+    assert backup.read_bytes() == content
     save_settings(Settings(n_draft=3), path)
-    assert load_settings(path).n_draft == 3 and backup.exists()
-
-
-def test_a_non_object_document_gives_defaults(tmp_path: Path) -> None:
-    path = tmp_path / "settings.json"
-    path.write_text("[1, 2, 3]", encoding="utf-8")
-    assert load_settings(path) == Settings()
+    assert read_settings(path) == (Settings(n_draft=3), "") and backup.exists()
 
 
 def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:

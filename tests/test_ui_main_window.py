@@ -308,6 +308,24 @@ def test_a_failed_load_shows_why_and_changes_no_setting(qtbot, tiny, monkeypatch
     assert "not loaded" in window.pair_label.text()
 
 
+def test_a_damaged_settings_file_is_said_before_the_welcome(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a new-user tour: a settings file that was not UTF-8 stopped the app at start, and one that was not JSON
+    gave the first start's welcome, the chosen pair gone and nothing saying why."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from speculens.ui.main_window import MainWindow
+
+    paths.settings_file().parent.mkdir(parents=True)
+    paths.settings_file().write_bytes(b'{"schema_version": 3, "temperature": 0.5, garbage\x00\xff')
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: shown.append(text))
+    window = MainWindow(restore_layout=False, engine_factory=FakeFactory())
+    qtbot.addWidget(window)
+    window.mention_settings_problem()
+    assert window.store.settings.target_path == "" and len(shown) == 1
+    assert "damaged" in shown[0] and str(paths.settings_file()) + ".corrupt" in shown[0]
+
+
 def test_settings_changes_are_saved(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny)
     window.settings_panel.n_draft.setValue(11)

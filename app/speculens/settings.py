@@ -292,34 +292,48 @@ def _coerce(value: object, kind: type) -> Any:
 
 
 def load_settings(path: Path | None = None) -> Settings:
+    """The settings in the file (see :func:`read_settings`); never raises."""
+    return read_settings(path)[0]
+
+
+def read_settings(path: Path | None = None) -> tuple[Settings, str]:
     """Read the settings file; never raises.
 
     Args:
         path: the file (default: :func:`speculens.paths.settings_file`).
 
     Returns:
-        The settings, or the defaults when the file is missing or unreadable. A file that is not valid
-        JSON is renamed to ``<name>.corrupt`` so that the next save does not destroy it.
+        The settings, or the defaults when the file is missing or unusable; and, where it was there but unusable, a
+        sentence saying so for the user ("" otherwise): a tour's damaged file gave the first start's welcome, its
+        chosen pair and sampling gone without a word. A file that is not a JSON document of settings (not UTF-8
+        text, not JSON, not an object) is renamed to ``<name>.corrupt``, so that the next save does not destroy it.
     """
     path = path or paths.settings_file()
     try:
-        text = path.read_text(encoding="utf-8")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object of settings")
     except FileNotFoundError:
-        return Settings()
+        return Settings(), ""
     except OSError as exc:
         log.warning("cannot read %s (%s); using default settings", path, exc)
-        return Settings()
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
+        why = f"{exc.strerror}" if exc.strerror else str(exc)
+        return Settings(), f"The settings file {path} could not be read ({why}), so the default settings are used."
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors too
         backup = path.with_name(path.name + ".corrupt")
-        log.warning("%s is not valid JSON (%s); kept it as %s and using defaults", path, exc, backup.name)
+        log.warning("%s is not a settings document (%s); kept it as %s and using defaults", path, exc, backup.name)
         try:
             os.replace(path, backup)
         except OSError:
             log.exception("could not keep a backup of the corrupt settings file")
-        return Settings()
-    return Settings.from_dict(data)
+            kept = "it could not be renamed, and the next change of a setting replaces it"
+        else:
+            kept = f"it is kept as {backup}"
+        return Settings(), (
+            f"The settings file was damaged ({exc}), so the default settings are used; {kept}. Choose the models "
+            "again in Models (Ctrl+M), and the other settings in the Settings tab."
+        )
+    return Settings.from_dict(data), ""
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:

@@ -136,6 +136,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     # After the first paint, so the window appears at once and the welcome question comes on top of it.
+    QTimer.singleShot(0, window.mention_settings_problem)  # before the welcome it explains
     QTimer.singleShot(0, window.mention_unfinished_downloads)
     QTimer.singleShot(0, window.offer_first_start)
     return app.exec()

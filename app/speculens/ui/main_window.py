@@ -37,7 +37,7 @@ from speculens.engine.config import Strategy
 from speculens.engine.events import FinishEvent, FinishReason, StartEvent
 from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
-from speculens.settings import Settings, generation_config, load_settings
+from speculens.settings import Settings, generation_config, read_settings
 from speculens.ui import file_dialogs
 from speculens.ui.charts import ChartsPanel, RunSeries, paint_budget
 from speculens.ui.chat_pane import EXPORT_CODE_SHADE, ChatPane, ConversationList, render_transcript
@@ -103,9 +103,9 @@ class MainWindow(QMainWindow):
         self._compare_again: list[dict[str, str]] | None = None  # run again once bit-exact is loaded
         self._primer: QDialog | None = None  # Help ▸ How speculative decoding works, while open
 
-        self.store = SettingsStore(
-            settings if settings is not None else load_settings(), autosave=autosave, parent=self
-        )
+        # A settings file that could not be used is said once the window is up (mention_settings_problem).
+        settings, self._settings_problem = (settings, "") if settings is not None else read_settings()
+        self.store = SettingsStore(settings, autosave=autosave, parent=self)
         self.library = library if library is not None else Library()
         self.worker = EngineWorker(engine_factory, self)
         self.router = GenerationRouter(self.worker, self)
@@ -763,6 +763,12 @@ class MainWindow(QMainWindow):
         return path
 
     # ---- first start, about, layout, closing --------------------------------------------------------
+
+    def mention_settings_problem(self) -> None:
+        """Say why the settings are the defaults, where the file was there and unusable: a tour's damaged file
+        gave the first start's welcome, its chosen pair and sampling gone, and only the log said why."""
+        if self._settings_problem:
+            QMessageBox.warning(self, "Settings reset", self._settings_problem)
 
     def mention_unfinished_downloads(self) -> None:
         """Say in the status bar that downloads an earlier session left unfinished wait to be resumed (their rows
