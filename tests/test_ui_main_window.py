@@ -105,6 +105,18 @@ def test_a_message_typed_and_not_sent_is_there_after_a_restart(qtbot, tiny) -> N
     assert make_window(qtbot, tiny, load=False).chat.input.toPlainText() == ""
 
 
+def test_a_message_typed_and_not_sent_is_kept_through_a_crash(qtbot, tiny) -> None:
+    """A tour's kill -9 lost a message typed during an answer: it was written only at quit."""
+    from speculens.ui.file_dialogs import window_state
+
+    window = make_window(qtbot, tiny, load=False)
+    window.chat.input.setPlainText("a follow-up about functools.wraps")
+    # The window never closes: what the next start finds is what was written as the typing stopped.
+    qtbot.waitUntil(lambda: window_state().value("unsent") == "a follow-up about functools.wraps", timeout=10_000)
+    again = make_window(qtbot, tiny, load=False)
+    assert again.chat.input.toPlainText() == "a follow-up about functools.wraps"
+
+
 def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot, tiny) -> None:
     """A tour found a conversation opened again (or the app restarted) showing "No answer yet." and empty charts
     beside its answers: the last answer's events are kept with the conversation."""

@@ -14,6 +14,7 @@ import html
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,17 @@ BADGE_WARNING = (
     "QToolButton { background: #d73a49; color: white; font-weight: bold; border-radius: 4px; padding: 3px 8px }"
 )
 BADGE_OK = "QToolButton { background: rgba(46,160,67,150); color: white; border-radius: 4px; padding: 3px 8px }"
+
+
+# How long after the last key a message typed and not sent is written down (window.ini, as at quit).
+UNSENT_SAVE_MS = 1000
+
+
+def _keep_unsent(text: str) -> None:
+    """Write the message box's text where the next start restores it (on the saver's thread)."""
+    store = file_dialogs.window_state()
+    store.setValue("unsent", text)
+    store.sync()
 
 
 class MainWindow(QMainWindow):
@@ -136,6 +148,14 @@ class MainWindow(QMainWindow):
         unsent = state.value("unsent")
         if isinstance(unsent, str) and unsent:  # a message typed and not sent is not lost by quitting (a tour's)
             self.chat.input.setPlainText(unsent)
+        # Nor by a crash or a kill (a tour's kill -9 lost one that a quit would have kept): kept a second after the
+        # typing stops, on a thread of its own (no disk on the window's thread while an answer streams), in order.
+        self._unsent_saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speculens-unsent")
+        self._unsent_timer = QTimer(self, singleShot=True, interval=UNSENT_SAVE_MS)
+        self._unsent_timer.timeout.connect(
+            lambda: self._unsent_saver.submit(_keep_unsent, self.chat.input.toPlainText())
+        )
+        self.chat.input.textChanged.connect(self._unsent_timer.start)
         self.conversation_list.show_current(self.chat.conversation)
         self._show_kept_answer()
         self.setCentralWidget(self.chat)
@@ -955,6 +975,8 @@ class MainWindow(QMainWindow):
         self.router.drain()
         self.conversations.close()
         self.store.flush()
+        self._unsent_timer.stop()
+        self._unsent_saver.shutdown()  # its last write before the layout's, which has the box's text now
         try:
             self._save_layout()
         except OSError:
