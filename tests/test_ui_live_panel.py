@@ -27,7 +27,7 @@ from speculens.engine.events import (
 )
 from speculens.ui.charts import ChartsPanel, RunSeries, nice_end
 from speculens.ui.live_panel import LivePanel, StatsStrip
-from speculens.ui.token_view import KIND_STYLE, TokenKind, TokenView, drafts_phrase
+from speculens.ui.token_view import KIND_STYLE, TokenInfo, TokenKind, TokenView, drafts_phrase
 from speculens.ui.worker import Lane, Record, RecordKind
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
@@ -225,8 +225,41 @@ def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
     assert rejected is not None and rejected.kind is TokenKind.REJECTED
     tip = rejected.tooltip()
     assert "step 1" in tip and "draft probability 0.600" in tip and "target probability 0.100" in tip
-    assert "rejected by the target" in tip
-    assert "accepted by the target" in panel.view.token_at(0).tooltip()
+    # The target's probability is known where the answer samples: the draw is said, with its chance (a tour read
+    # "target probability 0.657, rejected by the target" as a wrong refusal).
+    assert "kept with probability min(1, p/q) = 0.17: the draw rejected it" in tip
+    assert "kept with probability min(1, p/q) = 0.89: the draw kept it" in panel.view.token_at(0).tooltip()
+    greedy = TokenInfo(TokenKind.REJECTED, "Cx", 1, 0.6, None, "draft")  # greedy: the choices compared
+    assert "rejected by the target" in greedy.tooltip() and "draw" not in greedy.tooltip()
+    free = TokenInfo(TokenKind.REJECTED, "Cx", 1, None, 0.3, "lookup")  # sampled, from a source without q
+    assert "rejected: the target's own sample here was another token" in free.tooltip()
+
+
+def test_teach_explains_a_sampled_step_by_its_draws(qtbot) -> None:
+    """From a new-user tour: Teach said "every drafted token matched the target" and "the target's own choice
+    replaces the rejected token" of sampled steps, and rejection sampling was named nowhere but in the primer."""
+    from speculens.ui.teach_panel import explain_step
+
+    rejected = explain_step(KNOWN_STEPS[0], "draft", sampled=True)
+    assert "min(1, 0.10/0.60) = 0.17, and the draw went against it" in rejected
+    assert "max(0, p − q) normalised, replaces the rejected one: <code>«Xc»</code>" in rejected
+    kept = explain_step(KNOWN_STEPS[1], "draft", sampled=True)
+    assert "every draw kept it" in kept and "for free, sampled from the target" in kept
+    free = replace(KNOWN_STEPS[0], drafted=tuple(replace(t, draft_prob=None) for t in KNOWN_STEPS[0].drafted))
+    said = explain_step(free, "lookup", sampled=True)
+    assert "the target's own sample was another token than <code>«Cx»</code>" in said
+    assert "the target's own sample there, <code>«Xc»</code>, replaces the rejected token" in said
+    # The panel knows from the answer's start event that it samples.
+    from speculens.ui.teach_panel import TeachPanel
+
+    teach = TeachPanel(RunSeries())
+    qtbot.addWidget(teach)
+    start = StartEvent(12, 12, 0.05, "draft", 7, sampled=True)
+    feed(teach, [start, *KNOWN_STEPS, FinishEvent(FinishReason.EOG, "x", (1,), stats(3, 7, 6, 4))], queued=True)  # type: ignore[arg-type]
+    assert "every draw kept it" in teach.explanation.toPlainText()  # its last step that drafted
+    greedy = explain_step(KNOWN_STEPS[0], "draft")  # greedy: choices, not draws
+    assert "the target disagreed at token 3" in greedy and "draw" not in greedy
+    assert "every drafted token matched the target" in explain_step(KNOWN_STEPS[1], "draft")
 
 
 def test_the_status_says_which_flash_attention_setting_the_answer_decoded_with(panel: LivePanel) -> None:

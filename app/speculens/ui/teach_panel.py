@@ -47,18 +47,23 @@ def _quote(piece: bytes) -> str:
     return f"<code>«{token_html(text)}»</code>"
 
 
-def explain_step(event: StepEvent, strategy: str | None = None) -> str:
+def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = False) -> str:
     """An HTML paragraph saying what happened in one speculation step, for a room full of students.
 
     Args:
         event: the step.
         strategy: the generation's draft sources as its start event names them (``none``: plain decoding;
             ``None``: unknown, judged from the step alone).
+        sampled: the answer samples (temperature above 0): drafts are kept by a draw, not by matching the
+            target's choice (a tour's sampled steps read "every drafted token matched the target").
     """
     from speculens.engine.events import Origin
 
     n = len(event.drafted)
     k = sum(1 for d in event.drafted if d.accepted)
+    # Sampled with a draft model's probabilities: rejection sampling (see engine/verify.py). Sampled from a free
+    # source (no q): the target samples at each position and keeps the draft while the samples agree.
+    rejection = sampled and n > 0 and all(d.draft_prob is not None for d in event.drafted)
     parts = [f"<h3>Step {event.step}</h3>"]
     if not event.emitted and not k:
         first = "the target's own choice" if not n else "the target's choice at the first drafted position"
@@ -139,28 +144,55 @@ def explain_step(event: StepEvent, strategy: str | None = None) -> str:
             f"({event.verify_ms:.1f} ms) — that single pass is what makes speculation pay off.</p>"
         )
         if k == n:
-            parts.append(f"<p><b>3. Accepted {k} of {n}</b>: every drafted token matched the target.</p>")
+            agreed = (
+                "each drafted token was kept by a draw with probability min(1, p/q), the target's probability "
+                "of it over the draft's, and every draw kept it"
+                if rejection
+                else "at every position the target's own sample was the drafted token"
+                if sampled
+                else "every drafted token matched the target"
+            )
+            parts.append(f"<p><b>3. Accepted {k} of {n}</b>: {agreed}.</p>")
         else:
             rejected = event.drafted[k]
+            p, q = rejected.target_prob, rejected.draft_prob
             why = ""
-            if rejected.target_prob is not None:
-                why = f" (the target gave it probability {rejected.target_prob:.2f}"
-                why += f", the draft {rejected.draft_prob:.2f})" if rejected.draft_prob is not None else ")"
+            if p is not None:
+                why = f" (the target gave it probability {p:.2f}"
+                why += f", the draft {q:.2f})" if q is not None else ")"
+            if rejection and p is not None and q:
+                verdict = (
+                    f"token {k + 1}, {_quote(rejected.piece)}, was kept with probability min(1, p/q) = "
+                    f"min(1, {p:.2f}/{q:.2f}) = {min(1.0, p / q):.2f}, and the draw went against it"
+                )
+            elif sampled:
+                verdict = (
+                    f"at token {k + 1} the target's own sample was another token than {_quote(rejected.piece)}{why}"
+                )
+            else:
+                verdict = f"the target disagreed at token {k + 1}, {_quote(rejected.piece)}{why}"
             parts.append(
-                f"<p><b>3. Accepted {k} of {n}</b>: the target disagreed at token {k + 1}, "
-                f"{_quote(rejected.piece)}{why}; "
+                f"<p><b>3. Accepted {k} of {n}</b>: {verdict}; "
                 + (f"it and the {n - k - 1} after it are thrown away" if n - k - 1 else "it is thrown away")
                 + ".</p>"
             )
     last = event.emitted[-1] if event.emitted else None
     if last is not None and last.origin is Origin.CORRECTION:
-        parts.append(
-            f"<p><b>4. Correction</b>: the target's own choice {_quote(last.piece)} replaces the rejected token.</p>"
-        )
+        if rejection:
+            instead = (
+                f"a token sampled from what the target's distribution has beyond the draft's, max(0, p − q) "
+                f"normalised, replaces the rejected one: {_quote(last.piece)}. With the draws above, this keeps the "
+                "answer's tokens distributed exactly as the target alone would sample them"
+            )
+        elif sampled:
+            instead = f"the target's own sample there, {_quote(last.piece)}, replaces the rejected token"
+        else:
+            instead = f"the target's own choice {_quote(last.piece)} replaces the rejected token"
+        parts.append(f"<p><b>4. Correction</b>: {instead}.</p>")
     elif last is not None and last.origin is Origin.BONUS:
         parts.append(
             f"<p><b>4. Bonus</b>: because all drafts were accepted, the same pass also gave the next token "
-            f"{_quote(last.piece)} for free.</p>"
+            f"{_quote(last.piece)} for free{', sampled from the target' if sampled else ''}.</p>"
         )
     grew = len(event.emitted)
     if grew < k + 1:
@@ -208,6 +240,7 @@ class TeachPanel(QWidget):
         self._final: StepEvent | None = None  # this answer's last step
         self._curve_step: StepEvent | None = None  # this answer's last step with a curve of its own
         self._strategy: str | None = None  # the running generation's sources, from its start event
+        self._sampled = False  # and whether it samples
         self.step_mode = QCheckBox("Step mode: pause after each step", self)
         self.step_mode.setAccessibleName("Step mode")
         self.step_mode.toggled.connect(self.step_mode_toggled)
@@ -310,7 +343,7 @@ class TeachPanel(QWidget):
                 self.last_step = self._last_drafted = self._last_token = self._final = self._curve_step = None
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
-                self._strategy = event.strategy
+                self._strategy, self._sampled = event.strategy, event.sampled
                 if not self.step_mode.isChecked():  # not the last answer's step while this one runs
                     self.explanation.setHtml(
                         "<p>An answer is being generated. When it ends, its last step that drafted is explained "
@@ -371,12 +404,12 @@ class TeachPanel(QWidget):
             )
             self.last_step = step = self._last_token
         # The explanation and the curve's caption speak of the same step.
-        self.explanation.setHtml(lead + explain_step(step, self._strategy))
+        self.explanation.setHtml(lead + explain_step(step, self._strategy, self._sampled))
 
     def show_step(self, event: StepEvent) -> None:
         """Explain a step (called when the worker pauses on it)."""
         self.last_step = event
-        self.explanation.setHtml(explain_step(event, self._strategy))
+        self.explanation.setHtml(explain_step(event, self._strategy, self._sampled))
         self.next_button.setEnabled(True)
         self.update_curve()
 

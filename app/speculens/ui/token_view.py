@@ -204,8 +204,25 @@ class TokenInfo:
         if self.target_prob is not None:
             lines.append(f"target probability {self.target_prob:.3f}")
         if self.kind in (TokenKind.ACCEPTED, TokenKind.REJECTED):
-            lines.append("accepted by the target" if self.kind is TokenKind.ACCEPTED else "rejected by the target")
+            lines.append(self._verdict())
         return "<br>".join(lines)
+
+    def _verdict(self) -> str:
+        """How the target judged a drafted token. Its probability is known only where the answer samples (greedy
+        verification compares choices): a tour's tooltip read "target probability 0.657, rejected by the target",
+        and a token the target gave 66% looked wrongly refused."""
+        accepted = self.kind is TokenKind.ACCEPTED
+        p, q = self.target_prob, self.draft_prob
+        if p is not None and q:  # rejection sampling (Leviathan et al. 2023): kept with probability min(1, p/q)
+            chance = f"kept with probability min(1, p/q) = {min(1.0, p / q):.2f}"
+            return f"{chance}: the draw kept it" if accepted else f"{chance}: the draw rejected it"
+        if p is not None:  # a free source's draft, sampled: kept while the target's own sample is the same token
+            return (
+                "accepted: the target's own sample here was this token"
+                if accepted
+                else "rejected: the target's own sample here was another token"
+            )
+        return "accepted by the target" if accepted else "rejected by the target"
 
 
 def step_tokens(event: StepEvent) -> list[TokenInfo]:
