@@ -143,6 +143,23 @@ def test_a_file_listed_twice_is_counted_once_and_binary_data_under_a_text_suffix
     with pytest.raises(InvalidInputError, match="ngram_max must be between 1 and 8, not 0"):
         build_map(files, tiny.target, tmp_path / "none.npz", ngram_max=0)
     assert not (tmp_path / "none.npz").exists()
+    # Given alone, binary data is said to be binary, not "no text files (… .py …)" of a .py file (a tour's).
+    with pytest.raises(InvalidInputError, match=r"^blob.py holds binary data, not text"):
+        corpus_files([folder / "blob.py"])
+
+
+def test_a_corpus_that_gives_no_ngram_writes_no_map(tiny: TinyModels, tmp_path: Path) -> None:
+    """From a new-user tour: an empty file made a map of 0 n-grams from 0 tokens, which the app made active (and
+    switched the strategy to draft from it)."""
+    empty = tmp_path / "empty.py"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"no n-gram to draft from: it holds no text \(empty files\)"):
+        build_map([empty], tiny.target, tmp_path / "empty.npz")
+    once = tmp_path / "once.txt"
+    once.write_text("every word here comes once", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"none of its n-grams is seen 100 times or more.*smaller least"):
+        build_map([once], tiny.target, tmp_path / "once.npz", min_count=100)
+    assert not (tmp_path / "empty.npz").exists() and not (tmp_path / "once.npz").exists()
 
 
 def test_the_cli_refuses_out_of_range_options_as_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -222,6 +222,28 @@ def test_a_map_is_not_replaced_unasked_nor_used_unless_wanted(
     assert dialog.status.text() == "" and dialog.bar.isHidden()
 
 
+def test_a_corpus_that_gives_no_map_changes_nothing_and_its_error_goes_with_it(
+    qtbot, tiny: TinyModels, tmp_path: Path
+) -> None:
+    """From a new-user tour: an empty file made a map of 0 n-grams, which was made active and switched the strategy
+    from Draft model to Automatic; and a failed build's error stayed under the next corpus."""
+    store = SettingsStore(Settings(target_path=str(tiny.target), strategy="draft"), path=tmp_path / "settings.json")
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    dialog = NgramMapDialog(tiny.target, panel)
+    dialog.built.connect(lambda path, use_now: panel._on_map_built(path, use_now, dialog))
+    qtbot.addWidget(dialog)
+    (tmp_path / "empty.py").write_text("", encoding="utf-8")
+    dialog.add_paths([tmp_path / "empty.py"])
+    dialog.build_button.click()
+    qtbot.waitUntil(lambda: "Could not build a map" in dialog.status.text(), timeout=30_000)
+    assert "no n-gram to draft from" in dialog.status.text() and not Path(dialog.output.text()).exists()
+    assert (store.settings.ngram_map_path, store.settings.strategy) == ("", "draft")
+    (tmp_path / "notes.txt").write_text("some notes\n", encoding="utf-8")
+    dialog.add_paths([tmp_path / "notes.txt"])
+    assert dialog.status.text() == ""
+
+
 def test_a_map_build_is_cancelled_from_the_dialog_and_writes_nothing(
     qtbot, tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

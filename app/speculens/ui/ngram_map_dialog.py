@@ -250,7 +250,7 @@ class NgramMapDialog(QDialog):
             self._confirmed = Path(path)  # the save dialog asked whether to replace it
 
     def _on_corpus_changed(self) -> None:
-        if self._state is None and not self.bar.isHidden():  # the last build's result is not this corpus's
+        if self._state is None:  # the last build's result, or its error (a tour's stayed), is not this corpus's
             self.bar.hide()
             self.status.setText("")
 

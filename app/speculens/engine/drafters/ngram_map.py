@@ -141,7 +141,11 @@ def corpus_files(items: Iterable[Path]) -> list[Path]:
             found.append(item)
         else:
             raise InvalidInputError(f"corpus path not found: {item}")
-    files = [f for f in dict.fromkeys(f.resolve() for f in found) if not _binary(f)]
+    unique = list(dict.fromkeys(f.resolve() for f in found))
+    files = [f for f in unique if not _binary(f)]
+    if not files and unique:  # a tour's binary.py read "no text files (… .py …)"
+        named = ", ".join(f.name for f in unique[:3]) + (f" and {len(unique) - 3} more" if len(unique) > 3 else "")
+        raise InvalidInputError(f"{named} hold{'s' if len(unique) == 1 else ''} binary data, not text: give text files")
     if not files:
         raise InvalidInputError(
             f"the corpus holds no text files ({text_kinds()}): give files, or folders that hold some"
@@ -217,5 +221,14 @@ def build_map(
         vocab.close()
     table.prune(min_count)
     check()
+    if not len(table):  # a map that can never draft, written and made active, replaced a tour's strategy
+        held = f"{n_tokens:,} tokens" if n_tokens else "no text (empty files)"
+        raise InvalidInputError(
+            f"the corpus gives no n-gram to draft from: it holds {held}"
+            + (f", and none of its n-grams is seen {min_count} times or more" if n_tokens else "")
+            + "; give more text, like the answers you want"
+            + (" (or a smaller least count)" if n_tokens and min_count > 1 else "")
+            + "; no map was written"
+        )
     table.save(output, fingerprint)
     return MapBuilt(output, len(table), n_tokens, len(files), time.perf_counter() - t0)
