@@ -98,17 +98,35 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
     assert out.stdout.startswith(f"replayed {len(answer)} tokens in ")
     assert re.search(r"plain decoding \d+\.\d\d s, ×\d+\.\d{3}$", out.stdout.splitlines()[0])  # as the rest write it
     assert "costs: " in out.stderr  # the cost model the generate run saved
+    recorded = rf"recorded: {len(answer)} tokens in \d+ target passes, \d+\.\d\d s as it ran \(greedy\)"
+    assert re.search(recorded, out.stderr)  # the run as it went, beside the model
     assert "replay does not model" not in out.stderr
     # A run that drafted from an n-gram map (or a draft model) is said to be replayed without it (a tour's map run
     # was silently replayed as auto).
     lines = events.read_text().splitlines()
-    start = json.loads(lines[0])
-    mapped = tmp_path / "mapped.jsonl"
-    mapped.write_text("\n".join([json.dumps({**start, "strategy": "lookup+ngram-cache+ngram-map"}), *lines[1:]]))
-    said = subprocess.run(
-        [*CLI, "replay", "--events", mapped, "-m", tiny.target, prompt], capture_output=True, text=True, timeout=120
-    )
-    assert said.returncode == 0 and "drafted with ngram-map too, which replay does not model" in said.stderr
+    start, steps = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+    assert start["target"] == tiny.target.name
+
+    def replayed(name: str, start_changes: dict, source: str | None = None, model: Path = tiny.target) -> str:
+        """Replay the run's events changed so: its start event, and its first step drafted by ``source``."""
+        changed = [{**steps[0], "source": source, "drafted": [{"id": 1}]}, *steps[1:]] if source else steps
+        (tmp_path / name).write_text("\n".join(json.dumps(e) for e in [{**start, **start_changes}, *changed]))
+        done = subprocess.run(
+            [*CLI, "replay", "--events", tmp_path / name, "-m", model, prompt], capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode == (1 if "error" in done.stderr else 0)
+        return done.stderr
+
+    said = replayed("mapped.jsonl", {"strategy": "lookup+ngram-cache+ngram-map"}, "ngram-map")
+    assert "drafted with ngram-map too, which replay does not model" in said
+    # Loaded and never drafting (a tour's note named the draft model of a run that only used lookup): no note.
+    assert "does not model" not in replayed("idle.jsonl", {"strategy": "lookup+ngram-cache+draft"})
+    # A sampled run is said to be one sample (the help says greedy; a tour's sampled run replayed unremarked).
+    assert "note: the recorded run sampled" in replayed("sampled.jsonl", {"sampled": True})
+    # Another target's run is refused by name, before the model is looked for (a tour's built a demo model first).
+    other = replayed("other.jsonl", {"target": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"})
+    assert f"is a run of qwen2.5-coder-1.5b-instruct-q4_k_m.gguf, not of {tiny.target.name}" in other
     wrong = subprocess.run(
         [*CLI, "replay", "--events", events, "-m", tiny.target, "another prompt"],
         capture_output=True, text=True, timeout=120,

@@ -10,6 +10,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from speculens import paths
@@ -21,6 +22,7 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.replay import replay
 from speculens.errors import SpeculensError
+from speculens.models.resolve import model_file_name
 
 STRATEGIES = ("auto", "lookup", "ngram-cache")
 
@@ -62,26 +64,62 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _recorded(path: Path) -> tuple[int, list[int], float, bool, str]:
-    """The first generation of an events file: its prompt's length, its answer's tokens, its median overhead
-    per step in seconds, whether it ended at an end-of-generation token, and its strategy's sources."""
-    n_prompt: int | None = None
-    strategy = ""
+@dataclass
+class Recorded:
+    """The first generation of an events file, as replay needs it.
+
+    Attributes:
+        n_prompt: its prompt's length in tokens.
+        answer: its answer's tokens.
+        overhead: its median overhead per step, in seconds.
+        ended: whether it ended at an end-of-generation token.
+        drafted: the sources that drafted in it (beyond probes), in the order they first did.
+        sampled: whether it sampled (temperature above 0).
+        target: its target model's file name, where the file says (``generate --events`` writes it).
+        passes: its target passes, and ``seconds`` its decoding time, as it ran.
+    """
+
+    n_prompt: int
+    answer: list[int]
+    overhead: float
+    ended: bool
+    drafted: list[str]
+    sampled: bool
+    target: str | None
+    passes: int
+    seconds: float
+
+
+def _recorded(path: Path) -> Recorded:
+    """The first generation of an events file (see :class:`Recorded`)."""
+    start: dict | None = None
     overheads: list[float] = []
+    drafted: dict[str, None] = {}
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             try:
                 event = json.loads(line)
                 kind = event.get("type")
                 if kind == "start":
-                    n_prompt = int(event["n_prompt"])
-                    strategy = str(event.get("strategy", ""))
-                elif kind == "step" and n_prompt is not None:
+                    start = event
+                    int(event["n_prompt"])
+                elif kind == "step" and start is not None:
                     overheads.append(float(event["overhead_ms"]) / 1e3)
-                elif kind == "finish" and n_prompt is not None:
-                    overhead = statistics.median(overheads or [0.0])
-                    tokens = [int(t) for t in event["tokens"]]
-                    return n_prompt, tokens, overhead, event["reason"] == "eog", strategy
+                    if event.get("drafted") and not event.get("probe") and event.get("source"):
+                        drafted[str(event["source"])] = None
+                elif kind == "finish" and start is not None:
+                    target = start.get("target")
+                    return Recorded(
+                        n_prompt=int(start["n_prompt"]),
+                        answer=[int(t) for t in event["tokens"]],
+                        overhead=statistics.median(overheads or [0.0]),
+                        ended=event["reason"] == "eog",
+                        drafted=list(drafted),
+                        sampled=bool(start.get("sampled")),
+                        target=target if isinstance(target, str) else None,
+                        passes=int(event["stats"]["n_steps"]),
+                        seconds=float(event["stats"]["elapsed_s"]),
+                    )
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise ValueError(f"{path.name}, line {number}: not an event of 'generate --events' ({exc})") from exc
     raise ValueError(f"{path.name} holds no whole generation (a start and a finish event)")
@@ -112,12 +150,24 @@ def run(args: argparse.Namespace) -> int:
     others = 0
     try:
         prompt_text = read_prompt(args) or ""
-        n_prompt, answer, overhead, ended, recorded = _recorded(args.events)
-        # Sources replay does not model are said, not silently swapped (a tour replayed a map's run as auto).
-        unmodelled = [s for s in recorded.split("+") if s in ("ngram-map", "draft")]
+        recorded = _recorded(args.events)
+        # Another target's run is refused before its model is looked for: a tour's `-m gemma-270m` built a 253 MB
+        # demo model and then failed for want of its costs.
+        named = model_file_name(args.target)
+        if recorded.target and named and named != recorded.target:
+            print(f"error: {args.events.name} is a run of {recorded.target}, not of {named}: give -m that model",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        # Sources replay does not model are said, not silently swapped (a tour replayed a map's run as auto); only
+        # those that drafted (a tour's note named the draft model of a run it never drafted in).
+        unmodelled = [s for s in recorded.drafted if s in ("ngram-map", "draft")]
         if unmodelled:
             print(f"note: the recorded run drafted with {' and '.join(unmodelled)} too, which replay does not model: "
                   f"this is {args.strategy} on the same answer", file=sys.stderr)  # fmt: skip
+        if recorded.sampled:
+            print("note: the recorded run sampled (temperature above 0); replay checks drafts against its "
+                  "tokens as a greedy run's, so its figures are of this one sample, not of sampling",
+                  file=sys.stderr)  # fmt: skip
         target = resolve(args.target)
         costs_path, others = (args.costs, 0) if args.costs else _newest_costs(target)
         costs = json.loads(costs_path.read_text(encoding="utf-8"))
@@ -136,10 +186,10 @@ def run(args: argparse.Namespace) -> int:
     except SpeculensError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if len(prompt) != n_prompt:
+    if len(prompt) != recorded.n_prompt:
         print(
-            f"error: this prompt is {len(prompt)} tokens, the recorded run's was {n_prompt}: not the same prompt "
-            "or not the same model",
+            f"error: this prompt is {len(prompt)} tokens, the recorded run's was {recorded.n_prompt}: not the same "
+            "prompt or not the same model",
             file=sys.stderr,
         )
         return 1
@@ -149,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy in ("auto", "ngram-cache"):
         drafters.append(NgramCacheDrafter(vocab.fingerprint(), None))
     try:
-        result = replay(prompt, answer, drafters, costs, args.n_draft, vocab.eog, overhead, ended)
+        result = replay(
+            prompt, recorded.answer, drafters, costs, args.n_draft, vocab.eog, recorded.overhead, recorded.ended
+        )
     except (ValueError, TypeError, KeyError) as exc:  # a damaged cost file included
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -159,7 +211,12 @@ def run(args: argparse.Namespace) -> int:
     )
     for name in result.drafted:
         print(f"  {name}: {result.drafted[name]} drafted, {result.accepted[name]} accepted")
-    print(f"costs: {costs_path}", file=sys.stderr)
+    # Beside the model, the run as it went: a tour's replay on costs timed while the machine was busy modelled
+    # plain decoding at three times the recorded run's time, and nothing showed it.
+    print(f"recorded: {len(recorded.answer)} tokens in {recorded.passes} target passes, {recorded.seconds:.2f} s "
+          f"as it ran ({'sampled' if recorded.sampled else 'greedy'})", file=sys.stderr)  # fmt: skip
+    print(f"costs: {costs_path} (timed when it was saved: a busy machine's read slow; --costs chooses another)",
+          file=sys.stderr)  # fmt: skip
     if others:
         print(f"({others} other saved cost models of this target: choose one with --costs)", file=sys.stderr)
     return 0

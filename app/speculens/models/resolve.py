@@ -59,6 +59,19 @@ def resolve_model(
     )
 
 
+def model_file_name(spec: str, library: Library | None = None) -> str | None:
+    """The file name :func:`resolve_model` would give for ``spec``, without assembling a demo model (``None``
+    where it names no model)."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path.name
+    try:
+        return demo_model(spec).filename
+    except KeyError:
+        entry = (library or Library()).get(spec)
+        return entry.path.name if entry is not None else None
+
+
 def close_names(typed: str, known: dict[str, str], n: int = 3) -> list[str]:
     """The names (values of ``known``, by what names them: ids, file names) nearest to what was ``typed``, best
     first: those named by a text holding it ("qwen2.5-coder-1.5b" for the file "qwen2.5-coder-1.5b-instruct-
