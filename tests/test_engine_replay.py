@@ -106,6 +106,7 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
     lines = events.read_text().splitlines()
     start, steps = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
     assert start["target"] == tiny.target.name
+    assert start["settings"]["temperature"] == 0.0 and start["settings"]["max_tokens"] == 32  # what chose it
 
     def replayed(name: str, start_changes: dict, source: str | None = None, model: Path = tiny.target) -> str:
         """Replay the run's events changed so: its start event, and its first step drafted by ``source``."""

@@ -224,6 +224,10 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     assert events[0]["type"] == "start" and events[0]["seed"] == seed and events[-1]["type"] == "finish"
     assert events[0]["target"] == tiny.target.name and events[0]["draft"] == tiny.perturbed.name  # a tour's
     assert events[0]["system_prompt"] == "Answer briefly."
+    # All that chose a sampled answer's tokens with its seed (a tour's export held the temperature alone).
+    ran = events[0]["settings"]
+    assert (ran["temperature"], ran["top_k"], ran["n_draft"], ran["adaptive"]) == (0.7, 40, 6, True)
+    assert "temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, seed" in html
     used = window.store.settings.strategy
     window.store.update(strategy="lookup")  # changed since: the export still names what made the answer
     again = json.loads(window.export_json(tmp_path / "e2.json").read_text(encoding="utf-8"))

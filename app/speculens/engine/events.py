@@ -162,6 +162,8 @@ class StartEvent:
             part (an answer opened again showed or hid its seed by the temperature of the moment).
         draft_behind: prompt tokens a loaded draft model was not given before the answer, because reading them
             would have cost it more than it could save (it catches up on them if it is ever chosen).
+        settings: the generation settings that, with the seed and the sources, chose its tokens (see
+            :meth:`speculens.engine.config.GenerationConfig.described`); empty where not known.
     """
 
     n_prompt: int
@@ -172,6 +174,7 @@ class StartEvent:
     flash_attn: bool | None = None
     sampled: bool = False
     draft_behind: int = 0
+    settings: dict[str, float | int | bool] = dataclasses.field(default_factory=dict)
 
     @property
     def uses_draft_model(self) -> bool:
@@ -346,6 +349,8 @@ def event_to_dict(event: Event, exact: bool = False) -> dict[str, Any]:
             return value.value
         if isinstance(value, tuple | list):
             return [convert(v) for v in value]
+        if isinstance(value, dict):
+            return {k: convert(v) for k, v in value.items()}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             out = {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
             if isinstance(value, RunningStats):

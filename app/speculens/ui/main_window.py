@@ -692,11 +692,15 @@ class MainWindow(QMainWindow):
         # The draft model only where the answer's sources had it (a tour's lookup answer was captioned with the
         # draft, under settings changed since).
         drafting = start.uses_draft_model if start is not None else s.uses_draft
+        # What the answer ran with (its start event keeps it), else the settings now: with the seed and the sources,
+        # they reproduce a sampled answer (a tour's export held the temperature alone).
+        ran = start.settings if start is not None and start.settings else generation_config(s).described()
         return {
             "target": Path(s.target_path).name if s.target_path else None,
             "draft": Path(s.draft_path).name if s.draft_path and drafting else None,
             "strategy": start.strategy if start is not None else s.strategy,
-            "temperature": s.temperature,
+            "temperature": ran["temperature"],
+            "settings": ran,
             "system_prompt": s.system_prompt.strip() or None,  # it shapes every answer (a tour found it missing)
             "exported": time.strftime("%Y-%m-%d %H:%M"),
         }
@@ -707,9 +711,15 @@ class MainWindow(QMainWindow):
         draft = f", draft {f['draft']}" if f["draft"] else ""
         # The last answer's strategy: earlier answers may have had another (a tour's header named the last one's
         # for an answer regenerated with plain decoding).
+        ran, start = f["settings"], self._last_start()
+        assert isinstance(ran, dict)
+        sampling = "greedy" if not ran["temperature"] else (
+            f"temperature {ran['temperature']:g}, top-k {ran['top_k']}, top-p {ran['top_p']:g}, min-p "
+            f"{ran['min_p']:g}" + (f", seed {start.seed}" if start is not None and start.sampled else "")
+        )
         return (
-            f"Target {f['target'] or 'no target'}{draft}; strategy of the last answer {f['strategy']}; temperature "
-            f"{f['temperature']:g}; exported {f['exported']} by Speculens."
+            f"Target {f['target'] or 'no target'}{draft}; strategy of the last answer: {f['strategy']}; {sampling}; "
+            f"exported {f['exported']} by Speculens."
         )
 
     def export_html(self, path: Path | None = None) -> Path | None:
