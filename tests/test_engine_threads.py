@@ -164,3 +164,9 @@ def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, 
         with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as engine:
             assert engine.draft_idle == "the draft model cannot pay here" + said
             assert engine.info().draft_idle == engine.draft_idle
+    # Busy while the target was timed after the draft: the verdict rests on both (a tour's first load read ×0.74,
+    # ×0.87 once a compiler build beside it was done, with no word of it).
+    shares = iter([0.0, 0.62])
+    monkeypatch.setattr(threads.CpuWindow, "others_share", lambda self: next(shares))
+    with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as engine:
+        assert engine.draft_idle == "the draft model cannot pay here" + busy_note
