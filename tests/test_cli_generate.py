@@ -447,6 +447,43 @@ def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(
     assert json.loads(out.read_text(encoding="utf-8"))["cancelled"] is True and table.exists()
 
 
+def test_a_draft_model_that_cannot_pay_is_said_with_or_without_the_adaptive_controller(
+    tiny: TinyModels, monkeypatch, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """From a new-user tour: `-s draft --no-adaptive` said nothing of the verdict at load, which the app says."""
+    from speculens.cli.__main__ import main
+    from speculens.engine.adaptive import AdaptiveController
+
+    monkeypatch.setattr(AdaptiveController, "draft_idle", lambda self: "the draft model cannot pay on this machine")
+    for flags, fate in (([], "so it stays idle"), (["--no-adaptive"], "and --no-adaptive has it draft every step")):
+        args = ["generate", "-m", str(tiny.target), "-d", str(tiny.identical), "-s", "draft", "-n", "4", *flags]
+        assert main([*args, "the model"]) == 0
+        assert f"note: the draft model cannot pay on this machine, {fate}" in capsys.readouterr().err
+
+
+def test_the_cli_says_why_a_free_source_drafted_nothing() -> None:
+    """From a new-user tour: `-s ngram-map` printed n_drafted = 0 and no word of why, where the app's figures said
+    the map's drafts would not have paid."""
+    from dataclasses import replace
+
+    from speculens.cli.generate_cmd import free_sources_idle
+    from speculens.engine.events import DraftToken, EmittedToken, Origin, RunningStats, StartEvent, StepEvent
+
+    start = StartEvent(12, 12, 0.05, "ngram-map", 7)
+    plain = StepEvent(1, 0, (), (EmittedToken(65, b"A", Origin.TARGET),), "A", 0.0, 70.0, 0.1, RunningStats(),
+                      considered="ngram-map", expected_speedup=(1.0, 0.84, 0.7))  # fmt: skip
+    note = free_sources_idle(start, [plain], adaptive=True)
+    assert note == (
+        "note: nothing drafted: the n-gram map's drafts, scored against the answer as it came, were not right often "
+        "enough to pay for checking them (×0.84 of plain decoding at best); --no-adaptive drafts every step anyway"
+    )
+    drafted = replace(plain, source="ngram-map", drafted=(DraftToken(66, b"B", None, None, False),))
+    assert free_sources_idle(start, [plain, replace(drafted, probe=True)], adaptive=True) == note  # a probe
+    assert free_sources_idle(start, [plain, drafted], adaptive=True) == ""  # it drafted
+    assert free_sources_idle(start, [plain], adaptive=False) == ""
+    assert free_sources_idle(start, [replace(plain, expected_speedup=(1.0, 1.2))], adaptive=True) == ""  # held back
+
+
 def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_drafting() -> None:
     """From a new-user tour: `-s draft` read "strategy draft" and 64 passes for 64 tokens, with no word that the
     adaptive controller had decided the draft model would not pay (`--no-adaptive` drafted, 94% accepted)."""

@@ -298,6 +298,48 @@ class Divergence:
         return abs(self.logit_a - self.logit_b)
 
 
+# The drafters' names as people read them (the app's words and the CLI's).
+SOURCE_NAMES = {
+    "draft": "the draft model",
+    "lookup": "prompt lookup",
+    "ngram-cache": "the n-gram cache",
+    "ngram-map": "the n-gram map",
+}
+
+
+def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float, str] | None:
+    """The best expected rate over plain decoding of any draft the adaptive controller weighed in an answer, and
+    its source: ``best`` (so far) updated with one more step's."""
+    if step.considered and len(step.expected_speedup) > 1:
+        rate = max(step.expected_speedup[1:])
+        if best is None or rate > best[0]:
+            return rate, step.considered
+    return best
+
+
+def free_drafts_declined(source: str, rate: float) -> str:
+    """Why the adaptive controller verified none of a free source's drafts, in a phrase: a free source loses only by
+    drafting wrong tokens, whose checking costs more than the right ones save. Its drafts are scored against the
+    answer as it comes without being verified (a tour read "drafts were not right often enough" beside "0 of 0
+    drafted" and asked how)."""
+    return (
+        f"{SOURCE_NAMES.get(source, source)}'s drafts, scored against the answer as it came, were not right often "
+        f"enough to pay for checking them (×{rate:.2f} of plain decoding at best)"
+    )
+
+
+def free_sources_declined(steps: Iterable[StepEvent]) -> tuple[float, str] | None:
+    """The best rate over plain decoding (and its source) of the free sources' drafts the adaptive controller weighed
+    in an answer where nothing was verified but probes; ``None`` where something was, or none was weighed below 1."""
+    best = None
+    for step in steps:
+        if step.drafted and not step.probe:
+            return None
+        if step.considered != "draft":
+            best = best_weighed(step, best)
+    return best if best is not None and best[0] < 1.0 else None
+
+
 def draft_model_sat_out(strategy: str, steps: Iterable[StepEvent]) -> float | None:
     """The best rate over plain decoding the adaptive controller expected of a loaded draft model (``strategy``: the
     answer's sources, "lookup+ngram-cache+draft") that drafted nothing in an answer but probes, which re-measure its

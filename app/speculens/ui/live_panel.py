@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent, draft_model_unread
-from speculens.ui.charts import RunSeries
-from speculens.ui.token_view import (
+from speculens.engine.events import (
     SOURCE_NAMES,
-    TokenLegend,
-    TokenView,
-    drafting_from,
-    drafts_phrase,
+    FinishEvent,
+    FinishReason,
+    StartEvent,
+    StepEvent,
+    draft_model_unread,
 )
+from speculens.ui.charts import RunSeries
+from speculens.ui.token_view import TokenLegend, TokenView, drafting_from, drafts_phrase
 from speculens.ui.worker import Lane, Record, RecordKind
 from speculens.words import and_list
 

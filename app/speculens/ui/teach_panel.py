@@ -28,9 +28,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speculens.engine.events import SOURCE_NAMES
 from speculens.ui.charts import RunSeries, nice_end, solid_grid, solid_grid_axes
 from speculens.ui.labels import WrappedLabel
-from speculens.ui.token_view import SOURCE_NAMES, token_html
+from speculens.ui.token_view import token_html
 from speculens.ui.worker import Record, RecordKind
 from speculens.words import upper_first
 

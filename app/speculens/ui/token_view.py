@@ -22,7 +22,13 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
-from speculens.engine.events import draft_model_sat_out, unread_words
+from speculens.engine.events import (
+    SOURCE_NAMES,
+    best_weighed,
+    draft_model_sat_out,
+    free_drafts_declined,
+    unread_words,
+)
 from speculens.words import and_list
 
 if TYPE_CHECKING:
@@ -50,13 +56,6 @@ KIND_STYLE: dict[TokenKind, tuple[str, tuple[int, int, int, int], str | None, bo
 }
 
 
-# The drafters' names as people read them.
-SOURCE_NAMES = {
-    "draft": "the draft model",
-    "lookup": "prompt lookup",
-    "ngram-cache": "the n-gram cache",
-    "ngram-map": "the n-gram map",
-}
 
 
 def drafting_from(strategy: str) -> str:
@@ -65,16 +64,6 @@ def drafting_from(strategy: str) -> str:
     beside the toolbar's "lookup, n-gram cache")."""
     names = [SOURCE_NAMES.get(name, name) for name in strategy.split("+") if name and name != "none"]
     return "Drafting from " + and_list(names) if names else "Plain decoding"
-
-
-def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float, str] | None:
-    """The best expected rate over plain decoding of any draft the adaptive controller weighed in an answer, and
-    its source: ``best`` (so far) updated with one more step's."""
-    if step.considered and len(step.expected_speedup) > 1:
-        rate = max(step.expected_speedup[1:])
-        if best is None or rate > best[0]:
-            return rate, step.considered
-    return best
 
 
 def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
@@ -92,10 +81,7 @@ def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
     # A free source loses only by drafting wrong tokens, whose checking costs more than the right ones save. Its
     # drafts are scored against the answer as it comes without being verified: a tour read "drafts were not right
     # often enough" beside "0 of 0 drafted" and asked how.
-    return (
-        f"nothing drafted: {SOURCE_NAMES.get(source, source)}'s drafts, scored against the answer as it came, were "
-        f"not right often enough to pay for checking them (×{rate:.2f} of plain decoding at best)"
-    )
+    return f"nothing drafted: {free_drafts_declined(source, rate)}"
 
 
 def draft_model_idle(strategy: str, steps: Sequence[StepEvent], unread: int = 0) -> str:
