@@ -312,8 +312,14 @@ def test_the_mouse_wheel_scrolls_past_a_field_instead_of_changing_it(qtbot, stor
         wheel(field, 3)
         assert store.settings == before, field.accessibleName()
     assert panel.seed.value() == seed_before
+    # Reached with Tab, a field keeps its value under the wheel too (a tour's Max tokens went from 512 to 506 as it
+    # scrolled the panel).
+    panel.max_tokens.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(panel.max_tokens.hasFocus, timeout=2_000)
+    wheel(panel.max_tokens, 3)
+    assert store.settings.max_tokens == Settings().max_tokens
     # A field the user clicked into takes the wheel, as expected.
-    panel.n_draft.setFocus()
+    panel.n_draft.setFocus(Qt.FocusReason.MouseFocusReason)
     qtbot.waitUntil(panel.n_draft.hasFocus, timeout=2_000)
     wheel(panel.n_draft, 1)
     assert store.settings.n_draft != Settings().n_draft

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtGui import QValidator
+from PySide6.QtGui import QFocusEvent, QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QCheckBox,
@@ -103,10 +103,22 @@ class _TipOnHover(QObject):
 
 
 class _WheelGuard(QObject):
-    """Lets a field take the mouse wheel only when it has focus (a scrolled-over field keeps its value)."""
+    """Lets a field take the mouse wheel only once it was clicked into (a scrolled-over field keeps its value). Focus
+    alone is not enough: a tour reached Max tokens with Tab, scrolled the panel with the pointer over it, and its
+    512 became 506."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._clicked: QObject | None = None  # the field clicked into, while it keeps the focus
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Wheel and isinstance(watched, QWidget) and not watched.hasFocus():
+        kind = event.type()
+        if kind == QEvent.Type.FocusIn and isinstance(event, QFocusEvent):
+            self._clicked = watched if event.reason() == Qt.FocusReason.MouseFocusReason else None
+        elif kind == QEvent.Type.FocusOut and self._clicked is watched:
+            self._clicked = None
+        elif kind == QEvent.Type.Wheel and (watched is not self._clicked or not isinstance(watched, QWidget)
+                                            or not watched.hasFocus()):  # fmt: skip
             event.ignore()  # the scroll area scrolls instead
             return True
         return False
