@@ -329,8 +329,9 @@ def read_settings(path: Path | None = None) -> tuple[Settings, str]:
             kept = "it could not be renamed, and the next change of a setting replaces it"
         else:
             kept = f"it is kept as {backup}"
+        why = "it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
         return Settings(), (
-            f"The settings file was damaged ({exc}), so the default settings are used; {kept}. Choose the models "
+            f"The settings file was damaged ({why}), so the default settings are used; {kept}. Choose the models "
             "again in Models (Ctrl+M), and the other settings in the Settings tab."
         )
     return Settings.from_dict(data), ""

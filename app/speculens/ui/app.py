@@ -136,7 +136,5 @@ def run(argv: Sequence[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     # After the first paint, so the window appears at once and the welcome question comes on top of it.
-    QTimer.singleShot(0, window.mention_settings_problem)  # before the welcome it explains
-    QTimer.singleShot(0, window.mention_unfinished_downloads)
-    QTimer.singleShot(0, window.offer_first_start)
+    QTimer.singleShot(0, window.greet)
     return app.exec()

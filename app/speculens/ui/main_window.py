@@ -794,6 +794,14 @@ class MainWindow(QMainWindow):
 
     # ---- first start, about, layout, closing --------------------------------------------------------
 
+    def greet(self) -> None:
+        """What the window says at start, in turn: a settings file it could not use (which explains the welcome that
+        follows: a dialog of its own runs the event loop, and timers of their own had the welcome open over it),
+        downloads left unfinished, and the welcome where no model is chosen."""
+        self.mention_settings_problem()
+        self.mention_unfinished_downloads()
+        self.offer_first_start()
+
     def mention_settings_problem(self) -> None:
         """Say why the settings are the defaults, where the file was there and unusable: a tour's damaged file
         gave the first start's welcome, its chosen pair and sampling gone, and only the log said why."""
