@@ -225,13 +225,16 @@ def test_tooltip_says_step_probabilities_and_verdict(panel: LivePanel) -> None:
     assert rejected is not None and rejected.kind is TokenKind.REJECTED
     tip = rejected.tooltip()
     assert "step 1" in tip and "draft probability 0.600" in tip and "target probability 0.100" in tip
-    # The target's probability is known where the answer samples: the draw is said, with its chance (a tour read
-    # "target probability 0.657, rejected by the target" as a wrong refusal).
-    assert "kept with probability min(1, p/q) = 0.17: the draw rejected it" in tip
-    assert "kept with probability min(1, p/q) = 0.89: the draw kept it" in panel.view.token_at(0).tooltip()
-    greedy = TokenInfo(TokenKind.REJECTED, "Cx", 1, 0.6, None, "draft")  # greedy: the choices compared
-    assert "rejected by the target" in greedy.tooltip() and "draw" not in greedy.tooltip()
-    free = TokenInfo(TokenKind.REJECTED, "Cx", 1, None, 0.3, "lookup")  # sampled, from a source without q
+    # Greedy (the answer's start says so; both probabilities known all the same): the choices were compared.
+    assert "rejected by the target" in tip and "draw" not in tip
+    assert "accepted by the target" in panel.view.token_at(0).tooltip()
+    # Sampled: the draw is said, with its chance (a tour read "target probability 0.657, rejected by the target" as
+    # a wrong refusal of a token the target gave 66%).
+    feed(panel, [StartEvent(12, 12, 0.05, "draft", 7, sampled=True), *KNOWN_STEPS], queued=True)
+    tip = panel.view.token_at(4).tooltip()
+    assert "a chance of min(1, p/q) = min(1, 0.10/0.60) = 0.17 to be kept: the draw rejected it" in tip
+    assert "= 0.89 to be kept: the draw kept it" in panel.view.token_at(0).tooltip()
+    free = TokenInfo(TokenKind.REJECTED, "Cx", 1, None, 0.3, "lookup", sampled=True)  # a source without q
     assert "rejected: the target's own sample here was another token" in free.tooltip()
 
 
@@ -241,7 +244,7 @@ def test_teach_explains_a_sampled_step_by_its_draws(qtbot) -> None:
     from speculens.ui.teach_panel import explain_step
 
     rejected = explain_step(KNOWN_STEPS[0], "draft", sampled=True)
-    assert "min(1, 0.10/0.60) = 0.17, and the draw went against it" in rejected
+    assert "had a chance of min(1, p/q) = min(1, 0.10/0.60) = 0.17 to be kept, and the draw rejected it" in rejected
     assert "max(0, p − q) normalised, replaces the rejected one: <code>«Xc»</code>" in rejected
     kept = explain_step(KNOWN_STEPS[1], "draft", sampled=True)
     assert "every draw kept it" in kept and "for free, sampled from the target" in kept

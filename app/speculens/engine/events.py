@@ -317,6 +317,12 @@ def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float
     return best
 
 
+def keep_chance(p: float, q: float) -> str:
+    """A drafted token's chance to be kept by rejection sampling (Leviathan et al. 2023), in words for Teach and the
+    token tooltips alike: ``p`` the target's probability of it, ``q`` the draft model's."""
+    return f"a chance of min(1, p/q) = min(1, {p:.2f}/{q:.2f}) = {min(1.0, p / q):.2f} to be kept"
+
+
 def free_drafts_declined(source: str, rate: float) -> str:
     """Why the adaptive controller verified none of a free source's drafts, in a phrase: a free source loses only by
     drafting wrong tokens, whose checking costs more than the right ones save. Its drafts are scored against the

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from speculens.engine.config import NOISY_SPREAD
-from speculens.engine.events import FinishEvent, FinishReason, StepEvent
+from speculens.engine.events import FinishEvent, FinishReason, StartEvent, StepEvent
 from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import TokenView, token_html
 from speculens.ui.worker import Comparison, Lane, Record, RecordKind
@@ -225,6 +225,8 @@ class CompareView(QWidget):
             event = record.event
             if record.kind is RecordKind.QUEUED:
                 self._start()
+            elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
+                self.views[record.lane].sampled = event.sampled  # its tooltips say draws, not choices
             elif record.kind is RecordKind.FINISHED and isinstance(event, FinishEvent):
                 s = event.stats
                 stopped = " · stopped" if event.reason is FinishReason.CANCELLED else ""

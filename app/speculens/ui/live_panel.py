@@ -157,8 +157,8 @@ class LivePanel(QWidget):
         self.on_records(records)
         self.status.setText(f"The last answer, as it was generated. {self.status.text()}")
 
-    def _reset(self, description: str) -> None:
-        self.view.clear_tokens()
+    def _reset(self, description: str, sampled: bool = False) -> None:
+        self.view.clear_tokens(sampled)
         self.series.clear()
         self.steps.clear()
         self.events.clear()
@@ -223,7 +223,7 @@ class LivePanel(QWidget):
     def _begin(self) -> None:
         """Clear the last answer for this one, at its first step or its end (see ``_start``)."""
         if self._start is not None:
-            self._reset(self.status.text())  # what the start said ("prompt of … tokens …; generating…")
+            self._reset(self.status.text(), self._start.sampled)  # what the start said ("prompt of … tokens …")
             self.events.append(self._start)
             self._start = None
 

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from speculens.engine.events import SOURCE_NAMES
+from speculens.engine.events import SOURCE_NAMES, keep_chance
 from speculens.ui.charts import RunSeries, nice_end, solid_grid, solid_grid_axes
 from speculens.ui.labels import WrappedLabel
 from speculens.ui.token_view import token_html
@@ -146,8 +146,8 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
         )
         if k == n:
             agreed = (
-                "each drafted token was kept by a draw with probability min(1, p/q), the target's probability "
-                "of it over the draft's, and every draw kept it"
+                "each drafted token had a chance of min(1, p/q) to be kept, p the target's probability of it and q "
+                "the draft's, and every draw kept it"
                 if rejection
                 else "at every position the target's own sample was the drafted token"
                 if sampled
@@ -162,10 +162,7 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
                 why = f" (the target gave it probability {p:.2f}"
                 why += f", the draft {q:.2f})" if q is not None else ")"
             if rejection and p is not None and q:
-                verdict = (
-                    f"token {k + 1}, {_quote(rejected.piece)}, was kept with probability min(1, p/q) = "
-                    f"min(1, {p:.2f}/{q:.2f}) = {min(1.0, p / q):.2f}, and the draw went against it"
-                )
+                verdict = f"token {k + 1}, {_quote(rejected.piece)}, had {keep_chance(p, q)}, and the draw rejected it"
             elif sampled:
                 verdict = (
                     f"at token {k + 1} the target's own sample was another token than {_quote(rejected.piece)}{why}"

@@ -27,6 +27,7 @@ from speculens.engine.events import (
     best_weighed,
     draft_model_sat_out,
     free_drafts_declined,
+    keep_chance,
     unread_words,
 )
 from speculens.words import and_list
@@ -144,8 +145,8 @@ NO_TEXT = "∅"
 
 
 def token_html(text: str) -> str:
-    """A token's text for rich text: line breaks as ⏎ and tabs as ⇥, as in the token view; a token of whitespace
-    alone (code's indentation) with a ␣ a space, and other spaces kept. HTML collapses spaces, so Compare's first
+    """A token's text for rich text: line breaks as ⏎ and tabs as ⇥, as in the token view; in a token of whitespace
+    alone (code's indentation) each space as ␣, and other spaces kept. HTML collapses spaces, so Compare's first
     differing token read «  » against «  » where one was four spaces and the other three."""
     marked = text.replace("\n", "⏎").replace("\t", "⇥")
     if not marked.strip("⏎⇥ "):
@@ -172,6 +173,7 @@ class TokenInfo:
     draft_prob: float | None = None
     target_prob: float | None = None
     source: str | None = None
+    sampled: bool = False
 
     def tooltip(self) -> str:
         """A short, plain description for a tooltip."""
@@ -194,25 +196,24 @@ class TokenInfo:
         return "<br>".join(lines)
 
     def _verdict(self) -> str:
-        """How the target judged a drafted token. Its probability is known only where the answer samples (greedy
-        verification compares choices): a tour's tooltip read "target probability 0.657, rejected by the target",
-        and a token the target gave 66% looked wrongly refused."""
+        """How the target judged a drafted token: by comparing its own choice (greedy), or in a sampled answer by a
+        draw (a tour's tooltip read "target probability 0.657, rejected by the target", and a token the target gave
+        66% looked wrongly refused)."""
         accepted = self.kind is TokenKind.ACCEPTED
         p, q = self.target_prob, self.draft_prob
-        if p is not None and q:  # rejection sampling (Leviathan et al. 2023): kept with probability min(1, p/q)
-            chance = f"kept with probability min(1, p/q) = {min(1.0, p / q):.2f}"
-            return f"{chance}: the draw kept it" if accepted else f"{chance}: the draw rejected it"
-        if p is not None:  # a free source's draft, sampled: kept while the target's own sample is the same token
-            return (
-                "accepted: the target's own sample here was this token"
-                if accepted
-                else "rejected: the target's own sample here was another token"
-            )
-        return "accepted by the target" if accepted else "rejected by the target"
+        if not self.sampled:
+            return "accepted by the target" if accepted else "rejected by the target"
+        if p is not None and q:  # rejection sampling
+            return f"{keep_chance(p, q)}: the draw {'kept' if accepted else 'rejected'} it"
+        # A free source's draft, sampled: kept while the target's own sample is the same token.
+        if accepted:
+            return "accepted: the target's own sample here was this token"
+        return "rejected: the target's own sample here was another token"
 
 
-def step_tokens(event: StepEvent) -> list[TokenInfo]:
+def step_tokens(event: StepEvent, sampled: bool = False) -> list[TokenInfo]:
     """The tokens a step shows, in display order: accepted drafts, rejected drafts, then the target's token.
+    ``sampled``: the answer samples, so its drafts were kept by draws (see :meth:`TokenInfo.tooltip`).
 
     Text is decoded per token with replacement here; :class:`TokenView` decodes the emitted stream
     incrementally instead, so characters split across tokens come out whole.
@@ -238,6 +239,7 @@ def step_tokens(event: StepEvent) -> list[TokenInfo]:
                 d.draft_prob,
                 d.target_prob,
                 event.source,
+                sampled,
             )
         )
     # The answer can end inside the accepted drafts (end of generation, a stop string, the token limit): the
@@ -245,7 +247,9 @@ def step_tokens(event: StepEvent) -> list[TokenInfo]:
     rejected = event.drafted[n_accepted:] if len(emitted) >= n_accepted else ()
     for d in rejected:
         out.append(
-            TokenInfo(TokenKind.REJECTED, _decode(d.piece), event.step, d.draft_prob, d.target_prob, event.source)
+            TokenInfo(
+                TokenKind.REJECTED, _decode(d.piece), event.step, d.draft_prob, d.target_prob, event.source, sampled
+            )
         )
     for token in emitted[n_accepted:]:
         out.append(TokenInfo(origin_kind[token.origin], _decode(token.piece), event.step))
@@ -293,6 +297,7 @@ class TokenView(QPlainTextEdit):
         self._counts = dict.fromkeys(TokenKind, 0)
         self._end = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.sampled = False  # the answer shown samples (see step_tokens)
 
     @staticmethod
     def _make_format(kind: TokenKind, alternate: bool = False) -> QTextCharFormat:
@@ -317,8 +322,9 @@ class TokenView(QPlainTextEdit):
         """Every token shown, in order."""
         return list(self._infos)
 
-    def clear_tokens(self) -> None:
-        """Remove everything (a new answer starts)."""
+    def clear_tokens(self, sampled: bool = False) -> None:
+        """Remove everything (a new answer starts; ``sampled``: it samples, see :func:`step_tokens`)."""
+        self.sampled = sampled
         self.clear()
         self._starts.clear()
         self._infos.clear()
@@ -342,7 +348,7 @@ class TokenView(QPlainTextEdit):
 
     def _append_step(self, cursor: QTextCursor, event: StepEvent) -> None:
         emitted = iter(event.emitted)
-        for info in step_tokens(event):
+        for info in step_tokens(event, self.sampled):
             if info.kind is not TokenKind.REJECTED:
                 # Emitted tokens go through the stream's decoder: a character split across two tokens
                 # shows once, whole, on the second.
