@@ -166,7 +166,11 @@ def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, 
             assert engine.info().draft_idle == engine.draft_idle
     # Busy while the target was timed after the draft: the verdict rests on both (a tour's first load read ×0.74,
     # ×0.87 once a compiler build beside it was done, with no word of it).
-    shares = iter([0.0, 0.62])
+    shares = iter([0.0, 0.62])  # the draft's timing, then the target's (the CLI's order)
     monkeypatch.setattr(threads.CpuWindow, "others_share", lambda self: next(shares))
     with SpeculativeEngine(ModelConfig(tiny.target, tiny.identical, n_ctx=256)) as engine:
+        assert engine.draft_idle == "the draft model cannot pay here" + busy_note
+    shares = iter([0.62, 0.0])  # the target's, then the draft's, loaded after (the app's order)
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=256)) as engine:
+        engine.load_draft(tiny.identical)
         assert engine.draft_idle == "the draft model cannot pay here" + busy_note

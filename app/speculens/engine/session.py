@@ -125,7 +125,7 @@ class SpeculativeEngine:
             raise
         self.draft: LlamaBackend | None = None
         self._draft_timed_busy: float | None = None  # other programs' share of the CPUs while the draft was timed
-        self._timing_window: CpuWindow | None = None  # open from the draft's timing to the end of the target's
+        self._target_timed_busy: float | None = None  # and while the target was (calibrate)
         # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
         # measured its invariance with its own count).
         self.threads: ThreadGovernor | None = None
@@ -291,7 +291,6 @@ class SpeculativeEngine:
         window = CpuWindow()
         calibrate_draft(self.draft, self.costs)  # every load: saved costs are checked against this machine now
         self._draft_timed_busy = window.others_share()
-        self._timing_window = window  # and the target's timing that follows, if any (see calibrate)
 
     def _flash_path(self) -> Path | None:
         c = self.config
@@ -378,6 +377,7 @@ class SpeculativeEngine:
         """
         target, costs = self.target, self.costs
         loading.report(f"Timing {target.path.name} on this machine")
+        window = CpuWindow()
         exact = self.config.exact  # bit-exact mode verifies in its invariant call sizes only: time those
         sizes = [
             n for n in CALIBRATION_SIZES if n <= target.params.n_batch and (not exact or n in target.invariant_sizes)
@@ -399,12 +399,7 @@ class SpeculativeEngine:
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
-        if self._timing_window is not None:
-            # The verdict on a draft model rests on the target's batch costs too: a tour's first load, beside a
-            # compiler build, read x0.74 (x0.87 once it was done) with no word of the busy machine.
-            share = self._timing_window.others_share()
-            self._draft_timed_busy = share if share is not None else self._draft_timed_busy
-            self._timing_window = None
+        self._target_timed_busy = window.others_share()
 
     def new_costs(self) -> CostModel:
         """An empty cost model for this target (verification split as the engine verifies)."""
@@ -579,7 +574,9 @@ class SpeculativeEngine:
         if self.draft is None:
             return None
         idle = AdaptiveController(GenerationConfig().n_draft, [MODEL], self.costs).draft_idle()
-        busy = self._draft_timed_busy
+        # The verdict rests on the target's batch costs as much as on the draft's (a tour's first load, beside a
+        # compiler build, read ×0.74, and ×0.87 once it was done, with no word of the busy machine).
+        busy = max((b for b in (self._draft_timed_busy, self._target_timed_busy) if b is not None), default=None)
         if idle is not None and busy is not None and busy > BUSY_SHARE:
             # Said, not hidden: a draft model timed beside a busy program looks dearer than it is (a tour's first
             # load, beside another model's run, read ×0.06), and the next load times it again.
