@@ -416,9 +416,35 @@ def test_up_recalls_the_messages_of_an_earlier_chat() -> None:
         f.write('"cut off\n')
     with chat_reader(True) as typed:
         assert typed(b"\x1b[A", b"\r") == "what does f do?\n"
+        with kept.open("a", encoding="utf-8") as f:  # another chat at the same time: its message is kept too
+            f.write('"from another chat"\n')
         assert typed(b"\x1b[A\x1b[A\x1b[A", b"\r") == "def f(x):\n    return x\n"
     assert [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()] == [
-        "def f(x):\n    return x", "what does f do?", "def f(x):\n    return x"]  # once in a row; the damaged line gone
+        "def f(x):\n    return x", "what does f do?", "from another chat", "def f(x):\n    return x"
+    ]  # "what does f do?" once in a row; the damaged line gone
+
+
+def test_a_chat_history_that_cannot_be_read_is_never_replaced(tmp_path: Path) -> None:
+    """A history with a stray byte keeps its messages; one that cannot be read at all is left as it is, not replaced
+    by this run's one message (a review's finding: up to 500 messages lost)."""
+    from types import SimpleNamespace
+
+    from speculens.cli.generate_cmd import ChatHistory
+
+    recalled: list[str] = []
+    readline = SimpleNamespace(add_history=recalled.append)
+    kept = paths.chat_history_file()
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(b'"first"\n"caf\xe9"\n42\n"last"\n')
+    history = ChatHistory(readline)  # type: ignore[arg-type]
+    assert recalled == ["first", "caf\ufffd", "last"]
+    history.add("next")
+    assert kept.read_text(encoding="utf-8").splitlines()[-1] == '"next"'
+    kept.unlink()
+    kept.mkdir()  # there, and not a file that can be read
+    history = ChatHistory(readline)  # type: ignore[arg-type]
+    history.add("lost")
+    assert kept.is_dir() and history.path is None
 
 
 def test_ctrl_c_in_a_lab_run_keeps_what_it_measured(

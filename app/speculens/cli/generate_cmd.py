@@ -381,32 +381,51 @@ HISTORY_KEPT = 500
 class ChatHistory:
     """The messages typed into ``generate --chat`` at a terminal, kept between runs (:func:`paths.chat_history_file`,
     one JSON string a line, so that a message of several lines stays one entry) and given to readline, so that Up
-    recalls them as a shell does. A history that cannot be read or written is left out, the chat going on."""
+    recalls them as a shell does. A history that cannot be read is left alone (never replaced by this run's), and
+    one that cannot be written is said once; the chat goes on either way."""
 
     def __init__(self, readline: ModuleType) -> None:
         self.path: Path | None = paths.chat_history_file()
-        self.messages: list[str] = []
+        messages = self._read()
+        if messages is None:
+            self.path = None
+        for message in (messages or [])[-HISTORY_KEPT:]:
+            readline.add_history(message)
+
+    def _read(self) -> list[str] | None:
+        """The kept messages (a damaged line skipped), or ``None`` where the file is there and cannot be read."""
+        assert self.path is not None
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            lines = []
-        for line in lines[-HISTORY_KEPT:]:
+            text = self.path.read_bytes().decode("utf-8", errors="replace")  # a stray byte reads as �
+        except FileNotFoundError:
+            return []
+        except OSError:
+            return None
+        messages = []
+        for line in text.splitlines():
             try:
                 message = json.loads(line)
             except ValueError:  # a line cut off or edited by hand: the rest are kept
                 continue
             if isinstance(message, str) and message:
-                self.messages.append(message)
-                readline.add_history(message)
+                messages.append(message)
+        return messages
 
     def add(self, message: str) -> None:
-        """Keep ``message`` (already in readline's history) for the next run: once where it was sent twice in a row,
-        as readline keeps it."""
-        if self.path is None or not message.strip() or self.messages[-1:] == [message]:
+        """Keep ``message`` (already in readline's history) for the next run: after what the file holds now (another
+        chat may have added to it since), once where it was sent twice in a row, as readline keeps it."""
+        if self.path is None or not message.strip():
             return
-        self.messages = [*self.messages[-(HISTORY_KEPT - 1) :], message]
+        messages = self._read()
+        if messages is None:
+            self.path = None
+            return
+        if messages[-1:] != [message]:
+            messages.append(message)
         try:
-            write_bytes_atomic(self.path, "".join(json.dumps(m) + "\n" for m in self.messages).encode("utf-8"))
+            write_bytes_atomic(
+                self.path, "".join(json.dumps(m) + "\n" for m in messages[-HISTORY_KEPT:]).encode("utf-8")
+            )
         except OSError as exc:  # said once; the chat goes on without keeping it
             print(f"note: the messages are not kept for the next run ({in_words(exc)})", file=sys.stderr)
             self.path = None
