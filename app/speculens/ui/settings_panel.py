@@ -111,12 +111,15 @@ class _WheelGuard(QObject):
         super().__init__(parent)
         self._clicked: QObject | None = None  # the field clicked into, while it keeps the focus
 
+    # Focus that comes back to a field after a moment away (its own popup or menu, another window) is not the
+    # keyboard taking it: a clicked combo box's list would otherwise cost it the wheel. Leaving a field changes
+    # nothing: a field takes the wheel only while it has the focus.
+    PASSING = (Qt.FocusReason.PopupFocusReason, Qt.FocusReason.ActiveWindowFocusReason)
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         kind = event.type()
-        if kind == QEvent.Type.FocusIn and isinstance(event, QFocusEvent):
+        if kind == QEvent.Type.FocusIn and isinstance(event, QFocusEvent) and event.reason() not in self.PASSING:
             self._clicked = watched if event.reason() == Qt.FocusReason.MouseFocusReason else None
-        elif kind == QEvent.Type.FocusOut and self._clicked is watched:
-            self._clicked = None
         elif kind == QEvent.Type.Wheel and (watched is not self._clicked or not isinstance(watched, QWidget)
                                             or not watched.hasFocus()):  # fmt: skip
             event.ignore()  # the scroll area scrolls instead
