@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from speculens.engine.events import RunSettings
 from speculens.engine.sampling import SamplingParams
 from speculens.errors import InvalidInputError
 
@@ -143,15 +144,11 @@ class GenerationConfig:
     judge_probs: bool = True
     ngram_map: Path | None = None
 
-    def described(self) -> dict[str, float | int | bool]:
-        """What chose this answer's tokens besides its seed and sources, as an answer's start event keeps them: a
-        sampled answer is reproduced only with all of them (a tour's exports held the temperature alone)."""
-        sampling = self.sampling
-        return {
-            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-            "min_p": sampling.min_p, "n_draft": self.n_draft, "n_draft_min": self.n_draft_min, "p_min": self.p_min,
-            "adaptive": self.adaptive, "max_tokens": self.max_tokens,
-        }  # fmt: skip
+    def described(self) -> RunSettings:
+        """What chose this answer's tokens besides its seed and sources, as its start event keeps it."""
+        s = self.sampling
+        return RunSettings(s.temperature, s.top_k, s.top_p, s.min_p, self.n_draft, self.n_draft_min, self.p_min,
+                           self.adaptive, self.max_tokens, self.stop)  # fmt: skip
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a message that says which value is wrong and what is allowed."""

@@ -144,6 +144,24 @@ class RunningStats:
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """The generation settings that, with its seed and sources, chose an answer's tokens: a sampled answer is
+    reproduced only with all of them (a tour's exports held the temperature alone). Made by
+    :meth:`speculens.engine.config.GenerationConfig.described`."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    n_draft: int
+    n_draft_min: int
+    p_min: float
+    adaptive: bool
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StartEvent:
     """Prompt processing is done; decoding starts.
 
@@ -162,8 +180,8 @@ class StartEvent:
             part (an answer opened again showed or hid its seed by the temperature of the moment).
         draft_behind: prompt tokens a loaded draft model was not given before the answer, because reading them
             would have cost it more than it could save (it catches up on them if it is ever chosen).
-        settings: the generation settings that, with the seed and the sources, chose its tokens (see
-            :meth:`speculens.engine.config.GenerationConfig.described`); empty where not known.
+        settings: the generation settings that, with the seed and the sources, chose its tokens; ``None`` where
+            not known (an answer kept before they were).
     """
 
     n_prompt: int
@@ -174,7 +192,7 @@ class StartEvent:
     flash_attn: bool | None = None
     sampled: bool = False
     draft_behind: int = 0
-    settings: dict[str, float | int | bool] = dataclasses.field(default_factory=dict)
+    settings: RunSettings | None = None
 
     @property
     def uses_draft_model(self) -> bool:
@@ -397,8 +415,6 @@ def event_to_dict(event: Event, exact: bool = False) -> dict[str, Any]:
             return value.value
         if isinstance(value, tuple | list):
             return [convert(v) for v in value]
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             out = {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
             if isinstance(value, RunningStats):
@@ -432,9 +448,17 @@ def event_from_dict(data: dict[str, Any]) -> Event:
             out[name] = tuple(out.get(name, ()))
         return RunningStats(**out)
 
+    def run_settings(values: object) -> RunSettings | None:
+        if not isinstance(values, dict):
+            return None
+        try:
+            return RunSettings(**{**known(RunSettings, values), "stop": tuple(values.get("stop", ()))})
+        except TypeError:  # written by another version, with fields missing: not known
+            return None
+
     kind = data["type"]
     if kind == "start":
-        return StartEvent(**known(StartEvent, data))
+        return StartEvent(**{**known(StartEvent, data), "settings": run_settings(data.get("settings"))})
     if kind == "finish":
         return FinishEvent(FinishReason(data["reason"]), data["text"], tuple(data["tokens"]), stats(data["stats"]))
     if kind != "step":

@@ -10,6 +10,7 @@ settings (so ``SPECULENS_HOME`` isolates them too).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import logging
 import time
@@ -35,7 +36,7 @@ from PySide6.QtWidgets import (
 
 from speculens import __version__, paths
 from speculens.engine.config import Strategy
-from speculens.engine.events import FinishEvent, FinishReason, StartEvent
+from speculens.engine.events import FinishEvent, FinishReason, RunSettings, StartEvent
 from speculens.engine.protocol import EngineFactory
 from speculens.models.library import Library
 from speculens.settings import Settings, generation_config, read_settings
@@ -694,16 +695,23 @@ class MainWindow(QMainWindow):
         drafting = start.uses_draft_model if start is not None else s.uses_draft
         # What the answer ran with (its start event keeps it), else the settings now: with the seed and the sources,
         # they reproduce a sampled answer (a tour's export held the temperature alone).
-        ran = start.settings if start is not None and start.settings else generation_config(s).described()
+        ran = self._ran()
         return {
             "target": Path(s.target_path).name if s.target_path else None,
             "draft": Path(s.draft_path).name if s.draft_path and drafting else None,
             "strategy": start.strategy if start is not None else s.strategy,
-            "temperature": ran["temperature"],
-            "settings": ran,
+            "temperature": ran.temperature,
+            "settings": dataclasses.asdict(ran),
             "system_prompt": s.system_prompt.strip() or None,  # it shapes every answer (a tour found it missing)
             "exported": time.strftime("%Y-%m-%d %H:%M"),
         }
+
+    def _ran(self) -> RunSettings:
+        """The settings the last answer ran with (its start event keeps them), else the settings now."""
+        start = self._last_start()
+        if start is not None and start.settings is not None:
+            return start.settings
+        return generation_config(self.store.settings).described()
 
     def _export_context(self) -> str:
         """:meth:`_export_fields` as plain text: the HTML export's first line, the PNG's caption."""
@@ -711,11 +719,10 @@ class MainWindow(QMainWindow):
         draft = f", draft {f['draft']}" if f["draft"] else ""
         # The last answer's strategy: earlier answers may have had another (a tour's header named the last one's
         # for an answer regenerated with plain decoding).
-        ran, start = f["settings"], self._last_start()
-        assert isinstance(ran, dict)
-        sampling = "greedy" if not ran["temperature"] else (
-            f"temperature {ran['temperature']:g}, top-k {ran['top_k']}, top-p {ran['top_p']:g}, min-p "
-            f"{ran['min_p']:g}" + (f", seed {start.seed}" if start is not None and start.sampled else "")
+        ran, start = self._ran(), self._last_start()
+        sampling = "greedy" if not ran.temperature else (
+            f"temperature {ran.temperature:g}, top-k {ran.top_k}, top-p {ran.top_p:g}, min-p {ran.min_p:g}"
+            + (f", seed {start.seed}" if start is not None and start.sampled else "")
         )
         return (
             f"Target {f['target'] or 'no target'}{draft}; strategy of the last answer: {f['strategy']}; {sampling}; "
