@@ -115,6 +115,13 @@ def test_a_message_typed_and_not_sent_is_kept_through_a_crash(qtbot, tiny) -> No
     qtbot.waitUntil(lambda: window_state().value("unsent") == "a follow-up about functools.wraps", timeout=10_000)
     again = make_window(qtbot, tiny, load=False)
     assert again.chat.input.toPlainText() == "a follow-up about functools.wraps"
+    # Closed, the window saves no more: a change to its box then (a test's teardown) submitted to a saver shut down.
+    from speculens.ui.main_window import UNSENT_SAVE_MS
+
+    window.close()
+    window.chat.input.setPlainText("after the close")
+    qtbot.wait(UNSENT_SAVE_MS + 300)
+    assert window_state().value("unsent") != "after the close"
 
 
 def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot, tiny) -> None:

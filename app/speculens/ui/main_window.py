@@ -1000,6 +1000,7 @@ class MainWindow(QMainWindow):
         self.router.drain()
         self.conversations.close()
         self.store.flush()
+        self.chat.input.textChanged.disconnect(self._unsent_timer.start)  # no save is submitted once shut down
         self._unsent_timer.stop()
         self._unsent_saver.shutdown()  # its last write before the layout's, which has the box's text now
         try:
