@@ -100,6 +100,13 @@ def test_corrupt_file_is_backed_up_and_defaults_used(tmp_path: Path, content: by
     assert read_settings(path) == (Settings(n_draft=3), "") and backup.exists()
 
 
+def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows' Notepad saves UTF-8 with a BOM: a settings file edited there is not damaged."""
+    path = tmp_path / "settings.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"schema_version": SCHEMA_VERSION, "n_draft": 3}).encode())
+    assert read_settings(path) == (Settings(n_draft=3), "")
+
+
 def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:
     for i in range(3):
         save_settings(Settings(seed=i), tmp_path / "settings.json")

@@ -310,7 +310,7 @@ def read_settings(path: Path | None = None) -> tuple[Settings, str]:
     """
     path = path or paths.settings_file()
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM: the file edited in Windows' Notepad
         if not isinstance(data, dict):
             raise ValueError(f"a JSON {type(data).__name__}, not an object of settings")
     except FileNotFoundError:

@@ -313,8 +313,9 @@ def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive:
 
 def free_sources_idle(start: StartEvent | None, steps: list[StepEvent], adaptive: bool) -> str:
     """A line saying why the adaptive controller verified no free source's draft in an answer where nothing was
-    drafted, as the app's figures say it: a tour's `-s ngram-map` printed n_drafted = 0 and nothing of why
-    (``--no-adaptive`` drafted 358 tokens, 13% accepted, at half plain decoding's speed). Empty otherwise."""
+    drafted, in the app's words (the draft model's part is :func:`draft_model_idle`'s): a tour's `-s ngram-map`
+    printed n_drafted = 0 and nothing of why (``--no-adaptive`` drafted 358 tokens, 13% accepted, at half plain
+    decoding's speed). Empty otherwise."""
     declined = free_sources_declined(steps) if adaptive and start is not None else None
     if declined is None:
         return ""

@@ -22,7 +22,7 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.replay import replay
 from speculens.errors import SpeculensError
-from speculens.models.resolve import model_file_name
+from speculens.models.resolve import ModelNotFoundError, resolve_model
 
 STRATEGIES = ("auto", "lookup", "ngram-cache")
 
@@ -101,8 +101,7 @@ def _recorded(path: Path) -> Recorded:
                 event = json.loads(line)
                 kind = event.get("type")
                 if kind == "start":
-                    start = event
-                    int(event["n_prompt"])
+                    start, overheads, drafted = event, [], {}
                 elif kind == "step" and start is not None:
                     overheads.append(float(event["overhead_ms"]) / 1e3)
                     if event.get("drafted") and not event.get("probe") and event.get("source"):
@@ -153,7 +152,10 @@ def run(args: argparse.Namespace) -> int:
         recorded = _recorded(args.events)
         # Another target's run is refused before its model is looked for: a tour's `-m gemma-270m` built a 253 MB
         # demo model and then failed for want of its costs.
-        named = model_file_name(args.target)
+        try:
+            named: str | None = resolve_model(args.target, assemble=False).name
+        except ModelNotFoundError:
+            named = None  # said by resolve() below
         if recorded.target and named and named != recorded.target:
             print(f"error: {args.events.name} is a run of {recorded.target}, not of {named}: give -m that model",
                   file=sys.stderr)  # fmt: skip

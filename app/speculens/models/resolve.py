@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from speculens.errors import SpeculensError
-from speculens.models.demo import DEMO_MODELS, DemoModel, demo_model, ensure_demo_model
+from speculens.models.demo import DEMO_MODELS, DemoModel, demo_model, demo_path, ensure_demo_model
 from speculens.models.library import EntryStatus, Library
 
 
@@ -19,6 +19,7 @@ def resolve_model(
     spec: str,
     library: Library | None = None,
     progress: Callable[[DemoModel, int, int], None] | None = None,
+    assemble: bool = True,
 ) -> Path:
     """A model file for ``spec``: an existing path, a demo model key (assembled on first use), or the id or
     name of a model in the library.
@@ -27,6 +28,7 @@ def resolve_model(
         spec: what the user typed.
         library: the library to look in (default: the user's).
         progress: called with (model, bytes written, total) while a demo model is assembled.
+        assemble: ``False``: only name a demo model's file, which may not be there yet.
 
     Raises:
         ModelNotFoundError: neither a file nor a known name, or a library model whose file is missing.
@@ -40,6 +42,8 @@ def resolve_model(
     except KeyError:
         pass
     else:
+        if not assemble:
+            return demo_path(model)
         report = None if progress is None else (lambda done, total: progress(model, done, total))
         return ensure_demo_model(model, progress=report)
     entry = (library or Library()).get(spec)
@@ -57,19 +61,6 @@ def resolve_model(
         f"no model file {spec!r}, and it is neither a demo model ({keys}) nor a model in the library "
         "(see: speculens-cli models list)" + (f"; did you mean {' or '.join(near)}?" if near else "")
     )
-
-
-def model_file_name(spec: str, library: Library | None = None) -> str | None:
-    """The file name :func:`resolve_model` would give for ``spec``, without assembling a demo model (``None``
-    where it names no model)."""
-    path = Path(spec).expanduser()
-    if path.exists():
-        return path.name
-    try:
-        return demo_model(spec).filename
-    except KeyError:
-        entry = (library or Library()).get(spec)
-        return entry.path.name if entry is not None else None
 
 
 def close_names(typed: str, known: dict[str, str], n: int = 3) -> list[str]:
