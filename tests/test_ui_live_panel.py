@@ -1134,6 +1134,13 @@ def test_after_an_answer_teach_explains_its_last_step_that_drafted(qtbot) -> Non
     text = teach.explanation.toPlainText()
     assert "without a draft verified" in text and "Step 4" in text and "would not pay" in text
     assert "The answer ended here" not in text
+    # Where the answer's line says the controller held speculation back, so does Teach: it explains the step where a
+    # draft came nearest to paying, not a last step where no source had one (a tour read the two reasons).
+    held = replace(declined_step(4, (1.0, 1.2, 1.1)), considered="lookup")
+    nothing = replace(declined_step(5, ()), considered=None, offered=None)
+    feed(teach, [plain[0], held, nothing, finish], queued=True)  # type: ignore[arg-type]
+    text = teach.explanation.toPlainText()
+    assert "Step 4" in text and "came nearest to paying (×1.20" in text and "held back" in text
 
 
 def test_the_mouse_wheel_over_the_teach_curve_does_not_zoom_it(qtbot) -> None:

@@ -235,6 +235,9 @@ class TeachPanel(QWidget):
         self.last_step: StepEvent | None = None
         self._last_drafted: StepEvent | None = None  # this answer's last step that verified a draft
         self._last_token: StepEvent | None = None  # this answer's last step that generated a token
+        # Its plain step whose declined draft came nearest to paying, with that rate: the answer's own line gives
+        # its reason from that step (see speculens.ui.token_view.drafts_phrase).
+        self._nearest: tuple[float, StepEvent] | None = None
         self._final: StepEvent | None = None  # this answer's last step
         self._curve_step: StepEvent | None = None  # this answer's last step with a curve of its own
         self._strategy: str | None = None  # the running generation's sources, from its start event
@@ -318,6 +321,7 @@ class TeachPanel(QWidget):
     def clear(self) -> None:
         """Forget the last answer's step (another conversation is shown)."""
         self.last_step = self._last_drafted = self._last_token = self._final = self._curve_step = None
+        self._nearest = None
         self._k_seen = 0
         self.explanation.setHtml(self._intro)
         self.update_curve()
@@ -339,6 +343,7 @@ class TeachPanel(QWidget):
             event = record.event
             if record.kind is RecordKind.QUEUED:
                 self.last_step = self._last_drafted = self._last_token = self._final = self._curve_step = None
+                self._nearest = None
                 self._k_seen = 0
             elif record.kind is RecordKind.STARTED and isinstance(event, StartEvent):
                 self._strategy, self._sampled = event.strategy, event.sampled
@@ -353,6 +358,10 @@ class TeachPanel(QWidget):
                     self._last_drafted = event
                 if event.emitted:
                     self._last_token = event
+                if not event.drafted and event.emitted and event.considered and len(event.expected_speedup) > 1:
+                    rate = max(event.expected_speedup[1:])
+                    if self._nearest is None or rate >= self._nearest[0]:  # the later of equals
+                        self._nearest = (rate, event)
             elif record.kind is RecordKind.PAUSED and isinstance(event, StepEvent):
                 self.show_step(event)
             elif record.final or record.kind is RecordKind.FINISHED:
@@ -393,6 +402,15 @@ class TeachPanel(QWidget):
                 f"({after} plain step{'s' if after != 1 else ''} followed it, to step {step.step}).</i></p>"
             )
             self.last_step = step = drafted
+        elif drafted is None and self._nearest is not None:
+            # Nothing drafted: the step where a draft came nearest to paying says why, as the line under the answer
+            # does (a tour read "held speculation back" there, and here, of the last step, "no source had a draft").
+            rate, nearest = self._nearest
+            lead = (
+                f"<p><i>The answer has ended without a draft verified. Explained here: step {nearest.step}, where a "
+                f"draft came nearest to paying (×{rate:.2f} of plain decoding expected).</i></p>"
+            )
+            self.last_step = step = nearest
         elif drafted is None and not step.emitted and self._last_token is not None:
             # Nothing drafted, and the last step only ended the answer: the step before it says why the answer
             # decoded plainly (a tour followed "see Teach" under such an answer to "The answer ended here").
