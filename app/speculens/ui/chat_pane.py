@@ -543,9 +543,9 @@ class ChatPane(QWidget):
         if running is not None and running is not conversation:
             self.stop()
         if conversation.partial and running is not conversation:
-            conversation.messages.append(
-                {"role": "assistant", "content": conversation.partial, "note": "interrupted: the app closed"}
-            )
+            # Killed or crashed (a quit keeps the answer whole): "the app closed" read wrong after a kill (a tour's).
+            note = "interrupted: the app stopped during this answer"
+            conversation.messages.append({"role": "assistant", "content": conversation.partial, "note": note})
             conversation.partial = None
             self.store.save(conversation)
         if conversation is not self.conversation:
