@@ -57,6 +57,26 @@ def test_compare_with_history_sends_the_conversation_up_to_the_last_message(qtbo
     assert window.statusBar().currentMessage() == "Comparison finished: the verdict is in Compare."
 
 
+
+def test_an_export_after_compare_says_its_tokens_are_comparess_run(qtbot, tiny, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: after Compare, the HTML export put Compare's speculative run (114 tokens) under the
+    chat's own answer (122 tokens) as if they were one answer."""
+    import json
+
+    window = fake_window(qtbot, tiny, FakeFactory())
+    send(qtbot, window, "a question")
+    html = window.export_html(tmp_path / "chat.html").read_text(encoding="utf-8")
+    assert "Speculens answer" in html and "Compare ran the last message again" not in html
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: window.compare_view.comparison is not None and not window.router.running, timeout=10_000)
+    html = window.export_html(tmp_path / "compared.html").read_text(encoding="utf-8")
+    assert "Compare&#x27;s speculative run of the last message" in html and "Compare ran the last message again" in html
+    assert "strategy of Compare&#x27;s speculative run:" in html
+    assert json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))[0]["run"] == "compare"
+    send(qtbot, window, "another question")  # the chat's answer again
+    assert json.loads(window.export_json(tmp_path / "e2.json").read_text(encoding="utf-8"))[0]["run"] == "chat"
+
+
 def test_compare_shows_both_answers_and_the_verdict(qtbot, tiny) -> None:
     window = fake_window(qtbot, tiny)
     window.chat.input.setPlainText("typed but not sent")

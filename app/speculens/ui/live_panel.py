@@ -136,6 +136,9 @@ class LivePanel(QWidget):
         # Its start event, until its first step or its end: an answer stopped while its prompt was read leaves the
         # last one shown, as one stopped before it started does.
         self._start: StartEvent | None = None
+        # What is shown is Compare's speculative run of the last message, not the chat's own answer: the exports
+        # say so (a tour's HTML export put Compare's 114 tokens under the chat's 122-token answer as if one).
+        self.comparing = False
         self._figures_due = 0.0  # when the legend and the figures may change again (see FIGURES_S)
         self._saved_ids = itertools.count(-1, -1)  # request ids of answers shown from their kept events
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
@@ -177,6 +180,7 @@ class LivePanel(QWidget):
                 # The last answer's tokens and charts stay until this one starts: one that cannot start (a prompt
                 # too long for the context) leaves them, with its reason below them.
                 self._request = record.request_id
+                self.comparing = record.lane is not Lane.CHAT  # a comparison's speculative half, not a chat answer
                 self._started = False
                 self._start = None
                 self.status.setText("Starting…")

@@ -670,6 +670,8 @@ class MainWindow(QMainWindow):
     def _answer_title(self) -> str:
         start = self._last_start()
         seed = f" (seed {start.seed})" if start is not None and start.seed is not None else ""
+        if self.live_panel.comparing:
+            return f"Compare's speculative run of the last message{seed}"
         return f"Speculens answer{seed}"
 
     def _answer_figures(self) -> str:
@@ -700,6 +702,7 @@ class MainWindow(QMainWindow):
             "target": Path(s.target_path).name if s.target_path else None,
             "draft": Path(s.draft_path).name if s.draft_path and drafting else None,
             "strategy": start.strategy if start is not None else s.strategy,
+            "run": "compare" if self.live_panel.comparing else "chat",  # Compare's speculative half, or the chat's
             "temperature": ran.temperature,
             "settings": dataclasses.asdict(ran),
             "system_prompt": s.system_prompt.strip() or None,  # it shapes every answer (a tour found it missing)
@@ -720,12 +723,13 @@ class MainWindow(QMainWindow):
         # The last answer's strategy: earlier answers may have had another (a tour's header named the last one's
         # for an answer regenerated with plain decoding).
         ran, start = self._ran(), self._last_start()
+        run = "Compare's speculative run" if f["run"] == "compare" else "the last answer"
         sampling = "greedy" if not ran.temperature else (
             f"temperature {ran.temperature:g}, top-k {ran.top_k}, top-p {ran.top_p:g}, min-p {ran.min_p:g}"
             + (f", seed {start.seed}" if start is not None and start.sampled else "")
         )
         return (
-            f"Target {f['target'] or 'no target'}{draft}; strategy of the last answer: {f['strategy']}; {sampling}; "
+            f"Target {f['target'] or 'no target'}{draft}; strategy of {run}: {f['strategy']}; {sampling}; "
             f"exported {f['exported']} by Speculens."
         )
 
@@ -743,9 +747,15 @@ class MainWindow(QMainWindow):
             prompt = self._export_fields()["system_prompt"]
             system = f"<p style='color:gray'>System prompt: <i>{html.escape(str(prompt))}</i></p>\n" if prompt else ""
             if view.infos:  # the answer generated last, in this conversation (opening another one clears it)
+                other = (
+                    "<p style='color:gray'>Not the answer above: Compare ran the last message again, and its text "
+                    "can differ (a sampled answer, or another context).</p>\n"
+                    if self.live_panel.comparing
+                    else ""
+                )
                 body += (
-                    f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{self._answer_figures()}"
-                    f"{view.html_fragment()}"
+                    f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{other}"
+                    f"{self._answer_figures()}{view.html_fragment()}"
                 )
             path.write_text(
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
