@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtWidgets import QProgressBar, QWidget
+from PySide6.QtWidgets import QProgressBar, QPushButton, QWidget
 
 from fake_engine import FakeFactory
 from gui_support import fake_window
@@ -762,3 +762,37 @@ def test_ctrl_tab_moves_between_sections_from_a_text_field(qtbot, manager: Model
     qtbot.keyClick(manager.focusWidget() or manager, Qt.Key.Key_Backtab,
                    Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)  # fmt: skip
     assert manager.tabs.currentIndex() == 3
+
+
+def test_the_keyboard_leaves_the_library_with_tab_and_presses_buttons_with_enter(
+    qtbot, tiny, manager: ModelManagerWindow
+) -> None:
+    """From a keyboard-only tour: Tab moved from cell to cell of the library and wrapped to the next row, so the
+    selected model changed unasked; Enter on a focused button did nothing; the pair picker's buttons had no Alt
+    letter and took Tab right to left."""
+    manager.show()
+    qtbot.waitExposed(manager)
+    manager.activateWindow()
+    manager.library_table.selectRow(1)
+    manager.library_table.setFocus()
+    qtbot.waitUntil(manager.library_table.hasFocus)
+    selected = manager._selected_entry()
+    qtbot.keyClick(manager.library_table, Qt.Key.Key_Tab)
+    assert not manager.library_table.hasFocus() and manager._selected_entry() is selected
+    assert isinstance(manager.focusWidget(), QPushButton)  # on to the buttons below the table
+    pick(manager, tiny.target, tiny.identical)
+    qtbot.waitUntil(lambda: manager.use_pair_button.isEnabled() and manager.use_target_only_button.isEnabled())
+    order = [manager.pair_lab_button, manager.use_target_only_button, manager.use_pair_button]
+    manager.pair_lab_button.setFocus()
+    qtbot.waitUntil(manager.pair_lab_button.hasFocus)
+    for button in order[1:]:  # left to right, as seen
+        qtbot.keyClick(manager.focusWidget(), Qt.Key.Key_Tab)
+        assert manager.focusWidget() is button
+    assert [b.text() for b in order] == ["&Pair lab…", "Use the target &alone (draft-free strategies)",
+                                         "&Use this pair"]  # fmt: skip
+    pressed: list[bool] = []
+    manager.pair_lab_requested.connect(lambda: pressed.append(True))
+    manager.pair_lab_button.setFocus()
+    qtbot.waitUntil(manager.pair_lab_button.hasFocus)
+    qtbot.keyClick(manager.pair_lab_button, Qt.Key.Key_Return)
+    assert pressed == [True]

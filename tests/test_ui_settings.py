@@ -477,3 +477,17 @@ def test_the_strategy_box_shows_its_whole_name_and_explains_the_one_shown(qtbot,
     assert "n-gram map" in box.toolTip() and box.toolTip().startswith(SPECS["strategy"].tip)
     box.setCurrentIndex(box.findData("lookup"))
     assert "Prompt lookup: Copies continuations" in box.toolTip()
+
+
+def test_tab_leaves_the_system_prompt(qtbot, store: SettingsStore) -> None:
+    """From a keyboard-only tour: Tab typed tab characters into the system prompt (saved as "\\t\\t\\t\\t"), and the
+    fields after it were out of the keyboard's reach."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.activateWindow()
+    panel.system_prompt.setFocus()
+    qtbot.waitUntil(panel.system_prompt.hasFocus)
+    qtbot.keyClick(panel.system_prompt, Qt.Key.Key_Tab)
+    assert not panel.system_prompt.hasFocus() and panel.system_prompt.toPlainText() == ""

@@ -213,6 +213,10 @@ class ModelManagerWindow(QMainWindow):
         column.addWidget(self.tabs, 1)
         column.addWidget(self.message)
         self.setCentralWidget(central)
+        # Enter presses the focused button, as Space does (a keyboard tour's Enter on "Use this pair" did nothing:
+        # only a dialog's buttons take it by default).
+        for button in central.findChildren(QPushButton):
+            button.setAutoDefault(True)
         self._say("Reading the library…")
         models.store.changed.connect(self._on_store_changed)
         # The hub tab: typing goes to its search box (a tour's first query went nowhere).
@@ -246,6 +250,9 @@ class ModelManagerWindow(QMainWindow):
         self.library_table.setAccessibleName("Library")
         self.library_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.library_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        # Tab goes on to the buttons: from cell to cell it wrapped to the next row, and a tour's Alt+T then chose
+        # another model than the one it had selected.
+        self.library_table.setTabKeyNavigation(False)
         self.library_table.verticalHeader().hide()
         self.library_table.viewport().installEventFilter(self)
         buttons = QHBoxLayout()
@@ -531,12 +538,15 @@ class ModelManagerWindow(QMainWindow):
         self.report_view.setAccessibleName("Compatibility report")
         self.report_view.setOpenLinks(False)  # its one link builds a demo model (_on_report_link_clicked)
         self.report_view.anchorClicked.connect(self._on_report_link_clicked)
-        self.use_pair_button = QPushButton("Use this pair", page)
+        # Alt+letter for each, as the library's buttons have (a keyboard tour found none here).
+        self.use_pair_button = QPushButton("&Use this pair", page)
         self.use_pair_button.setAccessibleName("Use this pair")
         self.use_pair_button.clicked.connect(self._on_use_pair_clicked)
-        self.use_target_only_button = QPushButton("Use the target alone (draft-free strategies)", page)
+        self.use_target_only_button = QPushButton("Use the target &alone (draft-free strategies)", page)
+        self.use_target_only_button.setAccessibleName("Use the target alone (draft-free strategies)")
         self.use_target_only_button.clicked.connect(self._on_use_target_only_clicked)
-        self.pair_lab_button = QPushButton("Pair lab…", page)
+        self.pair_lab_button = QPushButton("&Pair lab…", page)
+        self.pair_lab_button.setAccessibleName("Pair lab…")
         self.pair_lab_button.setToolTip("Measure which draft and strategy make this target fastest on this machine")
         self.pair_lab_button.clicked.connect(self.pair_lab_requested.emit)
         form = QFormLayout()
@@ -548,6 +558,10 @@ class ModelManagerWindow(QMainWindow):
         buttons.addStretch(1)
         buttons.addWidget(self.use_target_only_button)
         buttons.addWidget(self.use_pair_button)
+        # Tab in the order they are seen, left to right (they were made right to left).
+        QWidget.setTabOrder(self.report_view, self.pair_lab_button)
+        QWidget.setTabOrder(self.pair_lab_button, self.use_target_only_button)
+        QWidget.setTabOrder(self.use_target_only_button, self.use_pair_button)
         layout = QVBoxLayout(page)
         layout.addLayout(form)
         layout.addWidget(self.banner)

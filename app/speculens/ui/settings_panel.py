@@ -214,6 +214,9 @@ class SettingsPanel(QWidget):
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("optional system message for the chat")
         self.system_prompt.setMaximumHeight(60)
+        # Tab moves on, as in every other field (a tour's Tab typed tabs into it, and the fields after it were out of
+        # the keyboard's reach); a system prompt has no use for a tab character.
+        self.system_prompt.setTabChangesFocus(True)
         self._add("system_prompt", self.system_prompt)
 
         self.reload_note = QLabel()
