@@ -861,6 +861,13 @@ def test_help_explains_speculative_decoding_with_the_apps_own_shortcuts(qtbot, t
     action.trigger()  # opened again: the same page comes to the front, not a second one
     assert [w for w in window.findChildren(QDialog) if w.windowTitle() == dialog.windowTitle()] == [dialog]
     dialog.close()
+    # The shortcut list scrolls within the screen (a tour's ran off a 700-pixel screen, its OK button with it).
+    shortcuts = window.show_shortcuts()
+    qtbot.waitExposed(shortcuts)
+    assert shortcuts.findChild(QTextBrowser).toPlainText().count("Ctrl+") > 10
+    assert shortcuts.frameGeometry().height() <= shortcuts.screen().availableGeometry().height()
+    assert window.show_shortcuts() is shortcuts
+    shortcuts.close()
 
 
 def test_the_toolbar_does_not_name_a_map_the_loaded_target_cannot_use(qtbot, tiny, tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ from speculens.ui.generations import GenerationRouter, LaneSink
 from speculens.ui.labels import ShrinkingLabel
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.model_controller import ModelController
-from speculens.ui.primer import show_primer
+from speculens.ui.primer import PRIMER_HTML, show_page
 from speculens.ui.screen import resize_within_screen, scrolled
 from speculens.ui.settings_panel import SettingsPanel
 from speculens.ui.settings_store import SettingsStore
@@ -114,7 +114,7 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._compared: list[dict[str, str]] = []  # the last comparison's messages
         self._compare_again: list[dict[str, str]] | None = None  # run again once bit-exact is loaded
-        self._primer: QDialog | None = None  # Help ▸ How speculative decoding works, while open
+        self._pages: dict[str, QDialog] = {}  # the Help pages open, by title
 
         # A settings file that could not be used is said once the window is up (mention_settings_problem).
         settings, self._settings_problem = (settings, "") if settings is not None else read_settings()
@@ -922,17 +922,22 @@ class MainWindow(QMainWindow):
         focus.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def show_primer(self) -> QDialog:
-        """Help ▸ How speculative decoding works (one page: opened again, it comes to the front)."""
-        if self._primer is None:
-            self._primer = show_primer(self)
-            self._primer.destroyed.connect(lambda: setattr(self, "_primer", None))
-        self._primer.raise_()
-        self._primer.activateWindow()
-        return self._primer
+        """Help ▸ How speculative decoding works."""
+        return self._show_page("How speculative decoding works", PRIMER_HTML)
 
-    def show_shortcuts(self) -> None:
-        """The keyboard shortcuts, in a dialog."""
-        QMessageBox.information(self, "Keyboard shortcuts", self.shortcuts_html())
+    def show_shortcuts(self) -> QDialog:
+        """The keyboard shortcuts."""
+        return self._show_page("Keyboard shortcuts", self.shortcuts_html(), 560)
+
+    def _show_page(self, title: str, page_html: str, width: int = 640) -> QDialog:
+        """A Help page (one of each: opened again, it comes to the front)."""
+        page = self._pages.get(title)
+        if page is None:
+            page = self._pages[title] = show_page(self, title, page_html, width)
+            page.destroyed.connect(lambda: self._pages.pop(title, None))
+        page.raise_()
+        page.activateWindow()
+        return page
 
     def show_about(self) -> None:
         """The About box, with the llama.cpp build this runs on."""

@@ -58,19 +58,20 @@ and says whether the text is identical and what the speedup was.</li>
 """
 
 
-def show_primer(parent: QWidget) -> QDialog:
-    """Open the page (not modal: it can stay open beside the window while an answer runs)."""
+def show_page(parent: QWidget, title: str, page_html: str, width: int = 640, height: int = 720) -> QDialog:
+    """Open a page of help (not modal: it can stay open beside the window while an answer runs), scrolled where it is
+    longer than the screen allows (a tour's shortcut list ran off a 700-pixel screen, its OK button with it)."""
     dialog = QDialog(parent)
-    dialog.setWindowTitle("How speculative decoding works")
+    dialog.setWindowTitle(title)
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     text = QTextBrowser(dialog)
-    text.setAccessibleName("How speculative decoding works")
-    text.setHtml(PRIMER_HTML)
+    text.setAccessibleName(title)
+    text.setHtml(page_html)
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, dialog)
     buttons.rejected.connect(dialog.close)
     layout = QVBoxLayout(dialog)
     layout.addWidget(text)
     layout.addWidget(buttons)
-    resize_within_screen(dialog, 640, 720)
+    resize_within_screen(dialog, width, height)
     dialog.show()
     return dialog
