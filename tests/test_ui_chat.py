@@ -419,10 +419,12 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     )
     listing.list.setCurrentRow(row)
     assert listing.rename_button.isEnabled() and listing.delete_button.isEnabled()
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    asked: list[object] = []  # No is the default: Enter does not delete what cannot be undone (a tour's finding)
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(a[-1]) or QMessageBox.StandardButton.Yes)
     window.conversations.flush()
     assert (window.conversations.folder / "answers" / f"{current.id}.json").exists()
     qtbot.keyClick(listing.list, Qt.Key.Key_Delete)
+    assert asked == [QMessageBox.StandardButton.No]
     assert listing.list.count() == 1 and window.chat.conversation is not current
     assert window.statusBar().currentMessage() == f"Deleted “{current.title}”."
     window.conversations.flush()

@@ -796,3 +796,13 @@ def test_the_keyboard_leaves_the_library_with_tab_and_presses_buttons_with_enter
     qtbot.waitUntil(manager.pair_lab_button.hasFocus)
     qtbot.keyClick(manager.pair_lab_button, Qt.Key.Key_Return)
     assert pressed == [True]
+
+
+def test_a_model_just_imported_is_the_one_selected(qtbot, tiny, manager: ModelManagerWindow) -> None:
+    """From a keyboard-only tour: after an import the selection stayed on the first row, and Alt+T chose that."""
+    manager.library_table.selectRow(0)
+    first = manager._selected_entry()
+    manager.import_file(tiny.perturbed)
+    qtbot.waitUntil(lambda: "added" in manager.message.text(), timeout=10_000)
+    chosen = manager._selected_entry()
+    assert chosen is not first and chosen.path.resolve() == tiny.perturbed.resolve()

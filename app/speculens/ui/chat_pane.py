@@ -1010,9 +1010,11 @@ class ConversationList(QWidget):
         conversation = self.selected()
         if conversation is None:
             return
+        # No by default: Enter, pressed for the question, does not delete what cannot be undone (a tour's finding).
         answer = QMessageBox.question(
-            self, "Delete conversation", f"Delete “{conversation.title}”? This cannot be undone."
-        )
+            self, "Delete conversation", f"Delete “{conversation.title}”? This cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No,
+        )  # fmt: skip
         if answer == QMessageBox.StandardButton.Yes:
             self.store.delete(conversation)
             self.conversation_deleted.emit(conversation)

@@ -276,15 +276,19 @@ class ModelManagerWindow(QMainWindow):
         layout.addLayout(buttons)
         return page
 
-    def refresh_library(self, news: str = "") -> None:
+    def refresh_library(self, news: str = "", select: Path | None = None) -> None:
         """Re-read the library index on a background thread; ``news`` (what changed it) is said before the count
-        (a tour's scan summary was overwritten by the count at once)."""
-        self.tasks.run(self.library.entries, lambda entries: self._show_library(entries, news), self._show_error)
+        (a tour's scan summary was overwritten by the count at once); ``select``: the model to select then (one just
+        imported: a tour's stayed on the first row, and its Alt+T chose that one)."""
+        self.tasks.run(
+            self.library.entries, lambda entries: self._show_library(entries, news, select), self._show_error
+        )
 
-    def _show_library(self, entries: list[Any], news: str = "") -> None:
+    def _show_library(self, entries: list[Any], news: str = "", select: Path | None = None) -> None:
         from speculens.models.gguf_info import format_bytes
 
         selected = self._selected_entry()
+        wanted = str(select) if select is not None else str(selected.path) if selected is not None else None
         opening = not self.entries
         self.entries = entries
         table = self.library_table
@@ -320,8 +324,8 @@ class ModelManagerWindow(QMainWindow):
         # no row selected); a refresh keeps the selection on its model, and a removed one leaves none, so that a
         # second click removes nothing.
         rows = {str(e.path): r for r, e in enumerate(entries)}
-        if selected is not None and str(selected.path) in rows:
-            table.setCurrentCell(rows[str(selected.path)], 0)
+        if wanted is not None and wanted in rows:
+            table.setCurrentCell(rows[wanted], 0)
         elif opening and entries:
             table.setCurrentCell(rows.get(self.models.store.settings.target_path, 0), 0)
         damaged = [e for e in entries if e.status is EntryStatus.DAMAGED]
@@ -405,7 +409,7 @@ class ModelManagerWindow(QMainWindow):
         """Register a file where it is (nothing is copied)."""
         self._say(f"Reading {path.name}…")
         self.tasks.run(
-            lambda: self.library.add(path), lambda e: self.refresh_library(f"{e.name} added."), self._show_error
+            lambda: self.library.add(path), lambda e: self.refresh_library(f"{e.name} added.", e.path), self._show_error
         )
 
     def _on_scan_clicked(self) -> None:
