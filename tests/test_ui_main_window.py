@@ -131,6 +131,8 @@ def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot,
     send(qtbot, window, "the model")
     qtbot.waitUntil(lambda: window.conversations.answer(window.chat.conversation) != [], timeout=5_000)
     tokens, steps = window.live_panel.view.toPlainText(), list(window.live_panel.steps)
+    teach = window.teach_panel.explanation.toPlainText()
+    assert "Step " in teach
     strip, figures = window.stats_strip.value_text("tokens"), window.chat.figures.text()
     assert "tokens/s" in figures
     conversation = window.chat.conversation
@@ -140,6 +142,7 @@ def test_a_conversation_opened_again_shows_its_last_answer_token_by_token(qtbot,
     assert window.chat.figures.text() == "" and window.statusBar().currentMessage() == ""
     window.chat.open_conversation(conversation)
     assert window.live_panel.view.toPlainText() == tokens and window.live_panel.steps == steps
+    assert window.teach_panel.explanation.toPlainText() == teach  # Teach explains it again (a tour found it empty)
     assert window.chat.figures.text() == figures  # the line under the answer too (a tour's restart lost it)
     assert len(window.series.step) == len(steps) and window.stats_strip.value_text("tokens") == strip
     assert window.live_panel.status.text().startswith("The last answer, as it was generated. Finished")
@@ -444,12 +447,13 @@ def test_the_empty_chat_says_what_to_do_first_and_another_conversation_clears_te
     ticks = window.teach_panel.curve_plot.getAxis("bottom").tickValues(0.0, 2.0, 300)
     assert ticks and all(float(v).is_integer() for _spacing, values in ticks for v in values)
     assert window.teach_panel.curve_plot.minimumHeight() >= 120
-    first = window.chat.conversation
+    first, explained = window.chat.conversation, window.teach_panel.explanation.toPlainText()
     window.new_chat()
-    window.chat.open_conversation(first)
-    # A reopened conversation has no live steps: Teach must not keep explaining the last answer's.
+    # Another conversation: Teach does not keep explaining the last answer's steps.
     assert window.teach_panel.last_step is None
     assert "The curve appears" in window.teach_panel.curve_label.text()
+    window.chat.open_conversation(first)  # its own last answer, kept with it, is explained again
+    assert window.teach_panel.last_step is not None and window.teach_panel.explanation.toPlainText() == explained
 
 
 def test_the_conversation_list_highlights_the_conversation_shown(qtbot, tiny) -> None:

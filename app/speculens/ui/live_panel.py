@@ -151,14 +151,16 @@ class LivePanel(QWidget):
         self._start = None
         self._reset(description)
 
-    def show_saved(self, events: Sequence[Event]) -> None:
-        """Show an answer generated earlier, from its kept events (a conversation opened again)."""
+    def show_saved(self, events: Sequence[Event]) -> list[Record]:
+        """Show an answer generated earlier, from its kept events (a conversation opened again); return the records
+        it was shown from, for the other views that follow an answer (Teach)."""
         request = next(self._saved_ids)
         kinds = {StartEvent: RecordKind.STARTED, StepEvent: RecordKind.STEP, FinishEvent: RecordKind.FINISHED}
         records = [Record(request, Lane.CHAT, RecordKind.QUEUED)]
         records += [Record(request, Lane.CHAT, kinds[type(e)], event=e) for e in events]
         self.on_records(records)
         self.status.setText(f"The last answer, as it was generated. {self.status.text()}")
+        return records
 
     def _reset(self, description: str, sampled: bool = False) -> None:
         self.view.clear_tokens(sampled)

@@ -579,7 +579,8 @@ class MainWindow(QMainWindow):
         """The tokens, charts and figures of the opened conversation's last answer, as it was generated (a tour
         found a conversation opened again with "No answer yet." beside its answers)."""
         if self.chat.kept_answer:
-            self.live_panel.show_saved(self.chat.kept_answer)
+            # Teach too: it explains the answer's last step that drafted, as when it ended (a tour found it empty).
+            self.teach_panel.on_records(self.live_panel.show_saved(self.chat.kept_answer))
 
     def _on_store_changed(self, settings: Settings) -> None:
         self.charts.budget = paint_budget(settings.threads)
