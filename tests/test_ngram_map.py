@@ -199,6 +199,15 @@ def test_a_go_or_shell_code_base_is_text_too(tmp_path: Path) -> None:
     assert sorted(f.name for f in corpus_files([tmp_path])) == ["app.rb", "config.yaml", "deploy.sh", "main.go"]
 
 
+def test_text_files_without_a_suffix_are_read_and_programs_and_hidden_files_are_not(tmp_path: Path) -> None:
+    """A folder search left out Makefile, Dockerfile and scripts run by name without a word."""
+    for name in ("Makefile", "Dockerfile", "run-tests", ".gitignore", ".env"):
+        (tmp_path / name).write_text("all:\n\tmake build\n", encoding="utf-8")
+    (tmp_path / "a.out").write_bytes(b"\x7fELF\x00\x01")  # a suffix that is not text
+    (tmp_path / "server").write_bytes(b"\x7fELF\x02\x00\x00")  # a program without a suffix
+    assert sorted(f.name for f in corpus_files([tmp_path])) == ["Dockerfile", "Makefile", "run-tests"]
+
+
 def test_ngram_info_says_what_a_map_holds_and_whether_it_fits_a_model(
     tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

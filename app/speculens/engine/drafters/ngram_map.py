@@ -106,7 +106,10 @@ class MapBuilt:
 def text_kinds() -> str:
     """The files a folder contributes, in a few words (the whole list is long)."""
     shown = (".py", ".js", ".ts", ".java", ".go", ".rs", ".c", ".md", ".txt")
-    return f"source code, markup and plain text: {' '.join(shown)} and {len(TEXT_SUFFIXES) - len(shown)} more kinds"
+    return (
+        f"source code, markup and plain text: {' '.join(shown)}, {len(TEXT_SUFFIXES) - len(shown)} more kinds, and "
+        "text files without a suffix such as Makefile"
+    )
 
 
 def _binary(path: Path) -> bool:
@@ -122,11 +125,19 @@ def _searched(path: Path, top: Path) -> bool:
     return not any(part.startswith(".") or part in SKIPPED_FOLDERS for part in path.relative_to(top).parts[:-1])
 
 
+def _text_in_folder(path: Path) -> bool:
+    """Whether a folder search takes a file: a text suffix, or none at all and no binary data (Makefile, Dockerfile,
+    a script run by name: a tour's left out without a word); hidden files (.gitignore, .env) are not the user's text."""
+    if path.name.startswith(".") or not path.is_file():
+        return False
+    return path.suffix.lower() in TEXT_SUFFIXES or (not path.suffix and not _binary(path))
+
+
 def corpus_files(items: Iterable[Path]) -> list[Path]:
-    """The text files of a corpus: files as given, folders searched for :data:`TEXT_SUFFIXES` (not in hidden folders
-    nor in :data:`SKIPPED_FOLDERS`), each file once (a folder given beside the folder holding it counted its files
-    twice, so every n-gram seen once passed a least count of 2: a tour's), and none that holds a NUL byte (binary
-    data under a text suffix).
+    """The text files of a corpus: files as given, folders searched for :data:`TEXT_SUFFIXES` and text files without
+    a suffix (not in hidden folders nor in :data:`SKIPPED_FOLDERS`), each file once (a folder given beside the folder
+    holding it counted its files twice, so every n-gram seen once passed a least count of 2: a tour's), and none
+    that holds a NUL byte (binary data under a text suffix).
 
     Raises:
         InvalidInputError: a path does not exist, or there is no text file at all.
@@ -134,9 +145,7 @@ def corpus_files(items: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for item in items:
         if item.is_dir():
-            found += sorted(
-                p for p in item.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and _searched(p, item) and p.is_file()
-            )
+            found += sorted(p for p in item.rglob("*") if _searched(p, item) and _text_in_folder(p))
         elif item.is_file():
             found.append(item)
         else:
