@@ -186,6 +186,31 @@ def test_the_measured_choice_is_kept_and_given_to_the_draft(
         assert engine.target.params.flash_attn is True and engine._verify_costs_path() != costs
 
 
+def test_a_choice_timed_while_the_machine_was_busy_is_measured_again_at_the_next_load(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timings of a busy spell chose flash attention for every later load: nothing timed it again."""
+    calls: list[int] = []
+
+    def probe(self: LlamaBackend, *_a: object, **_k: object) -> FlashProbe:
+        calls.append(1)
+        return FlashProbe((256, 507), (0.2, 0.3), (0.1, 0.2))
+
+    shares = iter([0.6, 0.0])  # a compiler build beside the first load, and a quiet machine next
+
+    class Window:
+        def others_share(self) -> float | None:
+            return next(shares, 0.0)
+
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", probe)
+    monkeypatch.setattr(session, "CpuWindow", Window)
+    config = ModelConfig(tiny.target, None, n_ctx=512, costs_dir=tmp_path)
+    for expected in (1, 2, 2):  # busy: used, not kept; quiet: kept and used from then on
+        with SpeculativeEngine(config) as engine:
+            assert engine.target.params.flash_attn is False and "off" in engine.info().flash_attn
+        assert len(calls) == expected
+
+
 def test_a_set_choice_or_a_gpu_is_not_measured(tiny: TinyModels, monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*_a: object, **_k: object) -> None:
         raise AssertionError("probed")

@@ -194,7 +194,8 @@ class SpeculativeEngine:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
         decides): ``saved``, what an earlier load measured, or else :meth:`LlamaBackend.probe_flash_attention`'s
         timings, kept per model, context size, thread count, build and CPU in the costs folder, so it is measured
-        once (about 4-5 s on a 2-core VM). The load takes the setting for a short context, where a conversation
+        once (about 4-5 s on a 2-core VM), unless other programs kept the CPUs busy meanwhile (measured again next
+        load). The load takes the setting for a short context, where a conversation
         starts; :meth:`fit_flash_attn` moves to the other one for a generation that decodes deeper. The draft model,
         loaded next, takes the target's setting."""
         c = self.config
@@ -203,12 +204,18 @@ class SpeculativeEngine:
             return
         if saved is None:
             loading.report(f"Timing {c.target.name} with flash attention on and off (once per model and context size)")
+            window = CpuWindow()
             saved = self.target.probe_flash_attention()
             if saved is None:
                 self.flash_note = "as llama.cpp decides (could not be measured)"
                 return
+            busy = window.others_share()
             path = self._flash_path()
-            if path is not None:
+            if busy is not None and busy > BUSY_SHARE:
+                # Used, not kept: the timings of a busy spell chose the setting for every later load (nothing times
+                # it again), so the next load measures it afresh.
+                log.info("flash attention timed while other programs used %.0f%% of the CPUs: not saved", 100 * busy)
+            elif path is not None:
                 try:
                     write_json_atomic(path, saved.state())
                 except OSError as exc:
