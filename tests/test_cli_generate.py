@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -61,6 +62,24 @@ def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: P
             by[s["source"]][1] += sum(d["accepted"] for d in s["drafted"])
     assert by and f"drafted by   = {', '.join(f'{n} {d} ({a} accepted)' for n, (d, a) in by.items())}" in spec.stderr
     assert "drafted by" not in plain.stderr
+
+
+def test_a_sampled_answer_draws_a_new_seed_and_says_it_so_it_can_be_had_again(tiny: TinyModels) -> None:
+    """`--temp 0.8` gave the same answer every run (seed 0) and never said its seed: llama.cpp's tools and the app
+    draw one each answer."""
+    args = ("generate", "-m", tiny.target, "-s", "none", "-n", "16", "--temp", "1.5", "a story")
+    runs = [cli(*args) for _ in range(2)]
+    seeds = []
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        found = re.search(r"sampled with seed (\d+) \(--seed \1 gives this answer again\)", run.stderr)
+        assert found, run.stderr
+        seeds.append(found.group(1))
+    assert seeds[0] != seeds[1]
+    again = cli(*args, "--seed", seeds[0])
+    assert again.stdout == runs[0].stdout and f"sampled with seed {seeds[0]} " in again.stderr
+    greedy = cli("generate", "-m", tiny.target, "-s", "none", "-n", "4", "a story")
+    assert "seed" not in greedy.stderr
 
 
 def test_color_marks_accepted_and_rejected_drafts(tiny: TinyModels) -> None:

@@ -144,7 +144,13 @@ def add_generation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=40, help="sampling: the K likeliest tokens only (default 40)")
     p.add_argument("--top-p", type=float, default=0.95, help="sampling: nucleus probability (default 0.95)")
     p.add_argument("--min-p", type=float, default=0.05, help="sampling: least probability, relative to the top (0.05)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=-1,
+        help="sampling seed; -1 = a new one each answer, printed with its figures (default, as llama.cpp's tools "
+        "and the app draw one)",
+    )
     p.add_argument("-n", "--max-tokens", type=int, default=256, help="most tokens generated (default 256)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
@@ -199,7 +205,7 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
         p_min=args.p_min,
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
-        sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
+        sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, None if args.seed < 0 else args.seed),
         adaptive=args.adaptive,
         judge_probs=getattr(args, "events", None) is not None,  # only the events file shows them here
         ngram_map=args.ngram_map,
@@ -230,6 +236,8 @@ def summary(
             f"strategy {start.strategy}; prompt: {start.n_prompt} tokens ({start.n_prompt_evaluated} evaluated) in "
             f"{start.prompt_s:.2f} s, flash attention {start.flash_text}"
         )
+        if start.sampled and start.seed is not None:  # a sampled answer said nothing of how to get it again
+            lines.append(f"sampled with seed {start.seed} (--seed {start.seed} gives this answer again)")
     lines += [
         # One token comes with the prompt's evaluation: no decode rate (a tour read "decoded 1 tokens … 0.00 t/s").
         f"decoded {stats.n_generated} tokens (the first with the prompt) in {stats.elapsed_s:.2f} s, "
