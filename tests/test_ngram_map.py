@@ -201,11 +201,18 @@ def test_a_go_or_shell_code_base_is_text_too(tmp_path: Path) -> None:
 
 def test_text_files_without_a_suffix_are_read_and_programs_and_hidden_files_are_not(tmp_path: Path) -> None:
     """A folder search left out Makefile, Dockerfile and scripts run by name without a word."""
-    for name in ("Makefile", "Dockerfile", "run-tests", ".gitignore", ".env"):
+    for name in ("Makefile", "Dockerfile", "run-tests", ".gitignore", ".env", ".eslintrc.json", "tags"):
         (tmp_path / name).write_text("all:\n\tmake build\n", encoding="utf-8")
     (tmp_path / "a.out").write_bytes(b"\x7fELF\x00\x01")  # a suffix that is not text
     (tmp_path / "server").write_bytes(b"\x7fELF\x02\x00\x00")  # a program without a suffix
-    assert sorted(f.name for f in corpus_files([tmp_path])) == ["Dockerfile", "Makefile", "run-tests"]
+    (tmp_path / "env" / "bin").mkdir(parents=True)  # a virtual environment's scripts are not the code base's
+    (tmp_path / "env" / "bin" / "activate").write_text("export PATH\n", encoding="utf-8")
+    found = sorted(f.name for f in corpus_files([tmp_path]))
+    assert found == [".eslintrc.json", "Dockerfile", "Makefile", "run-tests"]  # a hidden file with a suffix, as before
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "server").write_bytes(b"\x7fELF\x02\x00\x00")
+    with pytest.raises(InvalidInputError, match="no text files"):  # programs alone are no corpus
+        corpus_files([tmp_path / "bin"])
 
 
 def test_ngram_info_says_what_a_map_holds_and_whether_it_fits_a_model(

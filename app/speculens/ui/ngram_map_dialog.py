@@ -106,7 +106,7 @@ class NgramMapDialog(QDialog):
         self.corpus = QListWidget()
         self.corpus.setAccessibleName("Corpus files and folders")
         self.corpus.setToolTip(
-            f"Folders are searched for text files ({text_kinds()}), leaving out hidden files and folders, dependencies "
+            f"Folders are searched for text files ({text_kinds()}), leaving out hidden folders, dependencies "
             "(node_modules, virtual environments, build output) and files holding binary data; a file added by "
             "name is read whatever its suffix"
         )

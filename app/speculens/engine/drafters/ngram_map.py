@@ -66,7 +66,9 @@ TEXT_SUFFIXES = frozenset(
 )
 # Folders not searched: a code base's dependencies and caches are not its own text (hidden folders such as .git
 # and .venv are skipped too).
-SKIPPED_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "build", "dist", "target"})
+SKIPPED_FOLDERS = frozenset(
+    {"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist", "target"}
+)
 # A corpus under this many tokens makes a map whose drafts are seldom right: the app and the CLI say so.
 SMALL_CORPUS = 20_000
 # Tokens counted between two looks at the cancel flag and two progress reports (a second or so here).
@@ -127,10 +129,16 @@ def _searched(path: Path, top: Path) -> bool:
 
 def _text_in_folder(path: Path) -> bool:
     """Whether a folder search takes a file: a text suffix, or none at all and no binary data (Makefile, Dockerfile,
-    a script run by name: a tour's left out without a word); hidden files (.gitignore, .env) are not the user's text."""
-    if path.name.startswith(".") or not path.is_file():
+    a script run by name: a tour's left out without a word), but for hidden files (.gitignore, .env) and ctags'
+    index (tags, TAGS: machine-written, often tens of MB)."""
+    suffix = path.suffix.lower()
+    if suffix not in TEXT_SUFFIXES and (suffix or path.name.startswith(".") or path.name in ("tags", "TAGS")):
         return False
-    return path.suffix.lower() in TEXT_SUFFIXES or (not path.suffix and not _binary(path))
+    try:
+        regular = path.is_file()  # a folder that can be listed but not entered raises here
+    except OSError:
+        return False
+    return regular and (bool(suffix) or not _binary(path))
 
 
 def corpus_files(items: Iterable[Path]) -> list[Path]:
