@@ -98,6 +98,8 @@ class SpeculativeEngine:
         # A choice measured at an earlier load is applied as the context is made (see choose_flash_attn).
         measured = config.flash_attn is FlashAttention.AUTO and not config.exact
         on_cpu = not offloaded_layers(config.n_gpu_layers)
+        # Loads in a row whose probe ran while other programs kept the CPUs busy (see choose_flash_attn).
+        self._flash_busy_loads = 0
         saved = self._saved_flash_probe() if measured and on_cpu else None
         # What flash attention costs on and off at two depths, where it was measured (see fit_flash_attn).
         self._flash: FlashProbe | None = None
@@ -194,8 +196,8 @@ class SpeculativeEngine:
         """Run the target with flash attention as measured faster on this machine (on a CPU; on a GPU llama.cpp
         decides): ``saved``, what an earlier load measured, or else :meth:`LlamaBackend.probe_flash_attention`'s
         timings, kept per model, context size, thread count, build and CPU in the costs folder, so it is measured
-        once (about 4-5 s on a 2-core VM), unless other programs kept the CPUs busy meanwhile (measured again next
-        load). The load takes the setting for a short context, where a conversation
+        once (about 4-5 s on a 2-core VM), and once more at the next load when other programs kept the CPUs busy
+        meanwhile. The load takes the setting for a short context, where a conversation
         starts; :meth:`fit_flash_attn` moves to the other one for a generation that decodes deeper. The draft model,
         loaded next, takes the target's setting."""
         c = self.config
@@ -203,28 +205,34 @@ class SpeculativeEngine:
             self.flash_note = "as llama.cpp decides (layers on the GPU)"
             return
         if saved is None:
-            loading.report(f"Timing {c.target.name} with flash attention on and off (once per model and context size)")
+            again = "again: the last timing was taken on a busy machine" if self._flash_busy_loads else (
+                "once per model and context size")
+            loading.report(f"Timing {c.target.name} with flash attention on and off ({again})")
             window = CpuWindow()
             saved = self.target.probe_flash_attention()
             if saved is None:
                 self.flash_note = "as llama.cpp decides (could not be measured)"
                 return
+            # The timings of a busy spell chose the setting for every later load (nothing timed them again): they
+            # are marked, and the next load times again once; a machine busy at that load too is taken as it is.
             busy = window.others_share()
+            self._flash_busy_loads = self._flash_busy_loads + 1 if busy is not None and busy > BUSY_SHARE else 0
             path = self._flash_path()
-            if busy is not None and busy > BUSY_SHARE:
-                # Used, not kept: the timings of a busy spell chose the setting for every later load (nothing times
-                # it again), so the next load measures it afresh.
-                log.info("flash attention timed while other programs used %.0f%% of the CPUs: not saved", 100 * busy)
-            elif path is not None:
+            if path is not None:
+                marked = {"busy_loads": self._flash_busy_loads, "busy_share": busy} if self._flash_busy_loads else {}
                 try:
-                    write_json_atomic(path, saved.state())
+                    write_json_atomic(path, saved.state() | marked)
                 except OSError as exc:
                     log.warning("could not save the flash-attention measurement: %s", exc)
+            if self._flash_busy_loads == 1:
+                note = f"timed while other programs used {busy:.0%} of the CPUs: timed again at the next load"
+                log.info("%s: flash attention %s", c.target.name, note)
             self.target.set_flash_attn(saved.start)
         log.info("%s: %s", c.target.name, saved.describe())
         self.target.flash_supported = True  # timed with it on, now or at an earlier load on this machine and build
         self._flash = saved
-        self.flash_note = saved.summary()
+        self.flash_note = saved.summary() + (" (timed on a busy machine: timed again at the next load)"
+                                             if self._flash_busy_loads == 1 else "")  # fmt: skip
 
     def fit_flash_attn(self, prompt: Sequence[int], max_tokens: int, cancel: threading.Event | None = None) -> None:
         """Before a generation: switch flash attention (target and draft) to the setting measured faster at the
@@ -309,8 +317,12 @@ class SpeculativeEngine:
             path = self._flash_path()
             if path is None or not path.exists():
                 return None
-            return FlashProbe.from_state(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
+            state = json.loads(path.read_text(encoding="utf-8"))
+            probe = FlashProbe.from_state(state)
+            self._flash_busy_loads = int(state.get("busy_loads", 0))
+            # Timed once on a busy machine: timed again (a second busy load's timings are kept: the machine is so).
+            return None if self._flash_busy_loads == 1 else probe
+        except (OSError, ValueError, TypeError) as exc:
             log.warning("measuring flash attention again: %s", exc)
             return None
 
