@@ -422,6 +422,8 @@ def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
     assert cli("--sweep", "n_draft=0,4").returncode == 2
     assert cli("--modes", "sometimes").returncode == 2
     assert cli("--prompts", "nope").returncode == 2
+    seed = cli("--seed", "-1")  # generate's "a new seed" crashed bench with a traceback after the models loaded
+    assert seed.returncode == 2 and "--seed must be 0 or more" in seed.stderr and "Traceback" not in seed.stderr
 
 
 def test_the_suite_is_written_chat_formatted_for_llama_cpps_tools(tiny: TinyModels, tmp_path: Path) -> None:

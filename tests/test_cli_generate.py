@@ -80,6 +80,12 @@ def test_a_sampled_answer_draws_a_new_seed_and_says_it_so_it_can_be_had_again(ti
     assert again.stdout == runs[0].stdout and f"sampled with seed {seeds[0]} " in again.stderr
     greedy = cli("generate", "-m", tiny.target, "-s", "none", "-n", "4", "a story")
     assert "seed" not in greedy.stderr
+    # A draft model's draws come from the same generator, as many as its draft lengths: the seed alone is said.
+    drafted = cli("generate", "-m", tiny.target, "-d", tiny.perturbed, "-n", "8", "--temp", "1.5", "a story")
+    assert "sampled with seed " in drafted.stderr and "gives this answer again" not in drafted.stderr
+    # In a chat --seed gives every turn that seed: each turn says its seed alone.
+    chat = cli("generate", "-m", tiny.target, "-s", "none", "-n", "4", "--temp", "1.5", "--chat", input="hi\nmore\n")
+    assert chat.stderr.count("sampled with seed ") == 2 and "gives this answer again" not in chat.stderr
 
 
 def test_color_marks_accepted_and_rejected_drafts(tiny: TinyModels) -> None:

@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "is measured whole)",
     )
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every setting (default 0)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per setting and prompt (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per setting and prompt (default 1)")
     p.add_argument(
@@ -143,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
     modes = [m for m in args.modes if m in ("adaptive", "fixed")]
     if not modes or len(modes) != len(args.modes):
         print("error: --modes takes adaptive and/or fixed", file=sys.stderr)
+        return 2
+    if args.seed < 0:  # -1 crashed after the models loaded; generate's "a new seed" has no place in a comparison
+        print("error: --seed must be 0 or more: bench samples every setting with one seed", file=sys.stderr)
         return 2
     try:
         names = args.strategies or ["auto", *(["draft"] if args.draft else []), "lookup", "ngram-cache"]

@@ -113,7 +113,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         choices=[f.value for f in FlashAttention],
         default=FlashAttention.AUTO.value,
         help="flash attention (default: auto: on a CPU, whichever of on and off this machine runs faster at the "
-        "context the prompt decodes at, timed once per model and context size; on a GPU, llama.cpp's choice)",
+        "context the prompt decodes at, timed once per model and context size (once more after a load on a busy "
+        "machine); on a GPU, llama.cpp's choice)",
     )
 
 
@@ -218,10 +219,12 @@ def summary(
     reason: FinishReason,
     threads: ThreadTally | None = None,
     sources: dict[str, tuple[int, int]] | None = None,
+    in_chat: bool = False,
 ) -> str:
     """llama.cpp-style closing figures (``threads``: the steps by thread count, shown when the engine took a thread
     back or tried another count; ``sources``: tokens drafted and accepted by each source that drafted, which a
-    tour of the automatic strategy could not tell from ``n_drafted`` alone)."""
+    tour of the automatic strategy could not tell from ``n_drafted`` alone; ``in_chat``: a turn of ``--chat``, whose
+    seed alone does not give its answer again)."""
     lines = []
     if reason is FinishReason.CANCELLED and not stats.n_generated:
         # Stopped before the answer began: no block of zeros (a tour's), but how far the prompt got.
@@ -237,7 +240,10 @@ def summary(
             f"{start.prompt_s:.2f} s, flash attention {start.flash_text}"
         )
         if start.sampled and start.seed is not None:  # a sampled answer said nothing of how to get it again
-            lines.append(f"sampled with seed {start.seed} (--seed {start.seed} gives this answer again)")
+            # Not in a chat (--seed gives every turn that seed) nor with a draft model (its draws, as many as the
+            # adaptive controller's draft lengths, come from the same generator).
+            again = "" if in_chat or start.uses_draft_model else f" (--seed {start.seed} gives this answer again)"
+            lines.append(f"sampled with seed {start.seed}{again}")
     lines += [
         # One token comes with the prompt's evaluation: no decode rate (a tour read "decoded 1 tokens … 0.00 t/s").
         f"decoded {stats.n_generated} tokens (the first with the prompt) in {stats.elapsed_s:.2f} s, "
@@ -334,12 +340,13 @@ def free_sources_idle(start: StartEvent | None, steps: list[StepEvent], adaptive
 def _say_figures(
     consumed: tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]], list[StepEvent]],
     adaptive: bool,
+    in_chat: bool = False,
 ) -> None:
     """An answer's closing figures on stderr, and why a loaded draft model sat out."""
     finish, start, threads, sources, steps = consumed
     if sys.stderr.isatty():  # at a terminal, a blank line between the answer and its figures (a tour's ran together)
         print(file=sys.stderr)
-    print(summary(finish.stats, start, finish.reason, threads, sources), file=sys.stderr)
+    print(summary(finish.stats, start, finish.reason, threads, sources, in_chat), file=sys.stderr)
     if not steps:  # stopped before the answer began: no answer the draft model sat out
         return
     if idle := draft_model_idle(start, steps, adaptive):
@@ -599,7 +606,7 @@ def run(args: argparse.Namespace) -> int:
                 if not consumed[0].text.endswith("\n"):
                     sys.stdout.write("\n")
                 sys.stdout.flush()
-                _say_figures(consumed, config.adaptive)
+                _say_figures(consumed, config.adaptive, in_chat=True)
                 if cancel.is_set():
                     if not interactive:
                         print("interrupted", file=sys.stderr)
