@@ -99,8 +99,7 @@ class SpeculativeEngine:
         measured = config.flash_attn is FlashAttention.AUTO and not config.exact
         on_cpu = not offloaded_layers(config.n_gpu_layers)
         # Loads in a row whose probe ran while other programs kept the CPUs busy (see choose_flash_attn).
-        self._flash_busy_loads = 0
-        saved = self._saved_flash_probe() if measured and on_cpu else None
+        saved, self._flash_busy_loads = self._saved_flash_probe() if measured and on_cpu else (None, 0)
         # What flash attention costs on and off at two depths, where it was measured (see fit_flash_attn).
         self._flash: FlashProbe | None = None
         self.target = LlamaBackend(
@@ -311,20 +310,21 @@ class SpeculativeEngine:
         c = self.config
         return self._saved_path("flash", [c.n_threads or default_threads(), c.n_ctx], c.target)
 
-    def _saved_flash_probe(self) -> FlashProbe | None:
-        """The flash-attention timings an earlier load measured for this model and machine, or ``None``."""
+    def _saved_flash_probe(self) -> tuple[FlashProbe | None, int]:
+        """The flash-attention timings an earlier load measured for this model and machine, or ``None``, and how many
+        loads in a row timed them on a busy machine: timed once so, they are timed again (``None``); a second busy
+        load's timings are kept (the machine is so)."""
         try:
             path = self._flash_path()
             if path is None or not path.exists():
-                return None
+                return None, 0
             state = json.loads(path.read_text(encoding="utf-8"))
             probe = FlashProbe.from_state(state)
-            self._flash_busy_loads = int(state.get("busy_loads", 0))
-            # Timed once on a busy machine: timed again (a second busy load's timings are kept: the machine is so).
-            return None if self._flash_busy_loads == 1 else probe
+            busy_loads = int(state.get("busy_loads", 0))
+            return (None if busy_loads == 1 else probe), busy_loads
         except (OSError, ValueError, TypeError) as exc:
             log.warning("measuring flash attention again: %s", exc)
-            return None
+            return None, 0
 
     def _saved_path(self, kind: str, key: list[object], *models: Path | None) -> Path | None:
         """A file in the costs folder for measurements of a ``kind`` keyed by ``key``, llama.cpp's build, the CPU
