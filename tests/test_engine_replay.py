@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import TinyModels
-from speculens.engine.adaptive import CostModel
+from speculens.engine.adaptive import AdaptiveParams, CostModel
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.replay import replay
@@ -73,6 +74,33 @@ def test_cheap_batches_make_the_same_copy_pay_more() -> None:
     assert replay(PROMPT, COPY, sources(), saved_costs(cpu), N_DRAFT) == on_cpu  # no noise: the same every time
 
 
+# A rewrite: copies 260 tokens of its prompt, with every 23rd token new (a renamed identifier), so each step
+# weighs a short draft against a long one that may break: the choice timing noise could sway.
+RENAMED = [t if i % 23 != 11 else 7000 + i for i, t in enumerate(PROMPT[20:280])]
+
+
+def test_timing_noise_hardly_moves_the_controllers_choices() -> None:
+    """Issue 10's aim 5: the same answer, with the step times the controller measures off by ±10% (a 2-core VM's
+    noise), keeps nearly the same speedup; a controller that trusted its last sample (no rolling median) would not."""
+    costs = saved_costs(cpu)
+    quiet = replay(PROMPT, RENAMED, sources(), costs, N_DRAFT)
+
+    def spread(params: AdaptiveParams | None) -> tuple[float, float]:
+        speedups = [replay(PROMPT, RENAMED, sources(), costs, N_DRAFT, noise=0.1, seed=s, params=params).speedup
+                    for s in range(20)]  # fmt: skip
+        return (max(speedups) - min(speedups)) / statistics.median(speedups), statistics.mean(speedups)
+
+    robust, mean = spread(None)
+    assert robust < 0.06 and mean > 0.97 * quiet.speedup
+    fragile, _ = spread(AdaptiveParams(cost_window=1))
+    assert fragile > 1.5 * robust
+    assert replay(PROMPT, RENAMED, sources(), costs, N_DRAFT, noise=0.1, seed=3) != replay(
+        PROMPT, RENAMED, sources(), costs, N_DRAFT, noise=0.1, seed=4
+    )  # the noise is there, and the seed chooses it
+    with pytest.raises(ValueError, match="noise"):
+        replay(PROMPT, RENAMED, sources(), costs, N_DRAFT, noise=-0.1)
+
+
 def test_costs_without_a_single_step_are_refused() -> None:
     with pytest.raises(ValueError, match="one-token"):
         replay(PROMPT, COPY, sources(), CostModel(N_DRAFT + 1).state(), N_DRAFT)
@@ -101,6 +129,21 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
     recorded = rf"recorded: {len(answer)} tokens in \d+ target passes, \d+\.\d\d s as it ran \(greedy\)"
     assert re.search(recorded, out.stderr)  # the run as it went, beside the model
     assert "replay does not model" not in out.stderr
+    noisy = subprocess.run(
+        [*CLI, "replay", "--events", events, "-m", tiny.target, "-s", "lookup", "--noise", "0.2", "--repeat", "5",
+         prompt],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert noisy.returncode == 0, noisy.stderr
+    assert noisy.stdout.splitlines()[0] == out.stdout.splitlines()[0]  # the noise-free replay first, unchanged
+    shown = r"with 20% timing noise \(sd\) in what the controller measures, 5 replays: ×(\d+\.\d{3}) median, "
+    found = re.search(shown + r"×(\d+\.\d{3})–×(\d+\.\d{3}) \(spread \d+%\), (\d+)–(\d+) target passes", noisy.stdout)
+    assert found, noisy.stdout
+    low, mid, high = float(found[2]), float(found[1]), float(found[3])
+    assert 0 < low <= mid <= high and int(found[4]) <= int(found[5])
+    bad = subprocess.run([*CLI, "replay", "--events", events, "-m", tiny.target, "--noise", "2", prompt],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "--noise must be between 0 and 1" in bad.stderr
     # A run that drafted from an n-gram map (or a draft model) is said to be replayed without it (a tour's map run
     # was silently replayed as auto).
     lines = events.read_text().splitlines()

@@ -20,7 +20,7 @@ from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
-from speculens.engine.replay import replay
+from speculens.engine.replay import ReplayResult, replay
 from speculens.errors import SpeculensError
 from speculens.models.resolve import ModelNotFoundError, resolve_model
 
@@ -60,6 +60,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_N_DRAFT,
         metavar="N",
         help=f"most tokens drafted per step, 1-{MAX_N_DRAFT} (default {DEFAULT_N_DRAFT})",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        metavar="SD",
+        help="replay again --repeat times with this much random noise (standard deviation; 0.1 is ±10%%, as on a "
+        "2-core VM) in the step times the controller measures, each step still charged its modelled cost, and "
+        "print how far the speedup spreads: how much timing noise moves the controller's choices on this answer "
+        "(default 0: none)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=20,
+        metavar="N",
+        help="replays with --noise, each with its own seed (default 20)",
     )
     p.set_defaults(func=run)
 
@@ -146,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.n_draft <= MAX_N_DRAFT:
         print(f"error: --n-draft must be between 1 and {MAX_N_DRAFT}", file=sys.stderr)
         return 2
+    if not 0.0 <= args.noise <= 1.0 or not 2 <= args.repeat <= 1000:
+        print("error: --noise must be between 0 and 1 (0.1 is ±10%), and --repeat between 2 and 1000", file=sys.stderr)
+        return 2
     others = 0
     try:
         prompt_text = read_prompt(args) or ""
@@ -200,10 +220,16 @@ def run(args: argparse.Namespace) -> int:
         drafters.append(PromptLookupDrafter.for_vocab(vocab))
     if args.strategy in ("auto", "ngram-cache"):
         drafters.append(NgramCacheDrafter(vocab.fingerprint(), None))
+
+    def again(noise: float = 0.0, seed: int = 0) -> ReplayResult:  # the drafters start from the prompt each time
+        return replay(
+            prompt, recorded.answer, drafters, costs, args.n_draft, vocab.eog, recorded.overhead, recorded.ended,
+            noise, seed,
+        )  # fmt: skip
+
     try:
-        result = replay(
-            prompt, recorded.answer, drafters, costs, args.n_draft, vocab.eog, recorded.overhead, recorded.ended
-        )
+        result = again()
+        noisy = [again(args.noise, seed) for seed in range(1, args.repeat + 1)] if args.noise else []
     except (ValueError, TypeError, KeyError) as exc:  # a damaged cost file included
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -213,6 +239,16 @@ def run(args: argparse.Namespace) -> int:
     )
     for name in result.drafted:
         print(f"  {name}: {result.drafted[name]} drafted, {result.accepted[name]} accepted")
+    if noisy:
+        speedups = sorted(r.speedup for r in noisy)
+        mid = statistics.median(speedups)
+        passes = sorted(r.n_steps for r in noisy)
+        spread = 100 * (speedups[-1] - speedups[0]) / mid
+        print(
+            f"with {100 * args.noise:.0f}% timing noise (sd) in what the controller measures, {len(noisy)} replays: "
+            f"×{mid:.3f} median, ×{speedups[0]:.3f}–×{speedups[-1]:.3f} (spread {spread:.0f}%), "
+            f"{passes[0]}–{passes[-1]} target passes"
+        )
     # Beside the model, the run as it went: a tour's replay on costs timed while the machine was busy modelled
     # plain decoding at three times the recorded run's time, and nothing showed it.
     print(f"recorded: {len(recorded.answer)} tokens in {recorded.passes} target passes, {recorded.seconds:.2f} s "

@@ -9,6 +9,12 @@ vary: what each source drafts, which draft the controller takes and how much of 
 passes the answer takes and what they cost. ``speculens-cli replay`` runs it on a generation's ``--events``
 file.
 
+With ``noise``, the machine's noise is put back where it can steer the controller and nowhere else: every step
+still costs what the saved model estimates, but the controller is told that time multiplied by a random factor
+(log-normal, ``noise`` its standard deviation; on a 2-core VM decode calls of one size vary by 7–11%). The spread
+of the speedups of replays with different seeds is then how far timing noise moves the controller's choices on
+this answer, apart from how it moves the stopwatch.
+
 What it leaves out: the draft model (its acceptance would need its own forward passes), the n-gram cache's
 statistics of earlier runs (it starts from the prompt, as with ``--no-ngram-file``), a sampled answer's
 randomness (it matches drafts token by token, as greedy verification does), and the machine's noise; every
@@ -18,12 +24,13 @@ costs; only the side-by-side benchmark against llama.cpp says how fast a user's 
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from speculens.engine.adaptive import AdaptiveController, CostModel, Offer
+from speculens.engine.adaptive import AdaptiveController, AdaptiveParams, CostModel, Offer
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.generate import free_offers
 
@@ -63,6 +70,9 @@ def replay(
     eog: Collection[int] = frozenset(),
     overhead_s: float = 0.0,
     ended: bool = False,
+    noise: float = 0.0,
+    seed: int = 0,
+    params: AdaptiveParams | None = None,
 ) -> ReplayResult:
     """Decode ``answer`` after ``prompt`` again, step by step, as the generation loop does with draft-free sources.
 
@@ -77,21 +87,28 @@ def replay(
         overhead_s: our own time per step (the recorded run's median), charged to every step, plain or not.
         ended: the answer ended at an end-of-generation token (not at the token limit or a stop string): drafts
             may run past its last token, as they did in the generation loop, and a step goes to that token.
+        noise: the standard deviation of the log-normal factor on the step times the controller is told (0: the
+            modelled times themselves; see the module docstring).
+        seed: the noise's random seed.
+        params: the controller's tuning (default: the generation loop's).
 
     Raises:
         ValueError: ``n_draft`` is below 1, the answer is empty, or the saved costs have no one-token cost.
     """
     if n_draft < 1:
         raise ValueError(f"n_draft must be at least 1, not {n_draft}")
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"noise must be between 0 and 1, not {noise}")
     if not answer:
         raise ValueError("the recorded answer is empty: there is nothing to replay")
     machine = CostModel()  # the costs charged: never updated, so every replay is charged alike
     machine.restore(dict(costs))
-    learnt = CostModel()  # the costs the controller starts from and learns, as a session's (all sizes it keeps)
+    learnt = CostModel(params=params)  # the costs the controller starts from and learns, as a session's
     learnt.restore(dict(costs))
     if machine.verify.estimate(1) is None:
         raise ValueError("the saved costs have no one-token verification cost: decode once with this model first")
     ends = frozenset(eog)
+    jitter = random.Random(seed)
     controller = AdaptiveController(n_draft, [d.name for d in drafters], learnt)
     for drafter in drafters:
         drafter.begin(prompt)
@@ -125,7 +142,8 @@ def replay(
                 break
             k += 1
         step = machine.verify.estimate(len(tokens) + 1) or 0.0
-        controller.observe(plan, len(tokens), k, step, overhead_s, verify_calls=[(len(tokens) + 1, step)])
+        told = step * jitter.lognormvariate(0.0, noise) if noise else step
+        controller.observe(plan, len(tokens), k, told, overhead_s, verify_calls=[(len(tokens) + 1, told)])
         if tokens and plan.source is not None:
             drafted[plan.source] += len(tokens)
             accepted[plan.source] += k
