@@ -123,7 +123,10 @@ def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_pa
     mismatch = cli("generate", "-m", tiny.target, "-d", tiny.mismatch, "hi")
     assert mismatch.returncode == 1 and "token texts differ" in mismatch.stderr
     bad = cli("generate", "-m", tiny.target, "--n-draft", "0", "hi")
-    assert bad.returncode == 1 and "n_draft" in bad.stderr
+    assert bad.returncode == 2 and "n_draft" in bad.stderr  # bad usage, as the README's exit statuses say
+    # An empty prompt is refused before the models load (a tour waited 11 s for "the message is empty").
+    empty = cli("generate", "-m", tmp_path / "none.gguf", "  ")
+    assert empty.returncode == 2 and "the prompt is empty" in empty.stderr and "no model file" not in empty.stderr
     assert "Traceback" not in missing.stderr + mismatch.stderr + bad.stderr
     for strategy, flag in (("draft", "-d/--draft"), ("ngram-map", "--ngram-map FILE")):  # said before any load
         missing_source = cli("generate", "-m", tmp_path / "none.gguf", "-s", strategy, "hi")
@@ -506,7 +509,8 @@ def test_a_draft_model_that_cannot_pay_is_said_with_or_without_the_adaptive_cont
     from speculens.engine.adaptive import AdaptiveController
 
     monkeypatch.setattr(AdaptiveController, "draft_idle", lambda self: "the draft model cannot pay on this machine")
-    for flags, fate in (([], "so it stays idle"), (["--no-adaptive"], "and --no-adaptive has it draft every step")):
+    every = "and --no-adaptive has it draft every step all the same (each draft ending where its top probability falls"
+    for flags, fate in (([], "so it stays idle"), (["--no-adaptive", "--p-min", "0.5"], f"{every} below --p-min 0.5)")):
         args = ["generate", "-m", str(tiny.target), "-d", str(tiny.identical), "-s", "draft", "-n", "4", *flags]
         assert main([*args, "the model"]) == 0
         assert f"note: the draft model cannot pay on this machine, {fate}" in capsys.readouterr().err
@@ -576,3 +580,18 @@ def test_cli_errors_and_figures_are_in_words(tiny: TinyModels, tmp_path: Path) -
     assert prompt.returncode == 1 and "[Errno" not in prompt.stderr and "No such file or directory" in prompt.stderr
     one = summary(RunningStats(n_steps=1, n_generated=1, elapsed_s=0.0), None, FinishReason.EOG)
     assert "decoded 1 token (with the prompt): no decode rate" in one and "t/s" not in one
+
+
+def test_drafted_by_counts_what_n_drafted_counts_when_the_answer_ends_inside_a_draft(tiny: TinyModels) -> None:
+    """A tour's haiku read "n_drafted = 1" and "drafted by = draft 2 (2 accepted)": accepted drafts past the answer's
+    end (here a stop string) are not the answer's, and the two lines must say the same."""
+    run = cli(
+        "generate", "-m", tiny.target, "-d", tiny.identical, "-s", "draft", "--no-adaptive", "--n-draft", "8",
+        "--p-min", "0", "-n", "24", "--stop", "aft", "the model of speculative decoding",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "aft" not in run.stdout  # stopped inside the first step's draft
+    drafted = int(re.search(r"n_drafted    = (\d+)", run.stderr)[1])  # type: ignore[index]
+    accepted = int(re.search(r"n_accept     = (\d+)", run.stderr)[1])  # type: ignore[index]
+    assert 0 < drafted < 8  # the identical draft's 8 were all right; the answer ended within them
+    assert f"drafted by   = draft {drafted} ({accepted} accepted)" in run.stderr

@@ -59,7 +59,7 @@ from speculens.engine.events import (
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import ChatSession, SpeculativeEngine
 from speculens.engine.threads import ThreadTally
-from speculens.errors import SpeculensError
+from speculens.errors import InvalidInputError, SpeculensError
 
 # Terminal colours for --color: accepted drafts green, rejected drafts red (struck through), target blue.
 _GREEN, _RED_STRIKE, _BLUE, _RESET = "\033[32m", "\033[9;31m", "\033[34m", "\033[0m"
@@ -301,8 +301,15 @@ def consume(
             threads.add(event)
             steps.append(event)
             if event.source and event.drafted:
+                # Counted as n_drafted and n_accept count them, from the step's running totals: drafts past the
+                # answer's end (the token limit reached, or the end of generation, inside accepted drafts) are not
+                # the answer's (a tour's haiku read "n_drafted = 1" over "drafted by = draft 2").
                 drafted, accepted = sources.get(event.source, (0, 0))
-                sources[event.source] = (drafted + len(event.drafted), accepted + event.n_accepted)
+                before = steps[-2].stats if len(steps) > 1 else None
+                sources[event.source] = (
+                    drafted + event.stats.n_drafted - (before.n_drafted if before else 0),
+                    accepted + event.stats.n_accepted - (before.n_accepted if before else 0),
+                )
         else:
             finish = event
     assert finish is not None
@@ -526,9 +533,16 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: cannot read the prompt file: {in_words(exc)}", file=sys.stderr)
         return 1
+    if prompt is not None and not prompt.strip():  # said before seconds of loading (a tour's waited 11 s for it)
+        print("error: the prompt is empty: give some text to answer", file=sys.stderr)
+        return 2
     try:
         config = generation_config(args)
-        config.validate()
+        try:
+            config.validate()
+        except InvalidInputError as exc:  # an option out of range is bad usage, as argparse's own errors are
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if missing := missing_source([config.strategy], args):
             print(f"error: {missing}", file=sys.stderr)
             return 2
@@ -550,7 +564,12 @@ def run(args: argparse.Namespace) -> int:
         progress(f"loaded {loading} in {time.perf_counter() - t0:.1f} s", True)
         idle = engine.draft_idle if config.strategy in (Strategy.AUTO, Strategy.DRAFT) else None
         if idle:  # with --no-adaptive too, as the app's load message says (a tour's run said nothing of it)
-            fate = "so it stays idle" if config.adaptive else "and --no-adaptive has it draft every step all the same"
+            fate = (
+                "so it stays idle"
+                if config.adaptive
+                else "and --no-adaptive has it draft every step all the same (each draft ending where its top "
+                f"probability falls below --p-min {config.p_min:g})"
+            )
             print(f"note: {idle}, {fate}", file=sys.stderr)
         if config.strategy is Strategy.AUTO and (problem := engine.map_problem(config.ngram_map)):
             print(f"note: {problem}; the automatic strategy goes on without it", file=sys.stderr)

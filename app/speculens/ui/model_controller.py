@@ -262,7 +262,12 @@ class ModelController(QObject):
             off = f" Speculation is off: {info.speculation_off}" if info.speculation_off else ""
             if info.draft_idle and not info.speculation_off:
                 adaptive = self.store.settings.adaptive
-                fate = "so it stays idle" if adaptive else "yet it drafts every step with adaptive off"
+                fate = (
+                    "so it stays idle"
+                    if adaptive
+                    else "yet it drafts every step with adaptive off (each draft ending where its top probability "
+                    f"falls below p_min {self.store.settings.p_min:g})"
+                )
                 off += f" {upper_first(info.draft_idle)}, {fate}."
             # The toolbar names the models, and its tooltip has llama.cpp's description and the kernels: with them
             # here the line ran past the window's edge, cutting off what speculation will do (a tour's finding).
