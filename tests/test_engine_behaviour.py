@@ -309,6 +309,14 @@ def test_a_draft_model_is_not_given_a_prompt_it_could_not_win_back(
         assert n_prompt == start.n_prompt > 100 and 0 < n_read < 10  # the words added, not the 100-token prompt
         assert max_tokens == engine.target.n_ctx + 1 - n_prompt
         events.close()
+        # The start says whether the controller keeps the draft model idle (the live panel then says it sits out).
+        assert not start.draft_idle
+        monkeypatch.setattr(AdaptiveController, "could_pay", lambda self: False)
+        for adaptive, idle in ((True, True), (False, False)):  # without the controller it drafts every step
+            events = engine.generate(prompt, GenerationConfig(strategy=Strategy.DRAFT, max_tokens=2, adaptive=adaptive))
+            start = next(events)
+            assert isinstance(start, StartEvent) and start.draft_idle is idle
+            events.close()
 
 
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])

@@ -284,6 +284,12 @@ def test_the_status_names_the_draft_sources_in_words(panel: LivePanel) -> None:
     assert panel.status.text().startswith("Drafting from prompt lookup, the n-gram cache and the draft model:")
     feed(panel, [StartEvent(12, 12, 0.05, "none", 7)], queued=True)
     assert panel.status.text().startswith("Plain decoding: prompt of 12 tokens")
+    # A draft model the controller keeps idle is not said to draft (a tour read the line above beside a toolbar
+    # saying "draft idle: cannot pay here").
+    feed(panel, [StartEvent(12, 12, 0.05, "lookup+ngram-cache+draft", 7, draft_idle=True)], queued=True)
+    assert panel.status.text().startswith(
+        "Drafting from prompt lookup and the n-gram cache (the draft model sits out: it cannot pay on this machine):"
+    )
 
 
 def test_the_status_counts_the_pass_that_ended_the_answer(panel: LivePanel) -> None:

@@ -182,6 +182,9 @@ class StartEvent:
             would have cost it more than it could save (it catches up on them if it is ever chosen).
         settings: the generation settings that, with the seed and the sources, chose its tokens; ``None`` where
             not known (an answer kept before they were).
+        draft_idle: the adaptive controller keeps a loaded draft model idle in this answer: it could not beat plain
+            decoding on this machine even with nearly every draft accepted (a tour read "Drafting from prompt
+            lookup, the n-gram cache and the draft model" beside a toolbar saying "draft idle: cannot pay here").
     """
 
     n_prompt: int
@@ -193,6 +196,7 @@ class StartEvent:
     sampled: bool = False
     draft_behind: int = 0
     settings: RunSettings | None = None
+    draft_idle: bool = False
 
     @property
     def uses_draft_model(self) -> bool:

@@ -258,8 +258,9 @@ class _Loop:
         name = "+".join(d.name for d in [*self.free, *([model] if model else [])]) or "none"
         elapsed = time.perf_counter() - t0
         flash, sampled = target.flash_attn_in_use, not sampling.greedy
+        idle = model is not None and controller is not None and not controller.could_pay()
         yield StartEvent(
-            len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread, config.described()
+            len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread, config.described(), idle
         )
 
         history = list(prompt)

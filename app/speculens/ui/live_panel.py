@@ -191,7 +191,7 @@ class LivePanel(QWidget):
                 self._start = event
                 seed = f", seed {event.seed}" if event.seed is not None else ""
                 self.status.setText(
-                    f"{drafting_from(event.strategy)}: prompt of {event.n_prompt} tokens "
+                    f"{drafting_from(event.strategy, event.draft_idle)}: prompt of {event.n_prompt} tokens "
                     f"({event.n_prompt_evaluated} evaluated, {event.prompt_s * 1e3:.0f} ms){seed}, "
                     f"flash attention {event.flash_text}; generating…"
                 )

@@ -59,12 +59,18 @@ KIND_STYLE: dict[TokenKind, tuple[str, tuple[int, int, int, int], str | None, bo
 
 
 
-def drafting_from(strategy: str) -> str:
+def drafting_from(strategy: str, draft_idle: bool = False) -> str:
     """An answer's draft sources (the engine's "lookup+ngram-cache+draft") in words: "Drafting from prompt lookup,
     the n-gram cache and the draft model", or "Plain decoding" (a tour read the engine's name in the live panel
-    beside the toolbar's "lookup, n-gram cache")."""
-    names = [SOURCE_NAMES.get(name, name) for name in strategy.split("+") if name and name != "none"]
-    return "Drafting from " + and_list(names) if names else "Plain decoding"
+    beside the toolbar's "lookup, n-gram cache"). A draft model the controller keeps idle (``draft_idle``) is said
+    to sit out, not to draft."""
+    names = [
+        SOURCE_NAMES.get(name, name)
+        for name in strategy.split("+")
+        if name and name != "none" and not (draft_idle and name == "draft")
+    ]
+    said = "Drafting from " + and_list(names) if names else "Plain decoding"
+    return f"{said} (the draft model sits out: it cannot pay on this machine)" if draft_idle else said
 
 
 def nothing_drafted(strategy: str, best: tuple[float, str] | None) -> str:
