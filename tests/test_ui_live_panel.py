@@ -414,6 +414,15 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
     assert "Plain step" in text and "proposed 5 tokens" in text and "verified none" in text
     text = explain_step(probe)
     assert "<b>probe</b>" in text and "of 6 proposed" in text
+    # A probe expected to lose is not said to be what makes speculation pay (a tour read that above "plain decoding
+    # (k = 0) is fastest here"), nor "all 1 positions".
+    losing = replace(probe, expected_speedup=(1.0, 0.8, 0.61), considered="draft", source="draft")
+    text = explain_step(losing)
+    assert "checked the 2 drafted tokens in <i>one</i> batched pass" in text
+    assert "expected to run at ×0.61 of plain decoding, slower, to learn" in text and "pay off" not in text
+    one = replace(losing, drafted=losing.drafted[:1], probe=False, expected_speedup=(1.0, 1.3))
+    text = explain_step(one)
+    assert "checked the drafted token in" in text and "expected to run at ×1.30 of plain decoding." in text
     assert "probe" not in explain_step(KNOWN_STEPS[0])
     # From the tour of 2026-11-28: a probe whose draft model proposed nothing read "Plain step: speculation would
     # not pay", beside a chart marking the probe; a last rejected token read "it and the 0 after it are thrown

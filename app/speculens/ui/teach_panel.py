@@ -140,9 +140,22 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
                 "<p>This step is a <b>probe</b>: the controller speculates now and then even when it expects "
                 "plain decoding to be faster, to re-measure what a draft costs and how often it is right.</p>"
             )
+        # Whether this pass was expected to pay (a tour read "that single pass is what makes speculation pay off"
+        # above "plain decoding (k = 0) is fastest here" on a probe).
+        expected = (
+            event.expected_speedup[n]
+            if len(event.expected_speedup) > n and event.considered in (None, event.source)
+            else None
+        )
+        outlook = "" if expected is None else (
+            f": this one was expected to run at ×{expected:.2f} of plain decoding"
+            + (", slower, to learn" if event.probe and expected < 1.0 else "")
+        )
+        tokens = "the drafted token" if n == 1 else f"the {n} drafted tokens"
         parts.append(
-            f"<p><b>2. Verified</b>: the target scored all {n} positions in <i>one</i> batched pass "
-            f"({event.verify_ms:.1f} ms) — that single pass is what makes speculation pay off.</p>"
+            f"<p><b>2. Verified</b>: the target checked {tokens} in <i>one</i> batched pass "
+            f"({event.verify_ms:.1f} ms). Speculation pays when such a pass costs less than the plain steps for "
+            f"the tokens it yields{outlook}.</p>"
         )
         if k == n:
             agreed = (
