@@ -303,8 +303,15 @@ def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> 
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
     assert "An earlier comparison" not in view.prompt.text() and "second" in view.prompt.text()
+    compared = window.chat.conversation
+    window.new_chat()  # another conversation: the comparison is said to be of another (a tour took it for this one's)
+    assert "A comparison of another conversation." in view.prompt.text() and "earlier" not in view.prompt.text()
+    window.chat.open_conversation(compared)  # and back: its own, as it was
+    assert "another" not in view.prompt.text() and "earlier" not in view.prompt.text()
+    send(qtbot, window, "third")
     window.new_chat()
-    assert view.prompt.text().count("An earlier comparison") == 1
+    window.chat.open_conversation(compared)  # its own, which has moved on since
+    assert view.prompt.text().count("An earlier comparison") == 1 and "another" not in view.prompt.text()
 
 
 def test_where_one_answer_ends_first_the_verdict_says_it_chose_the_end(qtbot) -> None:

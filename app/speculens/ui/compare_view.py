@@ -134,7 +134,9 @@ class CompareView(QWidget):
         # pasted function pushed it past a 1280-pixel screen, for good).
         self.prompt.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.prompt.setText("Press <b>Compare</b> in the chat: the last message is answered both ways.")
-        self._outdated = False
+        self._outdated = False  # the chat this comparison came from has moved on since
+        self._prompt_html = ""  # what describe() said of the message
+        self.conversation: str | None = None  # the id of the conversation compared (see describe)
         # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
         self.with_history = QCheckBox("Whole conversation", self)
         self.with_history.setAccessibleName("Compare with the earlier conversation")
@@ -199,12 +201,15 @@ class CompareView(QWidget):
         layout.addWidget(self.verdict)
         layout.addWidget(self.exact_button, 0, Qt.AlignmentFlag.AlignLeft)  # below: the verdict takes the width
 
-    def describe(self, message: str, strategy: str, exact: bool = False) -> None:
+    def describe(self, message: str, strategy: str, exact: bool = False, conversation: str | None = None) -> None:
         """Say what is being compared (before the records arrive), and in which mode: bit-exact changes plain
-        decoding's kernels too (a tour saw the plain answer change, under headers that said nothing of it)."""
+        decoding's kernels too (a tour saw the plain answer change, under headers that said nothing of it).
+        ``conversation``: the id of the conversation the message is of (see :meth:`mark_outdated`)."""
         short = message if len(message) < 200 else message[:200] + "…"
         lines = html.escape(short).replace("\n", " ⏎ ")  # a pasted function's lines, not run together
-        self.prompt.setText(f"Message: <i>{lines}</i>")
+        self._prompt_html = f"Message: <i>{lines}</i>"
+        self.prompt.setText(self._prompt_html)
+        self.conversation = conversation
         mode = ", bit-exact" if exact else ""
         self.headers[Lane.PLAIN].setText(f"<b>Plain decoding</b>{' (bit-exact)' if exact else ''}")
         self.headers[Lane.SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)}{mode})")
@@ -265,15 +270,29 @@ class CompareView(QWidget):
             shown = self.exact_button if self.exact_button.isVisibleTo(self) else self.verdict
             parent.ensureWidgetVisible(shown, 0, 4)
 
-    def mark_outdated(self) -> None:
+    def mark_outdated(self, shown: str | None, moved_on: bool = False) -> None:
         """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
-        mode, under a conversation that had moved on)."""
-        if self.comparison is None or self.running or self._outdated:
+        mode, under a conversation that had moved on), or of another conversation than ``shown``, the id of the one
+        the chat now shows (a tour took it for this one's); opening the compared conversation again takes that back.
+
+        Args:
+            shown: the conversation the chat shows.
+            moved_on: that conversation has just had a new answer.
+        """
+        if self.comparison is None or self.running:
             return
-        self._outdated = True
+        other = self.conversation is not None and shown != self.conversation
+        self._outdated = self._outdated or (moved_on and not other)
+        if other:
+            why = "A comparison of another conversation."
+        elif self._outdated:
+            why = "An earlier comparison: the chat has moved on since."
+        else:
+            self.prompt.setText(self._prompt_html)
+            return
         self.prompt.setText(
-            f"{self.prompt.text()}<br><span style='color:gray'>An earlier comparison: the chat has moved on since. "
-            "Press <b>Compare</b> (Ctrl+Shift+C) for its last message.</span>"
+            f"{self._prompt_html}<br><span style='color:gray'>{why} "
+            "Press <b>Compare</b> (Ctrl+Shift+C) for the last message of this one.</span>"
         )
 
     def _start(self) -> None:

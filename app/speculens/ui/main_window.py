@@ -344,7 +344,9 @@ class MainWindow(QMainWindow):
         # read "Answer finished." over charts that stopped a few steps short and redrew a second later.
         # Next in the event loop: the chat hears of the finish before the live panel adds the last steps to the series.
         self.chat.turn_finished.connect(lambda _finish: QTimer.singleShot(0, self.charts.refresh))
-        self.chat.turn_finished.connect(lambda _finish: self.compare_view.mark_outdated())
+        self.chat.turn_finished.connect(
+            lambda _finish: self.compare_view.mark_outdated(self.chat.conversation.id, moved_on=True)
+        )
         self.models.replacing.connect(self.stop)
         # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
         # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
@@ -398,7 +400,9 @@ class MainWindow(QMainWindow):
             messages = [{"role": "system", "content": system}, *messages]
         plain = generation_config(settings, Strategy.NONE)
         speculative = generation_config(settings)
-        self.compare_view.describe(messages[-1]["content"], Strategy(settings.strategy).label, settings.exact)
+        self.compare_view.describe(
+            messages[-1]["content"], Strategy(settings.strategy).label, settings.exact, self.chat.conversation.id
+        )
         # The live panel, its charts and the figures above the chat follow the speculative half, as they follow an
         # answer (they kept showing the last answer's while Compare ran), once the comparison ends (see LaneSink).
         live = LaneSink(self.live_panel, Lane.SPECULATIVE)
@@ -568,7 +572,7 @@ class MainWindow(QMainWindow):
             self.statusBar().clearMessage()  # the last answer's word goes with it (a tour read it under New chat)
         self.live_panel.clear()
         self.teach_panel.clear()
-        self.compare_view.mark_outdated()
+        self.compare_view.mark_outdated(conversation.id)
         self.conversation_list.show_current(conversation)
         self._show_kept_answer()
         # Now, not when the budget next allows a refresh: a click is no answer's stream, and a tour opened an
