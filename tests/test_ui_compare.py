@@ -427,6 +427,9 @@ def test_a_speedup_over_answers_of_different_lengths_says_so(qtbot) -> None:
         (60, 50, 9.0, "speculation was faster</b></span> (50 of 60 drafted tokens accepted; one run each, and a "
          "difference under 15% can be run-to-run variation: Compare again to be sure)"),
         (60, 20, 11.1, "speculation was slower here</b></span> (20 of 60 drafted tokens accepted; one run each"),
+        # Beyond the noise it says why (a tour's ×0.75 at 99% accepted).
+        (60, 59, 13.3, "speculation was slower here</b></span> (59 of 60 drafted tokens accepted): drafting and "
+         "checking the drafts took more time than the accepted tokens saved"),
     ],
 )
 def test_the_verdict_says_what_its_speedup_means(
@@ -445,6 +448,11 @@ def test_the_verdict_says_what_its_speedup_means(
     assert (f"{accepted} of {drafted} drafted tokens accepted" in said) == bool(drafted)
     # No headline speedup where nothing was drafted (a tour read a large bold "×1.21" of run-to-run variation).
     assert ("Speedup <b>" in said) == bool(drafted) and ("Speed ratio ×" in said) == (not drafted)
+    assert ("took more time" in said) == (seconds > 11.5)  # only beyond the noise
+    # Sampled answers differ, and the verdict still says what the speedup means.
+    sampled = Comparison(plain, replace(speculative, tokens=(1, 3)), greedy=False, exact=False, divergence=None)
+    view.on_records([Record(2, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=sampled)])
+    assert meaning in view.verdict.text() and "sample differently" in view.verdict.text()
 
 
 def test_teach_does_not_explain_the_last_answer_s_step_while_the_next_runs(qtbot, tiny) -> None:

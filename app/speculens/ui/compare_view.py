@@ -64,7 +64,9 @@ def _meaning(c: Comparison) -> str:
     if c.speedup >= 1 + SAME_SPEED:
         return f"<span style='color:#2ea043'><b>speculation was faster</b></span> ({accepted}{maybe})"
     if c.speedup <= 1 - SAME_SPEED:
-        return f"<span style='color:#d29922'><b>speculation was slower here</b></span> ({accepted}{maybe})"
+        # Why, where it is not noise: a tour's ×0.75 at 99% accepted said nothing of it.
+        why = "" if maybe else ": drafting and checking the drafts took more time than the accepted tokens saved"
+        return f"<span style='color:#d29922'><b>speculation was slower here</b></span> ({accepted}{maybe}){why}"
     return f"about the same speed ({accepted})"
 
 
@@ -80,10 +82,10 @@ def verdict_html(c: Comparison) -> str:
     n_spec, n_plain = c.speculative.stats.n_generated, c.plain.stats.n_generated
     if n_spec != n_plain:  # the rates are of two texts: say so, or ×0.98 reads as speculation's cost
         speed += f", rates of two different answers ({n_spec} and {n_plain} tokens)"
-    if not c.greedy:
+    if not c.greedy:  # what the speedup means, as for identical outputs (a tour's ×0.75 said nothing of it)
         return (
-            f"{speed} · outputs differ (expected: with temperature > 0 the two runs sample differently; "
-            "the distribution is the same)"
+            f"{speed}: {_meaning(c)} · outputs differ (expected: with temperature > 0 the two runs sample "
+            "differently; the distribution is the same)"
         )
     d = c.divergence
     where = ""
