@@ -173,6 +173,22 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert window.live_panel.view.toPlainText() == "" and window.series.step == []  # and its tokens and charts
     chat = window.chat
     assert not (chat.regenerate_button.isEnabled() or chat.edit_button.isEnabled() or chat.copy_button.isEnabled())
+    assert "Esc puts them back" in window.statusBar().currentMessage()
+    # Esc puts them back, figures, tokens and charts too (a tour's Ctrl+E lost an answer for good).
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Escape)
+    assert [m["content"] for m in chat.conversation.messages] == ["the model", first.text]
+    assert chat.input.toPlainText() == "" and "tokens" in chat.figures.text()
+    assert window.live_panel.view.toPlainText() and window.series.step and chat.copy_button.isEnabled()
+    assert not chat.undo_edit()  # once
+    # What was typed in place of the message stays in the box; a message sent since makes the edit final.
+    chat.edit_last()
+    chat.input.setPlainText("the model, again")
+    assert chat.undo_edit() and chat.input.toPlainText() == "the model, again"
+    chat.edit_last()
+    with qtbot.waitSignal(chat.turn_finished, timeout=30_000):
+        chat.send()
+    assert len(chat.conversation.messages) == 2 and chat.conversation.messages[0]["content"] == "the model"
+    assert not chat.undo_edit() and len(chat.conversation.messages) == 2
 
 
 def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> None:

@@ -363,6 +363,9 @@ class ChatPane(QWidget):
         self.turn: _Turn | None = None
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
         self.kept_answer: list[Event] = []  # the events kept of the opened conversation's last answer
+        # What Edit last took out (the conversation, its message and answers), until something is sent or another
+        # conversation opens: Esc puts it back (a tour's Ctrl+E lost an answer for good).
+        self._taken: tuple[Conversation, list[dict[str, str]]] | None = None
         self.finished_status = ""  # what the status bar was told of this conversation (_say_for_conversation)
         self._stream_cursor: QTextCursor | None = None
         self._stream_start = 0  # where the streaming answer begins in the transcript
@@ -492,11 +495,14 @@ class ChatPane(QWidget):
         messages = self.conversation.messages
         if self.busy:
             return
-        while messages and messages[-1]["role"] == "assistant":
-            messages.pop()
-        if not messages or messages[-1]["role"] != "user":
+        start = len(messages)
+        while start and messages[start - 1]["role"] == "assistant":
+            start -= 1
+        if not start or messages[start - 1]["role"] != "user":
             return
-        self.input.setPlainText(messages.pop()["content"])
+        self._taken = (self.conversation, messages[start - 1 :])
+        del messages[start - 1 :]
+        self.input.setPlainText(self._taken[1][0]["content"])
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
         self.figures.setText("")  # the figures of an answer no longer there (a tour saw them stay)
@@ -506,6 +512,26 @@ class ChatPane(QWidget):
         self.kept_answer = []
         self.conversation_opened.emit(self.conversation)
         self._update_buttons()  # Regenerate, Edit last and Copy answer had nothing left to act on (seen under Xvfb)
+        self.status_changed.emit("Editing your last message: Send replaces it and its answer; Esc puts them back.")
+
+    def undo_edit(self) -> bool:
+        """Put back the message and answer Edit last took out, if nothing was sent since and the same conversation
+        is open; the message box keeps what was typed unless it is still the message itself. Whether it did."""
+        taken, self._taken = self._taken, None
+        if taken is None or self.busy or taken[0] is not self.conversation:
+            return False
+        removed = taken[1]
+        if self.input.toPlainText().strip() == removed[0]["content"].strip():
+            self.input.clear()
+        self.conversation.messages.extend(removed)
+        self.store.save(self.conversation)
+        self.kept_answer = self.store.answer(self.conversation)  # its events are still kept: they are its again
+        self.figures.setText(answer_figures(self.kept_answer))
+        self._render()
+        self._update_buttons()
+        self.conversation_opened.emit(self.conversation)  # its tokens and charts, as when it is opened
+        self.status_changed.emit("Your last message and its answer are back.")
+        return True
 
     def copy_answer(self) -> None:
         """Copy the last answer's text."""
@@ -549,6 +575,7 @@ class ChatPane(QWidget):
             conversation.partial = None
             self.store.save(conversation)
         if conversation is not self.conversation:
+            self._taken = None
             if text := self.input.toPlainText():
                 self._unsent[self.conversation.id] = text
             self.input.setPlainText(self._unsent.pop(conversation.id, ""))
@@ -614,6 +641,7 @@ class ChatPane(QWidget):
         return ([{"role": "system", "content": system}] if system else []) + sent(self.conversation.messages)
 
     def _start_turn(self, text: str) -> None:
+        self._taken = None  # what Edit last took out is replaced now
         self._hide_error()
         self.conversation.set_title_from(text)
         self.conversation.messages.append({"role": "user", "content": text})
