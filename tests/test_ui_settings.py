@@ -395,8 +395,13 @@ def test_gpu_layers_are_disabled_with_a_reason_on_a_cpu_build(qtbot, store: Sett
     panel.set_gpu_backend(None)
     assert not panel.n_gpu_layers.isEnabled() and not panel.n_gpu_layers_draft.isEnabled()
     assert "CPU-only" in panel.gpu_note.text()
+    # The greyed boxes say why when hovered (a tour read only "Target layers on the GPU (-1 = all) (-1 to 1,000)").
+    tip = panel.n_gpu_layers.toolTip()
+    assert tip.endswith(panel.gpu_note.text()) and "(-1 to 1,000)" in tip
+    assert "CPU-only" in panel.n_gpu_layers_draft.toolTip()
     panel.set_gpu_backend("Metal")
     assert panel.n_gpu_layers.isEnabled() and "Metal" in panel.gpu_note.text()
+    assert "CPU-only" not in panel.n_gpu_layers.toolTip() and panel.n_gpu_layers.toolTip().endswith("(-1 to 1,000)")
     # Every layer by default, as llama.cpp's tools: the box says so rather than showing -1.
     assert panel.n_gpu_layers.value() == panel.n_gpu_layers_draft.value() == -1
     assert panel.n_gpu_layers.text() == panel.n_gpu_layers_draft.text() == "all"

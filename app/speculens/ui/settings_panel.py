@@ -427,18 +427,25 @@ class SettingsPanel(QWidget):
     def set_gpu_backend(self, name: str | None) -> None:
         """Enable the GPU-layer boxes when llama.cpp can offload, and say which backend it has."""
         offload = name is not None
-        self.n_gpu_layers.setEnabled(offload)
-        self.n_gpu_layers_draft.setEnabled(offload)
         if offload:
-            self.gpu_note.setText(
+            note = (
                 f"This llama.cpp build offloads to the GPU with {name}: 'all' (the default) puts every layer "
                 "there, 0 keeps a model on the CPU."
             )
         else:
-            self.gpu_note.setText(
+            note = (
                 "GPU layers are disabled: this llama.cpp build is CPU-only. Install a build with Metal "
                 "(Apple silicon) or CUDA (NVIDIA) to offload layers to the GPU."
             )
+        self.gpu_note.setText(note)
+        for box in (self.n_gpu_layers, self.n_gpu_layers_draft):
+            box.setEnabled(offload)
+            # The boxes' own tooltip says why they are greyed (a tour hovered one and read only its range).
+            tip = box.property("base_tip")
+            if tip is None:
+                tip = box.toolTip()
+                box.setProperty("base_tip", tip)
+            box.setToolTip(tip if offload else f"{tip}\n\n{note}")
 
     def set_loaded_vocab(self, fingerprint: str) -> None:
         """The loaded target's vocabulary fingerprint (``""``: none loaded): a map built for another one is said
