@@ -180,15 +180,32 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert chat.input.toPlainText() == "" and "tokens" in chat.figures.text()
     assert window.live_panel.view.toPlainText() and window.series.step and chat.copy_button.isEnabled()
     assert not chat.undo_edit()  # once
-    # What was typed in place of the message stays in the box; a message sent since makes the edit final.
+    # A load meanwhile (another pair, bit-exact) leaves the edit pending (a review: it brought the answer back).
     chat.edit_last()
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.load_models()
+    assert chat.conversation.messages == [] and chat.input.toPlainText() == "the model"
+    # What was typed in place of the message stays in the box.
     chat.input.setPlainText("the model, again")
     assert chat.undo_edit() and chat.input.toPlainText() == "the model, again"
+    chat.input.clear()
+    # Two edits in a row take two exchanges out, and Esc puts both back (a review: the later one was lost).
+    with qtbot.waitSignal(chat.turn_finished, timeout=30_000):
+        chat.input.setPlainText("a second question")
+        chat.send()
+    both = [dict(m) for m in chat.conversation.messages]
+    chat.edit_last()
+    chat.edit_last()
+    assert chat.conversation.messages == [] and chat.input.toPlainText() == "the model"
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Escape)
+    assert chat.conversation.messages == both
+    assert "messages and their answers are back" in window.statusBar().currentMessage()
+    # A message sent since makes the edit final.
     chat.edit_last()
     with qtbot.waitSignal(chat.turn_finished, timeout=30_000):
         chat.send()
-    assert len(chat.conversation.messages) == 2 and chat.conversation.messages[0]["content"] == "the model"
-    assert not chat.undo_edit() and len(chat.conversation.messages) == 2
+    assert len(chat.conversation.messages) == 4 and chat.conversation.messages[2]["content"] == "a second question"
+    assert not chat.undo_edit() and len(chat.conversation.messages) == 4
 
 
 def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> None:

@@ -500,7 +500,9 @@ class ChatPane(QWidget):
             start -= 1
         if not start or messages[start - 1]["role"] != "user":
             return
-        self._taken = (self.conversation, messages[start - 1 :])
+        # A second Edit last before anything is sent takes the exchange before too: Esc puts both back (a review).
+        later = self._taken[1] if self._taken is not None and self._taken[0] is self.conversation else []
+        self._taken = (self.conversation, [*messages[start - 1 :], *later])
         del messages[start - 1 :]
         self.input.setPlainText(self._taken[1][0]["content"])
         self.input.moveCursor(QTextCursor.MoveOperation.End)
@@ -530,7 +532,10 @@ class ChatPane(QWidget):
         self._render()
         self._update_buttons()
         self.conversation_opened.emit(self.conversation)  # its tokens and charts, as when it is opened
-        self.status_changed.emit("Your last message and its answer are back.")
+        self.status_changed.emit(
+            "Your last message and its answer are back." if len(removed) <= 2 else "Your last messages and their "
+            "answers are back."
+        )
         return True
 
     def copy_answer(self) -> None:

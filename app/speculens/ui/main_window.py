@@ -275,7 +275,7 @@ class MainWindow(QMainWindow):
 
         chat_menu = menu.addMenu("&Chat")
         self.send_action = self._add(chat_menu, "&Send", self.chat.send, "Ctrl+Return")
-        self.stop_action = self._add(chat_menu, "S&top (answering or loading), or cancel Edit last", self.stop, "Esc")
+        self.stop_action = self._add(chat_menu, "S&top (answering or loading), or cancel Edit last", self.escape, "Esc")
         self._add(chat_menu, "&New chat", self.new_chat, QKeySequence.StandardKey.New)
         self._add(chat_menu, "&Regenerate", self.chat.regenerate, "Ctrl+R")
         self._add(chat_menu, "&Edit last message", self.chat.edit_last, "Ctrl+E")
@@ -377,7 +377,13 @@ class MainWindow(QMainWindow):
         if self.router.running:
             self.router.cancel()
             self.statusBar().showMessage("Stopping…")
-        elif not self.models.loading:  # nothing to stop: Esc cancels an edit of the last message
+
+    def escape(self) -> None:
+        """Esc: stop what runs, or, with nothing running, cancel Edit last (its message and answer come back). Not
+        :meth:`stop` itself, which a load calls too (a review: loading another pair brought back an edited answer)."""
+        if self.router.running or self.models.loading:
+            self.stop()
+        else:
             self.chat.undo_edit()
 
     def new_chat(self) -> None:
