@@ -420,9 +420,12 @@ def test_the_adaptive_choice_and_its_probes_are_charted_and_explained(qtbot) -> 
     text = explain_step(losing)
     assert "checked the 2 drafted tokens in <i>one</i> batched pass" in text
     assert "expected to run at ×0.61 of plain decoding, slower, to learn" in text and "pay off" not in text
-    one = replace(losing, drafted=losing.drafted[:1], probe=False, expected_speedup=(1.0, 1.3))
+    one = replace(losing, drafted=losing.drafted[:1], probe=False, expected_speedup=(1.0, 1.3), n_draft_max=1)
     text = explain_step(one)
     assert "checked the drafted token in" in text and "expected to run at ×1.30 of plain decoding." in text
+    # A draft model that stopped short of the length chosen: the figure is of the length the controller chose.
+    short = replace(losing, drafted=losing.drafted[:1], probe=False, expected_speedup=(1.0, 1.3, 1.45))
+    assert "expected to run at ×1.45 of plain decoding." in explain_step(short)
     assert "probe" not in explain_step(KNOWN_STEPS[0])
     # From the tour of 2026-11-28: a probe whose draft model proposed nothing read "Plain step: speculation would
     # not pay", beside a chart marking the probe; a last rejected token read "it and the 0 after it are thrown

@@ -302,8 +302,8 @@ def consume(
             steps.append(event)
             if event.source and event.drafted:
                 # Counted as n_drafted and n_accept count them, from the step's running totals: drafts past the
-                # answer's end (the token limit reached, or the end of generation, inside accepted drafts) are not
-                # the answer's (a tour's haiku read "n_drafted = 1" over "drafted by = draft 2").
+                # answer's end (a stop string, the end of generation or the token limit inside accepted drafts) are
+                # not the answer's (a tour's haiku read "n_drafted = 1" over "drafted by = draft 2").
                 drafted, accepted = sources.get(event.source, (0, 0))
                 before = steps[-2].stats if len(steps) > 1 else None
                 sources[event.source] = (

@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=20,
         metavar="N",
-        help="replays with --noise, each with its own seed (default 20)",
+        help="replays with --noise, each with its own seed (default 20; without --noise, none)",
     )
     p.set_defaults(func=run)
 
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         passes = sorted(r.n_steps for r in noisy)
         spread = 100 * (speedups[-1] - speedups[0]) / mid
         print(
-            f"with {100 * args.noise:.0f}% timing noise (sd) in what the controller measures, {len(noisy)} replays: "
+            f"with {100 * args.noise:.3g}% timing noise (sd) in what the controller measures, {len(noisy)} replays: "
             f"×{mid:.3f} median, ×{speedups[0]:.3f}–×{speedups[-1]:.3f} (spread {spread:.0f}%), "
             f"{passes[0]}–{passes[-1]} target passes"
         )

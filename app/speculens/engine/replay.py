@@ -17,9 +17,10 @@ this answer, apart from how it moves the stopwatch.
 
 What it leaves out: the draft model (its acceptance would need its own forward passes), the n-gram cache's
 statistics of earlier runs (it starts from the prompt, as with ``--no-ngram-file``), a sampled answer's
-randomness (it matches drafts token by token, as greedy verification does), and the machine's noise; every
-step costs the same overhead. So it compares drafters and controller settings with each other on one machine's
-costs; only the side-by-side benchmark against llama.cpp says how fast a user's decoding is.
+randomness (it matches drafts token by token, as greedy verification does), and the machine's noise (but for
+what ``noise`` tells the controller, above); every step costs the same overhead. So it compares drafters and
+controller settings with each other on one machine's costs; only the side-by-side benchmark against llama.cpp
+says how fast a user's decoding is.
 """
 
 from __future__ import annotations

@@ -363,6 +363,7 @@ class ChatPane(QWidget):
         self.turn: _Turn | None = None
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
         self.kept_answer: list[Event] = []  # the events kept of the opened conversation's last answer
+        self.finished_in = self.conversation  # the conversation of the last answer that finished (turn_finished)
         # What Edit last took out (the conversation, its message and answers), until something is sent or another
         # conversation opens: Esc puts it back (a tour's Ctrl+E lost an answer for good).
         self._taken: tuple[Conversation, list[dict[str, str]]] | None = None
@@ -745,7 +746,7 @@ class ChatPane(QWidget):
         self._update_buttons()
 
     def _finish_turn(self, turn: _Turn, finish: FinishEvent) -> None:
-        conversation = turn.conversation
+        conversation = self.finished_in = turn.conversation
         if finish.reason is FinishReason.CANCELLED and not finish.text:
             self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
             self.turn_finished.emit(finish)

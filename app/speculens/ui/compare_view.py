@@ -65,7 +65,8 @@ def _meaning(c: Comparison) -> str:
         return f"<span style='color:#2ea043'><b>speculation was faster</b></span> ({accepted}{maybe})"
     if c.speedup <= 1 - SAME_SPEED:
         # Why, where it is not noise: a tour's ×0.75 at 99% accepted said nothing of it.
-        why = "" if maybe else ": drafting and checking the drafts took more time than the accepted tokens saved"
+        # Only of one answer decoded both ways: two different answers' rates are of different texts (a review).
+        why = "" if maybe or not c.identical else ": drafting and checking the drafts took more time than they saved"
         return f"<span style='color:#d29922'><b>speculation was slower here</b></span> ({accepted}{maybe}){why}"
     return f"about the same speed ({accepted})"
 
@@ -139,6 +140,7 @@ class CompareView(QWidget):
         self._outdated = False  # the chat this comparison came from has moved on since
         self._prompt_html = ""  # what describe() said of the message
         self.conversation: str | None = None  # the id of the conversation compared (see describe)
+        self._shown: str | None = None  # the id of the conversation the chat shows (see mark_outdated)
         # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
         self.with_history = QCheckBox("Whole conversation", self)
         self.with_history.setAccessibleName("Compare with the earlier conversation")
@@ -211,7 +213,8 @@ class CompareView(QWidget):
         lines = html.escape(short).replace("\n", " ⏎ ")  # a pasted function's lines, not run together
         self._prompt_html = f"Message: <i>{lines}</i>"
         self.prompt.setText(self._prompt_html)
-        self.conversation = conversation
+        self.conversation = self._shown = conversation
+        self._outdated = False
         mode = ", bit-exact" if exact else ""
         self.headers[Lane.PLAIN].setText(f"<b>Plain decoding</b>{' (bit-exact)' if exact else ''}")
         self.headers[Lane.SPECULATIVE].setText(f"<b>Speculative decoding</b> ({html.escape(strategy)}{mode})")
@@ -255,6 +258,7 @@ class CompareView(QWidget):
                 self.exact_button.setVisible(differs and not record.comparison.exact)
                 # In a short dock, which scrolls, the verdict may lie below the answers: brought into view once laid
                 # out, or the status bar's "the verdict is in Compare" pointed at nothing to see.
+                self._show_mark()  # the chat may have opened another conversation meanwhile
                 QTimer.singleShot(0, self._show_verdict)
             elif record.kind is RecordKind.FAILED:
                 self._set_running(False)
@@ -272,20 +276,26 @@ class CompareView(QWidget):
             shown = self.exact_button if self.exact_button.isVisibleTo(self) else self.verdict
             parent.ensureWidgetVisible(shown, 0, 4)
 
-    def mark_outdated(self, shown: str | None, moved_on: bool = False) -> None:
+    def mark_outdated(self, shown: str | None, moved_on: str | None = None) -> None:
         """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
         mode, under a conversation that had moved on), or of another conversation than ``shown``, the id of the one
         the chat now shows (a tour took it for this one's); opening the compared conversation again takes that back.
 
         Args:
             shown: the conversation the chat shows.
-            moved_on: that conversation has just had a new answer.
+            moved_on: the conversation that has just had a new answer (the comparison's own: it is earlier now).
         """
-        if self.comparison is None or self.running:
+        self._shown = shown
+        if moved_on is not None and moved_on == self.conversation and self.comparison is not None:
+            self._outdated = True
+        if not self.running:  # a comparison still running is marked when it ends (see on_records)
+            self._show_mark()
+
+    def _show_mark(self) -> None:
+        """The line under the message that says whose comparison this is, or none."""
+        if self.comparison is None:
             return
-        other = self.conversation is not None and shown != self.conversation
-        self._outdated = self._outdated or (moved_on and not other)
-        if other:
+        if self.conversation is not None and self._shown is not None and self._shown != self.conversation:
             why = "A comparison of another conversation."
         elif self._outdated:
             why = "An earlier comparison: the chat has moved on since."

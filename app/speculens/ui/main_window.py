@@ -113,7 +113,9 @@ class MainWindow(QMainWindow):
         self.setObjectName("MainWindow")
         self._closing = False
         self._compared: list[dict[str, str]] = []  # the last comparison's messages
-        self._compare_again: list[dict[str, str]] | None = None  # run again once bit-exact is loaded
+        self._compared_in = ""  # the id of the conversation those messages are of
+        # run again once bit-exact is loaded: the messages and their conversation's id
+        self._compare_again: tuple[list[dict[str, str]], str] | None = None
         self._pages: dict[str, QDialog] = {}  # the Help pages open, by title
 
         # A settings file that could not be used is said once the window is up (mention_settings_problem).
@@ -345,7 +347,7 @@ class MainWindow(QMainWindow):
         # Next in the event loop: the chat hears of the finish before the live panel adds the last steps to the series.
         self.chat.turn_finished.connect(lambda _finish: QTimer.singleShot(0, self.charts.refresh))
         self.chat.turn_finished.connect(
-            lambda _finish: self.compare_view.mark_outdated(self.chat.conversation.id, moved_on=True)
+            lambda _finish: self.compare_view.mark_outdated(self.chat.conversation.id, self.chat.finished_in.id)
         )
         self.models.replacing.connect(self.stop)
         # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
@@ -395,10 +397,12 @@ class MainWindow(QMainWindow):
         """The focus in the message box (a tour's typing after Ctrl+N went into the Settings panel)."""
         self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
-    def compare(self, messages: list[dict[str, str]]) -> None:
-        """Answer the conversation's last message plainly and with speculation, side by side."""
+    def compare(self, messages: list[dict[str, str]], conversation: str | None = None) -> None:
+        """Answer the conversation's last message plainly and with speculation, side by side (``conversation``: the id
+        of the conversation they are of, when not the open one)."""
         if self.router.running:
             return
+        self._compared_in = conversation or self.chat.conversation.id
         settings = self.store.settings
         self._compared = list(messages)
         if not self.compare_view.with_history.isChecked():
@@ -409,8 +413,9 @@ class MainWindow(QMainWindow):
         plain = generation_config(settings, Strategy.NONE)
         speculative = generation_config(settings)
         self.compare_view.describe(
-            messages[-1]["content"], Strategy(settings.strategy).label, settings.exact, self.chat.conversation.id
+            messages[-1]["content"], Strategy(settings.strategy).label, settings.exact, self._compared_in
         )
+        self.compare_view.mark_outdated(self.chat.conversation.id)  # a bit-exact rerun's may not be the one shown
         # The live panel, its charts and the figures above the chat follow the speculative half, as they follow an
         # answer (they kept showing the last answer's while Compare ran), once the comparison ends (see LaneSink).
         live = LaneSink(self.live_panel, Lane.SPECULATIVE)
@@ -470,15 +475,15 @@ class MainWindow(QMainWindow):
     def _on_compare_exact_requested(self) -> None:
         """Compare's "Switch to bit-exact verification": reload, then run the same comparison again (a tour was
         told to press Compare again in a dock with no Compare button)."""
-        self._compare_again = self._compared
+        self._compare_again = (self._compared, self._compared_in)
         self._on_exact_toggled(True)
 
     def _compare_again_once_loaded(self) -> None:
         if self._compare_again is None or self.models.loading:
             return
-        messages, self._compare_again = self._compare_again, None
+        (messages, of), self._compare_again = self._compare_again, None
         if self.models.loaded is not None and self.models.loaded.info.exact:  # not after a failed or cancelled load
-            QTimer.singleShot(0, lambda: self.compare(messages))
+            QTimer.singleShot(0, lambda: self.compare(messages, of))
 
     def _on_exact_toggled(self, exact: bool) -> None:
         """Switch bit-exact verification (Compare, Teach): the target reloads in the chosen mode."""

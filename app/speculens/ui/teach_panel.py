@@ -142,9 +142,10 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
             )
         # Whether this pass was expected to pay (a tour read "that single pass is what makes speculation pay off"
         # above "plain decoding (k = 0) is fastest here" on a probe).
+        asked = event.n_draft_max  # the length the controller chose (a draft model may stop short of it)
         expected = (
-            event.expected_speedup[n]
-            if len(event.expected_speedup) > n and event.considered in (None, event.source)
+            event.expected_speedup[asked]
+            if 0 < asked < len(event.expected_speedup) and event.considered in (None, event.source)
             else None
         )
         outlook = "" if expected is None else (
@@ -154,8 +155,8 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
         tokens = "the drafted token" if n == 1 else f"the {n} drafted tokens"
         parts.append(
             f"<p><b>2. Verified</b>: the target checked {tokens} in <i>one</i> batched pass "
-            f"({event.verify_ms:.1f} ms). Speculation pays when such a pass costs less than the plain steps for "
-            f"the tokens it yields{outlook}.</p>"
+            f"({event.verify_ms:.1f} ms). Speculation pays when drafting and such a pass cost less than the plain "
+            f"steps for the tokens they yield{outlook}.</p>"
         )
         if k == n:
             agreed = (
