@@ -163,7 +163,8 @@ def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, 
         lab.run_button.click()
         qtbot.waitSignal(lab.worker.lab_progressed, timeout=60_000, check_params_cb=lambda p: p.done >= 2).wait()
         qtbot.keyClick(lab, Qt.Key.Key_Escape)
-    assert "Stopped" in lab.status.text() and lab.noisy.text().endswith("Cancelled before the end.")
+    # (On a busy machine the line may also say that some tiny-model speedups were left out as impossible.)
+    assert "Stopped" in lab.status.text() and "Cancelled before the end." in lab.noisy.text()
     assert {r.date for rows in lab.result.rows.values() for r in rows.values()} == {lab.result.date}
     assert lab.isVisible()  # Esc stopped the run; it closes the window only when nothing runs
     # A new window for the same target shows what was saved, with its date.
@@ -489,3 +490,28 @@ def test_an_estimate_timed_beside_another_program_says_so(qtbot, lab, monkeypatc
     said = lab.status.text()
     assert said.startswith("Estimated.") and "Other programs used 90% of the CPUs" in said
     assert said.endswith("Estimate again when the machine is quiet.")
+
+
+def test_plain_decoding_is_not_compared_with_itself_nor_a_never_drafting_candidate_charted(lab) -> None:  # type: ignore[no-untyped-def]
+    """From a new-user tour: the "Plain decoding" row read Same output "yes" (compared with itself), and a candidate
+    that drafted nothing had a ×0.92 bar in the speedup chart, read as a slowdown (it was the machine's noise)."""
+    import pyqtgraph as pg
+
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row
+
+    def row(key: str, speedup: float, acceptance: float | None) -> Row:
+        return Row(key, key, 10.0 * speedup, speedup, acceptance, 1.0, 0.0, True, 3, "2026-01-01")
+
+    candidates = {"none": PLAIN, "lookup": Candidate("lookup", "Prompt lookup", Strategy.LOOKUP),
+                  "cache": Candidate("cache", "N-gram cache", Strategy.NGRAM_CACHE)}  # fmt: skip
+    rows = {"chat": {"none": row("none", 1.0, None), "lookup": row("lookup", 0.92, None),
+                     "cache": row("cache", 1.1, 0.6)}}  # fmt: skip
+    lab.show_result(LabResult("t.gguf", rows=rows, candidates=candidates))
+    table = lab.tabs.widget(0)
+    same = {table.item(r, 0).text(): table.item(r, 6) for r in range(table.rowCount())}
+    assert same["none"].text() == "–" and "reference" in same["none"].toolTip()
+    assert same["cache"].text() == "yes"
+    bars = [item for item in lab.speedup_plot.plotItem.items if isinstance(item, pg.BarGraphItem)]
+    heights = [list(bar.opts["height"]) for bar in bars]
+    assert heights == [[1.1]]  # the n-gram cache's bar alone

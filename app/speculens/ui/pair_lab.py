@@ -107,6 +107,8 @@ _NEVER_DRAFTED = "It never drafted, so it decoded plainly: its difference from �
 
 def _same_cell(r: Row) -> tuple[str, str, bool]:
     """The same-output column, with why an answer can differ."""
+    if r.key == PLAIN.key:  # a tour read "yes" here: plain decoding compared with itself
+        return "–", "plain decoding is the reference the others' answers are compared with", False
     if r.identical is None:
         return "–", "plain decoding was not measured on these prompts", False
     if r.identical:
@@ -757,15 +759,22 @@ class PairLabWindow(QMainWindow):
     def _plot_speedups(self, result: LabResult) -> None:
         kinds = list(result.rows)
         keys: list[str] = []
-        for kind in kinds:  # the best few of each kind, plain decoding (the 1.0 line) and impossible figures left out
-            keys += [r.key for r in result.ranking(kind) if r.key != PLAIN.key and r.noisy is None][:3]
+        # The best few of each kind; left out: plain decoding (the 1.0 line), impossible figures, and a candidate that
+        # never drafted, which decoded plainly (a tour read its ×0.92 bar as a slowdown: it was the machine's noise).
+        for kind in kinds:
+            ranked = result.ranking(kind)
+            keys += [r.key for r in ranked if r.key != PLAIN.key and r.noisy is None and r.acceptance is not None][:3]
         keys = list(dict.fromkeys(keys))[:6]
         width = 0.8 / max(len(keys), 1)
         top = 1.0
         self._legend_names = []
         for i, key in enumerate(keys):
             xs = [k + (i - (len(keys) - 1) / 2) * width for k in range(len(kinds))]
-            ys = [(result.rows[kind][key].speedup or 0.0) if key in result.rows[kind] else 0.0 for kind in kinds]
+            ys = [
+                (row.speedup or 0.0) if (row := result.rows[kind].get(key)) is not None and row.acceptance is not None
+                else 0.0
+                for kind in kinds
+            ]
             top = max(top, *ys)
             label = result.candidates[key].label if key in result.candidates else key
             self._legend_names.append(label)
