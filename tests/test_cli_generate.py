@@ -123,7 +123,9 @@ def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_pa
     mismatch = cli("generate", "-m", tiny.target, "-d", tiny.mismatch, "hi")
     assert mismatch.returncode == 1 and "token texts differ" in mismatch.stderr
     bad = cli("generate", "-m", tiny.target, "--n-draft", "0", "hi")
-    assert bad.returncode == 2 and "n_draft" in bad.stderr  # bad usage, as the README's exit statuses say
+    assert bad.returncode == 2 and "error: --n-draft must be between 1 and" in bad.stderr  # bad usage, by its flag
+    hot = cli("generate", "-m", tiny.target, "--temp", "-1", "hi")
+    assert hot.returncode == 2 and "error: --temp must be between 0 (greedy) and" in hot.stderr
     # An empty prompt is refused before the models load (a tour waited 11 s for "the message is empty").
     empty = cli("generate", "-m", tmp_path / "none.gguf", "  ")
     assert empty.returncode == 2 and "the prompt is empty" in empty.stderr and "no model file" not in empty.stderr

@@ -523,6 +523,14 @@ def read_message(prompt: str = "> ", history: ChatHistory | None = None) -> str:
             return one_message("".join(lines))
 
 
+def as_flag(message: str) -> str:
+    """A settings error in the words of the command line: its setting named as the option that sets it ("n_draft
+    must be ..." reads "--n-draft must be ...", "temperature ..." "--temp ...")."""
+    name, _, rest = message.partition(" ")
+    flag = "--temp" if name == "temperature" else "--" + name.replace("_", "-")
+    return f"{flag} {rest}" if rest.startswith("must ") else message
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``."""
     if not args.chat and (args.prompt is None) == (args.file is None):
@@ -541,7 +549,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             config.validate()
         except InvalidInputError as exc:  # an option out of range is bad usage, as argparse's own errors are
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {as_flag(str(exc))}", file=sys.stderr)
             return 2
         if missing := missing_source([config.strategy], args):
             print(f"error: {missing}", file=sys.stderr)
