@@ -508,6 +508,11 @@ def test_the_compare_hint_goes_with_its_conversation(qtbot, tiny) -> None:
     assert window.statusBar().currentMessage() == "Type a message to compare."
     window.chat.open_conversation(answered)  # a tour still read the hint here
     assert window.statusBar().currentMessage() != "Type a message to compare."
+    # Enter on an empty (or blank) box says why nothing happens (a tour's did nothing, without a word).
+    window.chat.input.setPlainText("  \n ")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    assert window.statusBar().currentMessage() == "Type a message to send."
+    assert len(answered.messages) == 2
 
 
 def test_the_charts_show_the_whole_answer_when_it_finishes(qtbot, tiny) -> None:

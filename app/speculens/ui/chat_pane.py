@@ -468,7 +468,10 @@ class ChatPane(QWidget):
     def send(self) -> None:
         """Send the message box's text as the next turn."""
         text = self.input.toPlainText().strip()
-        if not text or self.busy or self.router.running:
+        if self.busy or self.router.running:
+            return
+        if not text:  # a tour's Enter on an empty box did nothing, with no word of why
+            self._say_for_conversation("Type a message to send.")
             return
         self.input.clear()
         self._start_turn(text)
