@@ -127,6 +127,14 @@ class _WheelGuard(QObject):
         return False
 
 
+def _tip(name: str) -> str:
+    """A setting's tooltip: what it does, and its range (a number typed beyond it is clamped)."""
+    spec = SPECS[name]
+    if spec.low is not None and spec.high is not None:
+        return f"{spec.tip} ({_number(spec.low)} to {_number(spec.high)})"
+    return spec.tip
+
+
 class SettingsPanel(QWidget):
     """Edits the settings in the store.
 
@@ -299,10 +307,7 @@ class SettingsPanel(QWidget):
 
     def _add(self, name: str, widget: QWidget) -> QWidget:
         spec = SPECS[name]
-        if spec.low is not None and spec.high is not None:  # the range (a number typed beyond it is clamped)
-            widget.setToolTip(f"{spec.tip} ({_number(spec.low)} to {_number(spec.high)})")
-        else:
-            widget.setToolTip(spec.tip)
+        widget.setToolTip(_tip(name))
         widget.setAccessibleName(spec.label)
         if isinstance(widget, QAbstractSpinBox | QComboBox):
             widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # no focus (and so no wheel) by hovering
@@ -438,14 +443,10 @@ class SettingsPanel(QWidget):
                 "(Apple silicon) or CUDA (NVIDIA) to offload layers to the GPU."
             )
         self.gpu_note.setText(note)
-        for box in (self.n_gpu_layers, self.n_gpu_layers_draft):
+        for name, box in (("n_gpu_layers", self.n_gpu_layers), ("n_gpu_layers_draft", self.n_gpu_layers_draft)):
             box.setEnabled(offload)
             # The boxes' own tooltip says why they are greyed (a tour hovered one and read only its range).
-            tip = box.property("base_tip")
-            if tip is None:
-                tip = box.toolTip()
-                box.setProperty("base_tip", tip)
-            box.setToolTip(tip if offload else f"{tip}\n\n{note}")
+            box.setToolTip(_tip(name) if offload else f"{_tip(name)}\n\n{note}")
 
     def set_loaded_vocab(self, fingerprint: str) -> None:
         """The loaded target's vocabulary fingerprint (``""``: none loaded): a map built for another one is said
