@@ -18,12 +18,10 @@ from conftest import TinyModels
 from speculens.cli.bench_cmd import format_profile, format_table
 from speculens.engine.bench import (
     SCHEMA,
-    BenchPrompt,
     BenchResults,
     BenchSetting,
     RunResult,
     cost_profile,
-    load_suite,
     overall,
     results_document,
     run_suite,
@@ -33,6 +31,7 @@ from speculens.engine.bench import (
 from speculens.engine.config import GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.ngram_map import build_map
 from speculens.engine.session import SpeculativeEngine
+from speculens.engine.suite import BenchPrompt, load_suite
 from speculens.ui.bench_chart import chart_caption, chart_data
 
 

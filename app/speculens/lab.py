@@ -43,7 +43,7 @@ from speculens import paths
 from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import AdaptiveParams, CostModel
 from speculens.engine.backend import BackendParams, LlamaBackend, system_info
-from speculens.engine.bench import BenchPrompt, RunResult, load_suite, run_once
+from speculens.engine.bench import RunResult, run_once
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
     DEFAULT_N_DRAFT,
@@ -58,6 +58,7 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine, calibrate_draft
+from speculens.engine.suite import BenchPrompt, load_suite
 from speculens.engine.threads import BUSY_SHARE, CpuWindow
 from speculens.engine.vocab import vocab_mismatch
 from speculens.errors import InvalidInputError, OperationError

@@ -17,10 +17,8 @@ from speculens.cli import in_words, interrupt_sets, interruptible_load, missing_
 from speculens.cli.generate_cmd import add_model_arguments, model_config
 from speculens.engine.backend import BackendParams, LlamaBackend
 from speculens.engine.bench import (
-    BenchPrompt,
     BenchResults,
     cost_profile,
-    load_suite,
     results_document,
     run_suite,
     settings_for,
@@ -28,6 +26,7 @@ from speculens.engine.bench import (
 from speculens.engine.config import DEFAULT_N_DRAFT, MAX_N_DRAFT, GenerationConfig, Strategy
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine
+from speculens.engine.suite import BenchPrompt, load_suite
 from speculens.errors import SpeculensError
 
 

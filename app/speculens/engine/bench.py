@@ -2,8 +2,7 @@
 
 Three parts, all Qt-free:
 
-* the **suite** (``resources/prompts/bench.json``, read with :mod:`importlib.resources`) and the settings to
-  compare (:class:`BenchSetting`);
+* the settings to compare (:class:`BenchSetting`), over the suite of :mod:`speculens.engine.suite`;
 * the **runner** (:func:`run_suite`): one engine, chat-formatted prompts, warm-up runs, then repeated runs in
   an order that rotates every repetition, all with the same seed and the same token budget;
 * the **arithmetic** (:func:`summarise_runs`, :func:`overall`, :func:`results_document`): medians and spread of
@@ -17,8 +16,6 @@ Three parts, all Qt-free:
 
 from __future__ import annotations
 
-import importlib.resources
-import json
 import os
 import platform
 import statistics
@@ -38,55 +35,12 @@ from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.events import FinishEvent, FinishReason, RunningStats, StepEvent, decode_rate
 from speculens.engine.generate import generate
 from speculens.engine.session import SpeculativeEngine
-from speculens.errors import InvalidInputError
+from speculens.engine.suite import BenchPrompt
 
 SCHEMA = "speculens-bench/1"
-SUITE_FILE = "prompts/bench.json"
 
 
 # ---- the suite and the settings ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    """One prompt of the suite.
-
-    Attributes:
-        id: short unique name.
-        category: chat, code-generation, code-rewrite, summarisation, long-context, ...
-        messages: the conversation, formatted with the target's chat template.
-    """
-
-    id: str
-    category: str
-    messages: tuple[dict[str, str], ...]
-
-
-def load_suite(text: str | None = None) -> list[BenchPrompt]:
-    """The prompt suite: the shipped one, or one given as JSON text.
-
-    Args:
-        text: a suite in the same JSON format (``{"prompts": [{"id", "category", "messages"}]}``).
-
-    Returns:
-        The prompts, in order.
-
-    Raises:
-        ValueError: the JSON is not a suite.
-    """
-    if text is None:
-        text = (importlib.resources.files("speculens.resources") / SUITE_FILE).read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-        prompts = [
-            BenchPrompt(str(p["id"]), str(p["category"]), tuple(dict(m) for m in p["messages"]))
-            for p in data["prompts"]
-        ]
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(f"not a prompt suite: {exc}") from exc
-    if len({p.id for p in prompts}) != len(prompts):
-        raise InvalidInputError("prompt ids in a suite must be unique")
-    return prompts
 
 
 @dataclass(frozen=True)
