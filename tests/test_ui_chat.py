@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
+from speculens.engine.suite import load_suite
 from speculens.ui.chat_pane import DROPPED_NOTE, close_fences, close_inline_code, render_transcript, sent
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.token_view import nothing_drafted
@@ -881,3 +882,30 @@ def test_a_message_typed_and_not_sent_stays_with_its_conversation(qtbot, tiny) -
     assert window.chat.input.toPlainText() == "a second thought for the first"
     window.chat.open_conversation(second)
     assert window.chat.input.toPlainText() == "half a question for the second"
+
+
+def test_an_empty_conversation_offers_examples_that_go_in_the_message_box(qtbot, tiny) -> None:
+    # A tour's first question gave speculation nothing to draft (the draft model sits out on a CPU): an empty
+    # conversation offers a rewrite, which prompt lookup drafts, and a question, which it cannot.
+    window = fake_window(qtbot, tiny)
+    chat, examples = window.chat, window.chat.examples
+    prompts = {p.id: p.messages[-1]["content"] for p in load_suite()}
+    links = re.findall(r'href="([^"]+)"', examples.text())
+    assert links and all(link in prompts for link in links), links  # each names a prompt of the suite
+    assert not examples.isHidden()
+    chat.input.setPlainText("my own words")
+    examples.linkActivated.emit("rewrite-rename")
+    assert chat.input.toPlainText() == prompts["rewrite-rename"]
+    assert "Ctrl+Z" in window.statusBar().currentMessage()
+    chat.input.undo()  # what was typed is not lost
+    assert chat.input.toPlainText() == "my own words"
+    chat.input.clear()
+    examples.linkActivated.emit("chat")
+    assert "Enter sends it" in window.statusBar().currentMessage()
+    assert "Ctrl+Z" not in window.statusBar().currentMessage()  # nothing typed was replaced
+    with qtbot.waitSignal(chat.turn_finished, timeout=30_000):
+        qtbot.keyClick(chat.input, Qt.Key.Key_Return)
+    assert chat.conversation.messages[0]["content"] == prompts["chat"]
+    assert examples.isHidden()  # a conversation under way
+    chat.new_chat()
+    assert not examples.isHidden()

@@ -49,6 +49,7 @@ from PySide6.QtWidgets import (
 
 from speculens.engine.config import ContextFullError
 from speculens.engine.events import Event, FinishEvent, FinishReason, StartEvent, StepEvent, draft_model_unread
+from speculens.engine.suite import load_suite
 from speculens.engine.threads import ThreadTally
 from speculens.settings import generation_config
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
@@ -63,6 +64,13 @@ AUTOSAVE_INTERVAL_S = 1.0
 STREAM_RENDER_S = 0.3  # the shortest interval between two Markdown renders of a streaming answer
 STREAM_RENDER_SHARE = 0.02  # ... and at most this share of the time spent rendering it
 FENCE = "```"
+# An empty conversation offers these prompts of the benchmark suite (a tour's first question answered with no draft
+# at all: on a CPU the draft model sits out, and a question gives prompt lookup nothing to copy). Its id, its link's
+# words, and what the answer will show.
+EXAMPLES = (
+    ("rewrite-rename", "a rename in a class", "the answer copies the code, so prompt lookup drafts it for nothing"),
+    ("chat", "a question", "new text, which only a draft model can guess"),
+)
 
 
 class MessageEdit(QPlainTextEdit):
@@ -428,6 +436,12 @@ class ChatPane(QWidget):
         self.figures.setWordWrap(True)
         self.figures.setEnabled(False)
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # copy the seed
+        links = (f'<a href="{id_}">{html.escape(text)}</a> ({html.escape(why)})' for id_, text, why in EXAMPLES)
+        self.examples = QLabel("Try an example: " + " · ".join(links), self)
+        self.examples.setAccessibleName("Examples")
+        self.examples.setWordWrap(True)
+        self.examples.setToolTip("Puts the example in the message box: Enter sends it")
+        self.examples.linkActivated.connect(self.use_example)
 
         # Two groups, Send's at the right; on a line of its own where the pane is too narrow for both (WrapRow).
         buttons = WrapRow()
@@ -445,6 +459,7 @@ class ChatPane(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.examples)
         layout.addWidget(self.figures)
         layout.addLayout(error_row)
         layout.addWidget(self.input)
@@ -541,6 +556,21 @@ class ChatPane(QWidget):
             "answers are back."
         )
         return True
+
+    def use_example(self, example: str) -> None:
+        """Put the suite's prompt ``example`` (an id of :data:`EXAMPLES`) in the message box, replacing what was typed
+        there as an edit that Ctrl+Z undoes."""
+        prompt = next(p for p in load_suite() if p.id == example)
+        typed = self.input.toPlainText().strip()
+        cursor = self.input.textCursor()
+        cursor.select(QTextCursor.SelectionType.Document)
+        cursor.insertText(prompt.messages[-1]["content"])
+        self.input.setTextCursor(cursor)
+        self.input.setFocus()
+        self.status_changed.emit(
+            "The example is in the message box: Enter sends it."
+            + (" Ctrl+Z in the box puts back what you had typed." if typed else "")
+        )
 
     def copy_answer(self) -> None:
         """Copy the last answer's text."""
@@ -884,6 +914,7 @@ class ChatPane(QWidget):
         self.regenerate_button.setEnabled(not busy and bool(self.conversation.messages))
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
+        self.examples.setVisible(not self.conversation.messages)
 
     def set_models_state(self, loaded: bool, chosen: bool, loading: bool = False, reloading: str = "") -> None:
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
