@@ -515,3 +515,31 @@ def test_the_two_answers_scroll_together_token_by_token(qtbot) -> None:
         top = scrolled.answer_token_at_top()
         assert top is not None and top > 100
         assert other.answer_token_at_top() == top  # the same token on top in both
+
+
+def test_in_a_narrow_dock_the_answers_stack_and_the_verdict_comes_into_view_whole(qtbot, tiny) -> None:
+    """Under Xvfb at 1280×800 the docked view's two answers were 160 pixels wide each, code wrapping mid-name; one
+    above the other, the verdict lay below them, and the dock scrolled to its first line only."""
+    from speculens.ui.compare_view import SIDE_BY_SIDE_CHARS
+
+    window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word " * 60])))
+    window.resize(1280, 800)
+    window.show()
+    window.docks["Compare"].show()
+    window.docks["Compare"].raise_()
+    view = window.compare_view
+    window.chat.input.setPlainText("a message")
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: view.comparison is not None, timeout=10_000)
+    qtbot.wait(100)
+    plain, speculative = (view.views[lane].geometry() for lane in (Lane.PLAIN, Lane.SPECULATIVE))
+    assert view.width() < 2 * SIDE_BY_SIDE_CHARS * view.fontMetrics().averageCharWidth()  # a narrow dock, then
+    assert speculative.top() > plain.bottom() and plain.width() > 0.8 * view.width()  # one above the other
+    scroll = window.docks["Compare"].widget()
+    shown = view.verdict.geometry().translated(view.pos())
+    assert scroll.viewport().rect().contains(shown), (shown, scroll.viewport().rect())
+    # Widened, side by side again.
+    wide = 2 * 60 * view.fontMetrics().averageCharWidth()
+    window.resizeDocks([window.docks["Compare"]], [wide], Qt.Orientation.Horizontal)
+    qtbot.waitUntil(lambda: view.views[Lane.SPECULATIVE].geometry().top() == view.views[Lane.PLAIN].geometry().top())
+    assert view.views[Lane.SPECULATIVE].geometry().left() > view.views[Lane.PLAIN].geometry().right()

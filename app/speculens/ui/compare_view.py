@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import html
+import time
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
@@ -111,6 +113,10 @@ def verdict_html(c: Comparison) -> str:
 
 
 ANSWER_LINES = 6  # each answer shows at least this many lines
+# Side by side while each answer has at least this many characters' width; one above the other in a narrower dock
+# (at 1280×800 the docked view's two columns were 160 pixels each, and code wrapped in the middle of its names).
+SIDE_BY_SIDE_CHARS = 40
+REVEAL_S = 0.5  # how long the dock follows the verdict's layout into view
 
 
 class CompareView(QWidget):
@@ -191,19 +197,39 @@ class CompareView(QWidget):
         )
         self.exact_button.clicked.connect(self._on_exact_button_clicked)
         self.exact_button.hide()
-        grid = QGridLayout()
-        for col, lane in enumerate((Lane.PLAIN, Lane.SPECULATIVE)):
-            grid.addWidget(self.headers[lane], 0, col)
-            grid.addWidget(self.views[lane], 1, col)
-            grid.addWidget(self.figures[lane], 2, col)
-        grid.setRowStretch(1, 1)
+        self._reveal_until = 0.0  # time.monotonic() until which the dock follows the verdict (see _reveal_verdict)
+        self._range_hooked = False
+        self.stacked: bool | None = None  # the answers one above the other (see _arrange)
+        self.grid = QGridLayout()
+        self._arrange(stacked=False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.prompt)
         layout.addLayout(top)
-        layout.addLayout(grid, 1)
+        layout.addLayout(self.grid, 1)
         layout.addWidget(self.verdict)
         layout.addWidget(self.exact_button, 0, Qt.AlignmentFlag.AlignLeft)  # below: the verdict takes the width
+
+    def _arrange(self, stacked: bool) -> None:
+        """Put the two answers side by side, or one above the other (``stacked``)."""
+        if stacked == self.stacked:
+            return
+        self.stacked, grid = stacked, self.grid
+        for col, lane in enumerate((Lane.PLAIN, Lane.SPECULATIVE)):
+            row, col = (3 * col, 0) if stacked else (0, col)
+            for offset, widget in enumerate((self.headers[lane], self.views[lane], self.figures[lane])):
+                grid.removeWidget(widget)
+                grid.addWidget(widget, row + offset, col)
+        for row in range(6):
+            grid.setRowStretch(row, 1 if row in ((1, 4) if stacked else (1,)) else 0)
+        grid.setColumnStretch(1, 0 if stacked else 1)
+        grid.setColumnStretch(0, 1)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Side by side where both answers are readable so, else one above the other."""
+        column = 2 * SIDE_BY_SIDE_CHARS * self.fontMetrics().averageCharWidth() + 40  # two answers and their frames
+        self._arrange(stacked=event.size().width() < column)
+        super().resizeEvent(event)
 
     def describe(self, message: str, strategy: str, exact: bool = False, conversation: str | None = None) -> None:
         """Say what is being compared (before the records arrive), and in which mode: bit-exact changes plain
@@ -259,22 +285,41 @@ class CompareView(QWidget):
                 # In a short dock, which scrolls, the verdict may lie below the answers: brought into view once laid
                 # out, or the status bar's "the verdict is in Compare" pointed at nothing to see.
                 self._show_mark()  # the chat may have opened another conversation meanwhile
-                QTimer.singleShot(0, self._show_verdict)
+                self._reveal_verdict()
             elif record.kind is RecordKind.FAILED:
                 self._set_running(False)
                 self.verdict.setText(html.escape(record.message))
                 for label in self.figures.values():
                     if label.text() == _WAITING:  # a lane the comparison never reached
                         label.setText("not run")
-                QTimer.singleShot(0, self._show_verdict)  # "Comparison stopped." too (a tour's lay out of view)
+                self._reveal_verdict()  # "Comparison stopped." too (a tour's lay out of view)
 
-    def _show_verdict(self) -> None:
+    def _scroll_area(self) -> QScrollArea | None:
+        """The scroll area the view is in (the dock's), if any."""
         parent = self.parentWidget()
         while parent is not None and not isinstance(parent, QScrollArea):
             parent = parent.parentWidget()
-        if parent is not None:
+        return parent
+
+    def _reveal_verdict(self) -> None:
+        """Scroll the dock to the verdict now and as the layout settles over the next moment: a verdict that wraps
+        to more lines lengthens the dock's range after the first scroll (under Xvfb the dock showed its first line)."""
+        self._reveal_until = time.monotonic() + REVEAL_S
+        scroll = self._scroll_area()
+        if scroll is not None and not self._range_hooked:
+            scroll.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
+            self._range_hooked = True
+        QTimer.singleShot(0, self._show_verdict)
+
+    def _on_range_changed(self, _low: int, _high: int) -> None:
+        if time.monotonic() < self._reveal_until:
+            self._show_verdict()
+
+    def _show_verdict(self) -> None:
+        scroll = self._scroll_area()
+        if scroll is not None:
             shown = self.exact_button if self.exact_button.isVisibleTo(self) else self.verdict
-            parent.ensureWidgetVisible(shown, 0, 4)
+            scroll.ensureWidgetVisible(shown, 0, 4)
 
     def mark_outdated(self, shown: str | None, moved_on: str | None = None) -> None:
         """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
