@@ -65,3 +65,8 @@ def send(qtbot, window: MainWindow, text: str, timeout: int = 30_000) -> FinishE
 def wait_idle(qtbot, window: MainWindow, timeout: int = 30_000) -> None:
     """Wait until no generation runs."""
     qtbot.waitUntil(lambda: not window.router.running, timeout=timeout)
+
+
+def pair_line(window: MainWindow) -> str:
+    """The toolbar's line of the pair as the user reads it: the pair's label, then its state's."""
+    return f"{window.pair_label.text()} {window.state_label.text()}"

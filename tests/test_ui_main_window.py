@@ -14,7 +14,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication
 
 from fake_engine import FakeFactory, Script
-from gui_support import ARTIFACTS, make_window, send
+from gui_support import ARTIFACTS, make_window, pair_line, send
 from speculens import paths
 from speculens.settings import load_settings
 from speculens.ui.conversations import ConversationStore
@@ -35,7 +35,7 @@ def test_screenshot_of_a_finished_speculative_answer(qtbot, tiny) -> None:
     assert finish.stats.n_drafted > 0
     assert window.live_panel.view.toPlainText()
     assert "Finished" in window.live_panel.status.text()
-    assert window.pair_label.text().count("tiny") == 2 and "loaded" in window.pair_label.text()
+    assert pair_line(window).count("tiny") == 2 and "loaded" in pair_line(window)
     window.charts.refresh()
     qtbot.wait(50)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -329,7 +329,7 @@ def test_mismatched_draft_shows_the_warning_badge_and_keeps_the_settings(qtbot, 
     qtbot.waitUntil(window.badge_action.isVisible, timeout=10_000)
     assert "mismatch" in window.badge.text().lower() or "not loaded" in window.badge.text().lower()
     qtbot.waitUntil(lambda: window.models.loaded is not None and not window.models.loading, timeout=10_000)
-    assert "(target loaded, draft not)" in window.pair_label.text()  # a tour read "(loaded)" beside the badge
+    assert "(target loaded, draft not)" in pair_line(window)  # a tour read "(loaded)" beside the badge
     # The user's choice stands: a failed draft never rewrites the strategy or the pair.
     assert window.store.settings.strategy == "draft" and window.store.settings.draft_path == str(tiny.mismatch)
     window.store.flush()
@@ -364,7 +364,7 @@ def test_a_failed_load_shows_why_and_changes_no_setting(qtbot, tiny, monkeypatch
     qtbot.waitUntil(lambda: bool(shown), timeout=5_000)
     assert shown == ["not enough memory for the target: close other programs"]
     assert window.store.settings == before and window.models.loaded is None
-    assert "not loaded" in window.pair_label.text()
+    assert "not loaded" in pair_line(window)
 
 
 def test_a_damaged_settings_file_is_said_before_the_welcome(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -459,9 +459,9 @@ def test_the_toolbar_buttons_stay_put_when_the_pair_line_changes(qtbot, tiny) ->
     bar = window.findChild(QToolBar, "ModelsToolBar")
     button = bar.widgetForAction(window.load_action)
     where = button.mapTo(window, QPoint(0, 0))
-    before = window.pair_label.text()
+    before = pair_line(window)
     window.store.update(strategy="none")
-    qtbot.waitUntil(lambda: window.pair_label.text() != before, timeout=5_000)
+    qtbot.waitUntil(lambda: pair_line(window) != before, timeout=5_000)
     qtbot.wait(50)  # the toolbar lays out again
     now = button.mapTo(window, QPoint(0, 0))
     assert now.x() == where.x() and abs(now.y() - where.y()) <= 2  # the bar's height may settle by a pixel
@@ -531,12 +531,12 @@ def test_a_draft_model_that_cannot_pay_is_said_to_be_idle(qtbot, tiny) -> None:
     window.statusBar().messageChanged.connect(said.append)
     window.load_models()
     qtbot.waitUntil(lambda: window.models.loaded is not None, timeout=10_000)
-    assert "draft idle: cannot pay here" in window.pair_label.text()
+    assert "draft idle: cannot pay here" in pair_line(window)
     assert "cannot pay on this machine: ×0.89" in window.pair_label.toolTip()
     assert any("The draft model cannot pay on this machine: ×0.89 of plain decoding, so it stays idle." in m
                for m in said)  # fmt: skip
     window.store.update(strategy="lookup")  # no draft used: nothing to say of it
-    assert "cannot pay" not in window.pair_label.text()
+    assert "cannot pay" not in pair_line(window)
 
 
 def test_a_draft_model_without_the_adaptive_controller_is_not_said_to_be_idle(qtbot, tiny) -> None:
@@ -548,12 +548,12 @@ def test_a_draft_model_without_the_adaptive_controller_is_not_said_to_be_idle(qt
     window.statusBar().messageChanged.connect(said.append)
     window.load_models()
     qtbot.waitUntil(lambda: window.models.loaded is not None, timeout=10_000)
-    assert "idle" not in window.pair_label.text() and "idle" not in window.pair_label.toolTip()
+    assert "idle" not in pair_line(window) and "idle" not in window.pair_label.toolTip()
     # Every step, but each draft only as far as p_min lets it (a tour's forced run drafted 1 token in 15 passes).
     drafts = "yet it drafts every step with adaptive off (each draft ending where its top probability falls below "
     assert any(f"×0.89 of plain decoding, {drafts}p_min 0.75)." in m for m in said), said
     window.store.update(adaptive=True)  # now the controller keeps it idle, and the toolbar says so
-    assert "draft idle: cannot pay here" in window.pair_label.text()
+    assert "draft idle: cannot pay here" in pair_line(window)
 
 
 def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny) -> None:
@@ -568,13 +568,13 @@ def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny
     assert len(factory.engines) == 2 and factory.last.draft == tiny.perturbed
     window.store.update(strategy="lookup")  # the draft stays loaded, unused
     # Nothing says a reload is needed: only that one would free the idle draft.
-    assert "reload needed" not in window.pair_label.text() and "draft idle" in window.pair_label.text()
+    assert "reload needed" not in pair_line(window) and "draft idle" in pair_line(window)
     assert "answers go on without a reload" in window.settings_panel.reload_note.text()
     send(qtbot, window, "second")
     assert len(factory.engines) == 2
     window.store.update(n_ctx=4096)
     note = window.settings_panel.reload_note.text()
-    assert "reload needed" in window.pair_label.text() and "context size" in note
+    assert "reload needed" in pair_line(window) and "context size" in note
     assert "your next message reloads them first" in note  # said before Send, not found out after it
     said: list[str] = []
     window.statusBar().messageChanged.connect(said.append)
@@ -599,6 +599,23 @@ def test_a_message_without_a_chosen_target_says_what_to_choose_and_keeps_the_tex
     assert "Models ▸ Models…" in window.chat.error.text()
     assert window.chat.input.toPlainText() == "hello there"
     assert window.models.loaded is None and not window.models.loading
+
+
+def test_while_loading_the_toolbar_shows_the_state_whole_and_cuts_the_pair_s_line_instead(qtbot, tiny) -> None:
+    """Under Xvfb at 1280 pixels the pair's line was cut at its end beside the progress bar: "(lo"."""
+    window = make_window(qtbot, tiny, FakeFactory(Script(load_s=60)), load=False)
+    window.resize(860, 700)
+    window.show()
+    window.load_models()
+    qtbot.waitUntil(lambda: window.models.progress is not None, timeout=10_000)
+    qtbot.wait(50)  # the toolbar lays out again
+    state, pair = window.state_label, window.pair_label
+    assert "loading…" in state.text() and state.isVisible()
+    assert state.width() >= state.sizeHint().width()  # whole
+    assert pair.isVisible() and pair.width() < pair.maximumWidth()  # the pair's line gave way
+    assert state.geometry().left() >= pair.geometry().right()  # after it, as before
+    with qtbot.waitSignal(window.worker.load_cancelled, timeout=10_000):
+        window.models.cancel_loading()
 
 
 def test_esc_cancels_a_load_and_gives_back_the_message_that_waited_for_it(qtbot, tiny) -> None:
@@ -642,12 +659,12 @@ def _tiny_demo(monkeypatch, tiny) -> None:
 
 def test_before_any_model_is_chosen_the_toolbar_says_how_to_choose_one(qtbot, tiny) -> None:
     window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
-    text = window.pair_label.text()
+    text = pair_line(window)
     # A tour's first start read "no target chosen ▸ lookup, n-gram cache (not loaded)".
     assert "No model chosen yet" in text and "Ctrl+M" in text
     assert "lookup" not in text and "not loaded" not in text
     window.store.update(target_path=str(tiny.target))
-    assert "tiny" in window.pair_label.text() and "No model" not in window.pair_label.text()
+    assert "tiny" in pair_line(window) and "No model" not in pair_line(window)
 
 
 def test_use_the_demo_pair_from_the_menu_chooses_and_loads_it(qtbot, tiny, monkeypatch) -> None:
@@ -655,7 +672,7 @@ def test_use_the_demo_pair_from_the_menu_chooses_and_loads_it(qtbot, tiny, monke
     window = make_window(qtbot, tiny, load=False, target_path="", draft_path="")
     window.demo_action.trigger()
     # While its files are assembled, nothing says "no target chosen" or "choose a model pair".
-    assert "demo pair" in window.pair_label.text() and "no target" not in window.pair_label.text()
+    assert "demo pair" in pair_line(window) and "no target" not in pair_line(window)
     assert window.chat.transcript.placeholderText().startswith("Loading the models")
     qtbot.waitUntil(lambda: window.models.loaded is not None, timeout=30_000)
     assert window.store.settings.target_path == str(tiny.target)
@@ -814,15 +831,15 @@ def test_the_pair_badge_names_what_drafts(qtbot, tiny, tmp_path: Path) -> None:
     """From a new-user tour: '+ free drafts (not loaded)' defined neither term, and after building a map '(not
     loaded)' read as if the map had failed."""
     window = make_window(qtbot, tiny, FakeFactory(), load=False, strategy="auto")
-    label = window.pair_label.text()
+    label = pair_line(window)
     assert "free drafts" not in label and "+ lookup, n-gram cache" in label and ".gguf" not in label
     assert "load with your first message" in window.pair_label.toolTip()
     window.store.update(strategy="ngram-map")  # and no map chosen: a tour learnt it only from Send's error
-    assert "n-gram map — none chosen: Settings ▸ N-gram map" in window.pair_label.text()
+    assert "n-gram map — none chosen: Settings ▸ N-gram map" in pair_line(window)
     window.store.update(ngram_map_path=str(tmp_path / "code.npz"))
-    assert "none chosen" not in window.pair_label.text()
+    assert "none chosen" not in pair_line(window)
     window.store.update(strategy="auto")
-    assert "lookup, n-gram cache, map" in window.pair_label.text()
+    assert "lookup, n-gram cache, map" in pair_line(window)
     assert "n-gram map" in window.pair_label.toolTip()
     # The demo pair's whole line fits a 1280-pixel window's toolbar (else it goes into the overflow menu).
     demo = "qwen2.5-coder-1.5b-instruct-q4_k_m ▸ qwen2.5-coder-0.5b-instruct-q4_k_m + lookup, n-gram cache, map"
@@ -918,10 +935,10 @@ def test_the_toolbar_does_not_name_a_map_the_loaded_target_cannot_use(qtbot, tin
     other = build_map([tmp_path / "words.txt"], tiny.mismatch, tmp_path / "other.npz").path
     mine = build_map([tmp_path / "words.txt"], tiny.target, tmp_path / "mine.npz").path
     window = make_window(qtbot, tiny, ngram_map_path=str(other), strategy="auto")
-    assert "map left out: see Settings" in window.pair_label.text() and ", map" not in window.pair_label.text()
+    assert "map left out: see Settings" in pair_line(window) and ", map" not in pair_line(window)
     assert window.settings_panel.map_error.isVisible()
     window.store.update(ngram_map_path=str(mine))
-    assert ", map" in window.pair_label.text() and "left out" not in window.pair_label.text()
+    assert ", map" in pair_line(window) and "left out" not in pair_line(window)
     assert not window.settings_panel.map_error.isVisible()
 
 
@@ -952,7 +969,7 @@ def test_the_demo_pair_loaded_through_a_linked_home_needs_no_reload(qtbot, tiny,
     qtbot.waitUntil(lambda: not window.models.loading, timeout=10_000)
     assert Path(window.store.settings.target_path) == demo.demo_path(fakes[0]).resolve()
     assert window.store.reload_needed() == set(), dataclasses.asdict(window.store.loaded)
-    assert "reload needed" not in window.pair_label.text()
+    assert "reload needed" not in pair_line(window)
 
 
 def test_the_welcome_says_the_demo_pair_is_built_on_first_use_until_it_is(

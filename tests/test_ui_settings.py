@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox, QToolTip, QWidget
 
 from conftest import TinyModels
 from fake_engine import FakeFactory
-from gui_support import fake_window
+from gui_support import fake_window, pair_line
 from speculens import paths
 from speculens.engine.drafters.ngram_map import build_map
 from speculens.engine.drafters.ngram_table import NgramTable, build_table
@@ -417,11 +417,11 @@ def test_changing_the_context_size_says_reload_and_reload_applies_it(qtbot, tiny
     panel.n_ctx.setValue(8192)
     assert panel.reload_note.isVisible() or not panel.isVisible()
     assert not panel.reload_note.isHidden() and "context size" in panel.reload_note.text()
-    assert "reload needed" in window.pair_label.text()  # the toolbar says so too
+    assert "reload needed" in pair_line(window)  # the toolbar says so too
     with qtbot.waitSignal(window.worker.models_loaded, timeout=10_000):
         panel.reload_button.click()
     assert factory.last.config.n_ctx == 8192
-    assert panel.reload_note.isHidden() and "reload needed" not in window.pair_label.text()
+    assert panel.reload_note.isHidden() and "reload needed" not in pair_line(window)
 
 
 def test_a_narrow_dock_wraps_the_notes_instead_of_scrolling_sideways(qtbot, store: SettingsStore) -> None:

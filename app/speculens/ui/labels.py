@@ -46,6 +46,10 @@ class ShrinkingLabel(QLabel):
         self._least = least
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
 
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setMaximumWidth(super().sizeHint().width())  # no wider than its text: what follows it stays beside it
+
     def sizeHint(self) -> QSize:
         hint = super().sizeHint()
         return QSize(min(hint.width(), self._least), hint.height())

@@ -194,7 +194,13 @@ class MainWindow(QMainWindow):
         self.pair_label = ShrinkingLabel(self)
         self.pair_label.setAccessibleName("Active model pair")
         self.pair_label.setTextFormat(Qt.TextFormat.RichText)
-        self.pair_label.setContentsMargins(6, 0, 10, 0)
+        self.pair_label.setContentsMargins(6, 0, 4, 0)
+        # The state on a label of its own, which the pair's line gives way to: cut at its end, "(loading…)" read
+        # "(lo" beside the progress bar in a 1280-pixel window (under Xvfb).
+        self.state_label = QLabel(self)
+        self.state_label.setAccessibleName("Model state")
+        self.state_label.setTextFormat(Qt.TextFormat.RichText)
+        self.state_label.setContentsMargins(0, 0, 10, 0)
         self.load_action = QAction("Load", self)
         self.load_action.setShortcut(QKeySequence("Ctrl+L"))
         self.load_action.setToolTip("Load the chosen models (Ctrl+L)")
@@ -225,6 +231,7 @@ class MainWindow(QMainWindow):
         # Widgets in a toolbar are shown and hidden through their actions (Qt overrides show()/hide()).
         self.badge_action = bar.addWidget(self.badge)
         bar.addWidget(self.pair_label)
+        bar.addWidget(self.state_label)
         self.progress_action = bar.addWidget(self.progress)
         bar.addAction(self.cancel_load_action)
 
@@ -525,12 +532,13 @@ class MainWindow(QMainWindow):
             state += " — draft idle: Reload frees it" if self.store.reload_frees_draft_only() else " — reload needed"
         elif idle and not models.loading:  # loaded, "✓ Compatible", and never drafting: a tour could not tell why
             state += " — draft idle: cannot pay here"
-        label = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)} <i>({state})</i>"
+        label, said = f"<b>{html.escape(target)}</b> ▸ {html.escape(source)}", state
         if models.preparing_demo and not s.target_path:  # not chosen until its files are assembled
-            label = "<b>The demo pair</b> <i>(preparing its files and loading…)</i>"
+            label, said = "<b>The demo pair</b>", "preparing its files and loading…"
         elif not s.target_path:  # "no target chosen ▸ lookup, n-gram cache (not loaded)" was jargon before a choice
-            label = "<b>No model chosen yet</b> <i>(Models ▸ Models…, Ctrl+M)</i>"
+            label, said = "<b>No model chosen yet</b>", "Models ▸ Models…, Ctrl+M"
         self.pair_label.setText(label)
+        self.state_label.setText(f"<i>({html.escape(said)})</i>")
         # The whole line first: a narrow window cuts it at its end, where the state is.
         tip = f"{target} ▸ {source} ({state})\nTarget: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
         if strategy is Strategy.AUTO:
@@ -553,6 +561,7 @@ class MainWindow(QMainWindow):
         if idle:
             tip += f"\n{upper_first(idle)}: it stays loaded but idle (the Pair lab finds what pays here)."
         self.pair_label.setToolTip(tip)
+        self.state_label.setToolTip(tip)
         self.chat.set_models_state(
             bool(models.loaded) and not models.loading, bool(s.target_path), models.loading, models.reload_reason
         )
