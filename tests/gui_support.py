@@ -68,5 +68,5 @@ def wait_idle(qtbot, window: MainWindow, timeout: int = 30_000) -> None:
 
 
 def pair_line(window: MainWindow) -> str:
-    """The toolbar's line of the pair as the user reads it: the pair's label, then its state's."""
+    """The toolbar's line of the pair: the pair's label, then its state's (their rich text, tags and all)."""
     return f"{window.pair_label.text()} {window.state_label.text()}"

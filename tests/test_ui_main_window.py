@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel, QToolBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import ARTIFACTS, make_window, pair_line, send
@@ -614,6 +614,8 @@ def test_while_loading_the_toolbar_shows_the_state_whole_and_cuts_the_pair_s_lin
     assert state.width() >= state.sizeHint().width()  # whole
     assert pair.isVisible() and pair.width() < pair.maximumWidth()  # the pair's line gave way
     assert state.geometry().left() >= pair.geometry().right()  # after it, as before
+    bar = window.findChild(QToolBar, "ModelsToolBar")
+    assert window.progress.isVisible() and bar.widgetForAction(window.cancel_load_action).isVisible()
     with qtbot.waitSignal(window.worker.load_cancelled, timeout=10_000):
         window.models.cancel_loading()
 
@@ -878,6 +880,12 @@ def test_the_window_fits_a_narrow_screen_and_keeps_the_badge_and_send_in_view(qt
     qtbot.waitUntil(window.badge.isVisible, timeout=5_000)  # in the toolbar, not behind its "»"
     assert window.pair_label.isVisible()  # cut at its end where it must be, not moved into the overflow menu
     assert "(loaded" in window.pair_label.toolTip().splitlines()[0]  # what is cut is in its tooltip
+    # A long state gives way too, rather than go behind the toolbar's "»" itself (a review's).
+    state = window.state_label
+    state.setText("<i>(target loaded, draft not, bit-exact — draft idle: Reload frees it; and more words here)</i>")
+    whole = QLabel(state.text()).sizeHint().width()
+    qtbot.waitUntil(lambda: state.isVisible() and 0 < state.width() < whole, timeout=5_000)
+    assert window.pair_label.isVisible() and window.badge.isVisible()
     chat = window.chat
     qtbot.waitUntil(lambda: chat.send_button.isVisible(), timeout=5_000)
     for button in (chat.send_button, chat.regenerate_button, chat.clear_button):  # every button whole, in the pane

@@ -3,7 +3,7 @@ of button groups that wraps to a second line."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, QRect, QSize, Qt
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QLabel, QLayout, QLayoutItem, QSizePolicy, QWidget
 
@@ -39,7 +39,8 @@ class WrappedLabel(QLabel):
 
 class ShrinkingLabel(QLabel):
     """A one-line label that gives way, cut at its right end, where a toolbar is too narrow for all of it (the pair's
-    line took the compatibility badge and itself into a toolbar's overflow menu), and takes the room there is."""
+    line took the compatibility badge and itself into a toolbar's overflow menu), down to ``least`` pixels, and takes
+    the room there is up to its text's width (so what follows it stays beside it)."""
 
     def __init__(self, parent: QWidget | None = None, least: int = 240) -> None:
         super().__init__(parent)
@@ -48,7 +49,15 @@ class ShrinkingLabel(QLabel):
 
     def setText(self, text: str) -> None:
         super().setText(text)
-        self.setMaximumWidth(super().sizeHint().width())  # no wider than its text: what follows it stays beside it
+        self._cap()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange, QEvent.Type.ContentsRectChange):
+            self._cap()  # the text's width changed with them
+
+    def _cap(self) -> None:
+        self.setMaximumWidth(super().sizeHint().width())
 
     def sizeHint(self) -> QSize:
         hint = super().sizeHint()

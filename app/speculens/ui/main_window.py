@@ -195,9 +195,10 @@ class MainWindow(QMainWindow):
         self.pair_label.setAccessibleName("Active model pair")
         self.pair_label.setTextFormat(Qt.TextFormat.RichText)
         self.pair_label.setContentsMargins(6, 0, 4, 0)
-        # The state on a label of its own, which the pair's line gives way to: cut at its end, "(loading…)" read
-        # "(lo" beside the progress bar in a 1280-pixel window (under Xvfb).
-        self.state_label = QLabel(self)
+        # The state on a label of its own, which the pair's line gives way to first: cut at its end, "(loading…)" read
+        # "(lo" beside the progress bar in a 1280-pixel window (under Xvfb). A long state gives way too, to 160 pixels,
+        # or in a narrow window it took the progress bar and Cancel into the toolbar's overflow menu (a review's).
+        self.state_label = ShrinkingLabel(self, least=160)
         self.state_label.setAccessibleName("Model state")
         self.state_label.setTextFormat(Qt.TextFormat.RichText)
         self.state_label.setContentsMargins(0, 0, 10, 0)
@@ -539,7 +540,7 @@ class MainWindow(QMainWindow):
             label, said = "<b>No model chosen yet</b>", "Models ▸ Models…, Ctrl+M"
         self.pair_label.setText(label)
         self.state_label.setText(f"<i>({html.escape(said)})</i>")
-        # The whole line first: a narrow window cuts it at its end, where the state is.
+        # The whole line first: a narrow window cuts the pair's label and a long state's.
         tip = f"{target} ▸ {source} ({state})\nTarget: {s.target_path or '–'}\nDraft: {s.draft_path or '–'}"
         if strategy is Strategy.AUTO:
             tip += (
