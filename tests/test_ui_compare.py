@@ -393,6 +393,8 @@ def test_in_a_small_window_the_compare_dock_scrolls_and_each_answer_keeps_six_li
     shown = view.exact_button.geometry().translated(view.pos())
     assert scroll.verticalScrollBar().maximum() > 0
     assert scroll.viewport().rect().contains(shown), (shown, scroll.viewport().rect())
+    # ... and the verdict's beginning above it (a review: only the button was brought into view).
+    assert scroll.viewport().rect().contains(verdict.geometry().translated(view.pos()).topLeft())
 
 
 def test_after_step_mode_is_switched_off_teach_explains_the_answer_s_last_step(qtbot, tiny) -> None:
@@ -520,8 +522,6 @@ def test_the_two_answers_scroll_together_token_by_token(qtbot) -> None:
 def test_in_a_narrow_dock_the_answers_stack_and_the_verdict_comes_into_view_whole(qtbot, tiny) -> None:
     """Under Xvfb at 1280×800 the docked view's two answers were 160 pixels wide each, code wrapping mid-name; one
     above the other, the verdict lay below them, and the dock scrolled to its first line only."""
-    from speculens.ui.compare_view import SIDE_BY_SIDE_CHARS
-
     window = fake_window(qtbot, tiny, FakeFactory(Script(answer=["word " * 60])))
     window.resize(1280, 800)
     window.show()
@@ -533,13 +533,16 @@ def test_in_a_narrow_dock_the_answers_stack_and_the_verdict_comes_into_view_whol
     qtbot.waitUntil(lambda: view.comparison is not None, timeout=10_000)
     qtbot.wait(100)
     plain, speculative = (view.views[lane].geometry() for lane in (Lane.PLAIN, Lane.SPECULATIVE))
-    assert view.width() < 2 * SIDE_BY_SIDE_CHARS * view.fontMetrics().averageCharWidth()  # a narrow dock, then
+    assert view.width() < view.side_by_side_width() and view.stacked  # a narrow dock, then
     assert speculative.top() > plain.bottom() and plain.width() > 0.8 * view.width()  # one above the other
+    answer = view.views[Lane.PLAIN]
+    assert answer.viewport().width() < 2 * answer.fontMetrics().horizontalAdvance("x" * 40)  # side by side: < 40 each
     scroll = window.docks["Compare"].widget()
     shown = view.verdict.geometry().translated(view.pos())
+    assert scroll.verticalScrollBar().maximum() > 0  # the dock scrolls, to the verdict
     assert scroll.viewport().rect().contains(shown), (shown, scroll.viewport().rect())
-    # Widened, side by side again.
-    wide = 2 * 60 * view.fontMetrics().averageCharWidth()
-    window.resizeDocks([window.docks["Compare"]], [wide], Qt.Orientation.Horizontal)
+    # Widened, side by side again, each answer with room for 40 characters a line.
+    window.resizeDocks([window.docks["Compare"]], [view.side_by_side_width() + 40], Qt.Orientation.Horizontal)
     qtbot.waitUntil(lambda: view.views[Lane.SPECULATIVE].geometry().top() == view.views[Lane.PLAIN].geometry().top())
     assert view.views[Lane.SPECULATIVE].geometry().left() > view.views[Lane.PLAIN].geometry().right()
+    assert answer.viewport().width() >= answer.fontMetrics().horizontalAdvance("x" * 40)

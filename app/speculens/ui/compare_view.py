@@ -202,7 +202,7 @@ class CompareView(QWidget):
         self.stacked: bool | None = None  # the answers one above the other (see _arrange)
         self.grid = QGridLayout()
         self._arrange(stacked=False)
-        layout = QVBoxLayout(self)
+        self.outer = layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.prompt)
         layout.addLayout(top)
@@ -215,8 +215,8 @@ class CompareView(QWidget):
         if stacked == self.stacked:
             return
         self.stacked, grid = stacked, self.grid
-        for col, lane in enumerate((Lane.PLAIN, Lane.SPECULATIVE)):
-            row, col = (3 * col, 0) if stacked else (0, col)
+        for i, lane in enumerate((Lane.PLAIN, Lane.SPECULATIVE)):
+            row, col = (3 * i, 0) if stacked else (0, i)
             for offset, widget in enumerate((self.headers[lane], self.views[lane], self.figures[lane])):
                 grid.removeWidget(widget)
                 grid.addWidget(widget, row + offset, col)
@@ -225,10 +225,21 @@ class CompareView(QWidget):
         grid.setColumnStretch(1, 0 if stacked else 1)
         grid.setColumnStretch(0, 1)
 
+    def side_by_side_width(self) -> int:
+        """The narrowest width that gives each answer :data:`SIDE_BY_SIDE_CHARS` characters of its own font a line,
+        beside its frame, scroll bar and margins."""
+        view = self.views[Lane.PLAIN]
+        answer = (
+            view.fontMetrics().horizontalAdvance("x" * SIDE_BY_SIDE_CHARS)
+            + 2 * (view.frameWidth() + round(view.document().documentMargin()))
+            + view.verticalScrollBar().sizeHint().width()
+        )
+        margins = self.outer.contentsMargins()
+        return 2 * answer + max(self.grid.horizontalSpacing(), 0) + margins.left() + margins.right()
+
     def resizeEvent(self, event: QResizeEvent) -> None:
         """Side by side where both answers are readable so, else one above the other."""
-        column = 2 * SIDE_BY_SIDE_CHARS * self.fontMetrics().averageCharWidth() + 40  # two answers and their frames
-        self._arrange(stacked=event.size().width() < column)
+        self._arrange(stacked=event.size().width() < self.side_by_side_width())
         super().resizeEvent(event)
 
     def describe(self, message: str, strategy: str, exact: bool = False, conversation: str | None = None) -> None:
@@ -317,9 +328,10 @@ class CompareView(QWidget):
 
     def _show_verdict(self) -> None:
         scroll = self._scroll_area()
-        if scroll is not None:
-            shown = self.exact_button if self.exact_button.isVisibleTo(self) else self.verdict
-            scroll.ensureWidgetVisible(shown, 0, 4)
+        if scroll is not None:  # the button below the verdict if both fit, else the verdict's beginning
+            if self.exact_button.isVisibleTo(self):
+                scroll.ensureWidgetVisible(self.exact_button, 0, 4)
+            scroll.ensureWidgetVisible(self.verdict, 0, 4)
 
     def mark_outdated(self, shown: str | None, moved_on: str | None = None) -> None:
         """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
