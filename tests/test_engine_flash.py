@@ -16,12 +16,13 @@ from speculens import lab
 from speculens.engine import session
 from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import BackendParams, FlashProbe, LlamaBackend, tiled_kv_state
-from speculens.engine.bench import BenchPrompt, BenchSetting, run_suite
+from speculens.engine.bench import BenchSetting, run_suite
 from speculens.engine.config import ContextFullError, FlashAttention, GenerationConfig, ModelConfig, Strategy
 from speculens.engine.drafters.base import Drafter
 from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.events import FinishEvent, StartEvent
 from speculens.engine.session import SpeculativeEngine
+from speculens.engine.suite import BenchPrompt
 
 PROMPT = "the model of speculative decoding"
 

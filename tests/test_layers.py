@@ -55,7 +55,7 @@ def test_light_types_and_settings_import_neither_llama_cpp_nor_qt() -> None:
         """
         import sys
         import speculens.engine.config, speculens.engine.events, speculens.engine.protocol
-        import speculens.engine.sampling, speculens.settings, speculens.errors, speculens.atomic
+        import speculens.engine.sampling, speculens.engine.suite, speculens.settings, speculens.errors, speculens.atomic
         import speculens.ui.conversations, speculens.ui.qt_compat
         bad = sorted({m.split(".")[0] for m in sys.modules} & {"llama_cpp", "PySide6", "pyqtgraph", "shiboken6"})
         print(",".join(bad))

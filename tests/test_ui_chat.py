@@ -893,6 +893,7 @@ def test_an_empty_conversation_offers_examples_that_go_in_the_message_box(qtbot,
     links = re.findall(r'href="([^"]+)"', examples.text())
     assert links and all(link in prompts for link in links), links  # each names a prompt of the suite
     assert not examples.isHidden()
+    assert examples.textInteractionFlags() & Qt.TextInteractionFlag.LinksAccessibleByKeyboard  # Tab reaches them
     chat.input.setPlainText("my own words")
     examples.linkActivated.emit("rewrite-rename")
     assert chat.input.toPlainText() == prompts["rewrite-rename"]
@@ -907,5 +908,8 @@ def test_an_empty_conversation_offers_examples_that_go_in_the_message_box(qtbot,
         qtbot.keyClick(chat.input, Qt.Key.Key_Return)
     assert chat.conversation.messages[0]["content"] == prompts["chat"]
     assert examples.isHidden()  # a conversation under way
+    chat.edit_last()  # the conversation is empty again, its message in the box to edit: no examples over it
+    assert not chat.conversation.messages and examples.isHidden()
+    assert chat.undo_edit() and examples.isHidden()
     chat.new_chat()
     assert not examples.isHidden()

@@ -40,7 +40,7 @@ from speculens.engine.suite import BenchPrompt
 SCHEMA = "speculens-bench/1"
 
 
-# ---- the suite and the settings ---------------------------------------------------------------------
+# ---- the settings to compare ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

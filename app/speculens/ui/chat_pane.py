@@ -68,7 +68,7 @@ FENCE = "```"
 # at all: on a CPU the draft model sits out, and a question gives prompt lookup nothing to copy). Its id, its link's
 # words, and what the answer will show.
 EXAMPLES = (
-    ("rewrite-rename", "a rename in a class", "the answer copies the code, so prompt lookup drafts it for nothing"),
+    ("rewrite-rename", "a rename in a class", "the answer copies the code, so prompt lookup drafts it for free"),
     ("chat", "a question", "new text, which only a draft model can guess"),
 )
 
@@ -436,9 +436,19 @@ class ChatPane(QWidget):
         self.figures.setWordWrap(True)
         self.figures.setEnabled(False)
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # copy the seed
+        suite = {p.id: p.messages[-1]["content"] for p in load_suite()}
+        self._examples = {id_: suite[id_] for id_, _, _ in EXAMPLES}
         links = (f'<a href="{id_}">{html.escape(text)}</a> ({html.escape(why)})' for id_, text, why in EXAMPLES)
         self.examples = QLabel("Try an example: " + " · ".join(links), self)
+        self.examples.setTextFormat(Qt.TextFormat.RichText)
+        # Tab reaches the links, Enter follows one; a screen reader reads them (the name alone replaced the text).
+        self.examples.setTextInteractionFlags(
+            Qt.TextInteractionFlag.LinksAccessibleByMouse | Qt.TextInteractionFlag.LinksAccessibleByKeyboard
+        )
         self.examples.setAccessibleName("Examples")
+        self.examples.setAccessibleDescription(
+            "Try an example: " + "; ".join(f"{text} ({why})" for _, text, why in EXAMPLES)
+        )
         self.examples.setWordWrap(True)
         self.examples.setToolTip("Puts the example in the message box: Enter sends it")
         self.examples.linkActivated.connect(self.use_example)
@@ -560,15 +570,15 @@ class ChatPane(QWidget):
     def use_example(self, example: str) -> None:
         """Put the suite's prompt ``example`` (an id of :data:`EXAMPLES`) in the message box, replacing what was typed
         there as an edit that Ctrl+Z undoes."""
-        prompt = next(p for p in load_suite() if p.id == example)
         typed = self.input.toPlainText().strip()
         cursor = self.input.textCursor()
         cursor.select(QTextCursor.SelectionType.Document)
-        cursor.insertText(prompt.messages[-1]["content"])
+        cursor.insertText(self._examples[example])
         self.input.setTextCursor(cursor)
         self.input.setFocus()
+        when = " once the answer or comparison running ends" if self.busy or self.router.running else ""
         self.status_changed.emit(
-            "The example is in the message box: Enter sends it."
+            f"The example is in the message box: Enter sends it{when}."
             + (" Ctrl+Z in the box puts back what you had typed." if typed else "")
         )
 
@@ -914,7 +924,8 @@ class ChatPane(QWidget):
         self.regenerate_button.setEnabled(not busy and bool(self.conversation.messages))
         self.edit_button.setEnabled(not busy and bool(self.conversation.messages))
         self.copy_button.setEnabled(has_answer)
-        self.examples.setVisible(not self.conversation.messages)
+        # Not while Edit last has emptied it: the message being edited is in the box (a review's).
+        self.examples.setVisible(not self.conversation.messages and self._taken is None)
 
     def set_models_state(self, loaded: bool, chosen: bool, loading: bool = False, reloading: str = "") -> None:
         """Say what to do first in an empty conversation: choose a pair, or type (the chosen pair loads on the
