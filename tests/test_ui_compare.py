@@ -297,21 +297,23 @@ def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> 
     view = window.compare_view
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
-    assert "An earlier comparison" not in view.prompt.text()
+    assert view.mark.isHidden() and view.verdict.isEnabled()
     send(qtbot, window, "second")
-    assert "An earlier comparison" in view.prompt.text() and "first" in view.prompt.text()
+    assert "An earlier comparison" in view.mark.text() and "first" in view.prompt.text()
+    assert not view.mark.isHidden() and not view.verdict.isEnabled()  # greyed, under the line that says why
+    assert view.mark.geometry().bottom() <= view.verdict.geometry().top()  # where the dock scrolls to
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
-    assert "An earlier comparison" not in view.prompt.text() and "second" in view.prompt.text()
+    assert view.mark.isHidden() and "second" in view.prompt.text()
     compared = window.chat.conversation
     window.new_chat()  # another conversation: the comparison is said to be of another (a tour took it for this one's)
-    assert "A comparison of another conversation." in view.prompt.text() and "earlier" not in view.prompt.text()
+    assert "A comparison of another conversation." in view.mark.text() and "earlier" not in view.mark.text()
     window.chat.open_conversation(compared)  # and back: its own, as it was
-    assert "another" not in view.prompt.text() and "earlier" not in view.prompt.text()
+    assert view.mark.isHidden() and view.verdict.isEnabled()
     send(qtbot, window, "third")
     window.new_chat()
     window.chat.open_conversation(compared)  # its own, which has moved on since
-    assert view.prompt.text().count("An earlier comparison") == 1 and "another" not in view.prompt.text()
+    assert view.mark.text().count("An earlier comparison") == 1 and "another" not in view.mark.text()
 
 
 def test_a_comparison_that_ends_after_another_conversation_opened_says_whose_it_is(qtbot, tiny) -> None:
@@ -325,10 +327,10 @@ def test_a_comparison_that_ends_after_another_conversation_opened_says_whose_it_
     compared = window.chat.conversation
     window.new_chat()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=30_000)
-    assert "A comparison of another conversation." in view.prompt.text()
+    assert "A comparison of another conversation." in view.mark.text()
     send(qtbot, window, "elsewhere")  # an answer in the other conversation
     window.chat.open_conversation(compared)
-    assert "another" not in view.prompt.text() and "earlier" not in view.prompt.text()
+    assert view.mark.isHidden()
 
 
 def test_where_one_answer_ends_first_the_verdict_says_it_chose_the_end(qtbot) -> None:

@@ -144,7 +144,6 @@ class CompareView(QWidget):
         self.prompt.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.prompt.setText("Press <b>Compare</b> in the chat: the last message is answered both ways.")
         self._outdated = False  # the chat this comparison came from has moved on since
-        self._prompt_html = ""  # what describe() said of the message
         self.conversation: str | None = None  # the id of the conversation compared (see describe)
         self._shown: str | None = None  # the id of the conversation the chat shows (see mark_outdated)
         # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
@@ -185,6 +184,10 @@ class CompareView(QWidget):
             view.verticalScrollBar().valueChanged.connect(functools.partial(self._scroll_with, lane))
         self.views[Lane.PLAIN].setAccessibleName("Plain decoding answer")
         self.views[Lane.SPECULATIVE].setAccessibleName("Speculative decoding answer")
+        self.mark = WrappedLabel(self)  # whose comparison it is, where not the last message's (see _show_mark)
+        self.mark.setTextFormat(Qt.TextFormat.RichText)
+        self.mark.setAccessibleName("Whose comparison")
+        self.mark.hide()
         self.verdict = WrappedLabel(self)  # the result: all of it shown; the answers keep ANSWER_LINES
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.verdict.setAccessibleName("Comparison result")
@@ -207,6 +210,7 @@ class CompareView(QWidget):
         layout.addWidget(self.prompt)
         layout.addLayout(top)
         layout.addLayout(self.grid, 1)
+        layout.addWidget(self.mark)
         layout.addWidget(self.verdict)
         layout.addWidget(self.exact_button, 0, Qt.AlignmentFlag.AlignLeft)  # below: the verdict takes the width
 
@@ -248,8 +252,7 @@ class CompareView(QWidget):
         ``conversation``: the id of the conversation the message is of (see :meth:`mark_outdated`)."""
         short = message if len(message) < 200 else message[:200] + "…"
         lines = html.escape(short).replace("\n", " ⏎ ")  # a pasted function's lines, not run together
-        self._prompt_html = f"Message: <i>{lines}</i>"
-        self.prompt.setText(self._prompt_html)
+        self.prompt.setText(f"Message: <i>{lines}</i>")
         self.conversation = self._shown = conversation
         self._outdated = False
         mode = ", bit-exact" if exact else ""
@@ -349,7 +352,9 @@ class CompareView(QWidget):
             self._show_mark()
 
     def _show_mark(self) -> None:
-        """The line under the message that says whose comparison this is, or none."""
+        """The line over the verdict that says whose comparison this is (none for the conversation's last message),
+        the verdict greyed under it: a tour read an old verdict beside an empty chat, the line under the message
+        scrolled out of the dock's view."""
         if self.comparison is None:
             return
         if self.conversation is not None and self._shown is not None and self._shown != self.conversation:
@@ -357,12 +362,12 @@ class CompareView(QWidget):
         elif self._outdated:
             why = "An earlier comparison: the chat has moved on since."
         else:
-            self.prompt.setText(self._prompt_html)
+            self.mark.hide()
+            self.verdict.setEnabled(True)
             return
-        self.prompt.setText(
-            f"{self._prompt_html}<br><span style='color:gray'>{why} "
-            "Press <b>Compare</b> (Ctrl+Shift+C) for the last message of this one.</span>"
-        )
+        self.mark.setText(f"<b>{why}</b> Press <b>Compare</b> (Ctrl+Shift+C) for the last message of this one.")
+        self.mark.show()
+        self.verdict.setEnabled(False)
 
     def _start(self) -> None:
         self._outdated = False
@@ -371,6 +376,8 @@ class CompareView(QWidget):
             view.clear_tokens()
             self.figures[lane].setText(_WAITING)
         self.verdict.setText("Running plain decoding first, then speculation…")
+        self.mark.hide()
+        self.verdict.setEnabled(True)
         self.exact_button.hide()
         self._set_running(True)
 
