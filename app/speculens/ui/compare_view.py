@@ -74,7 +74,20 @@ def _meaning(c: Comparison) -> str:
 
 
 def verdict_html(c: Comparison) -> str:
-    """The comparison's verdict: speedup and what it means, and identity (or where and why the outputs differ)."""
+    """The comparison's verdict: speedup and what it means, and identity (or where and why the outputs differ),
+    after a warning where other programs kept the CPUs busy during it."""
+    if c.busy is None:
+        return _verdict(c)
+    plain, speculative = (f"{s:.0%}" if s is not None else "?" for s in c.others_share)
+    return (
+        f"<span style='color:#d29922'><b>⚠ Other programs used the CPUs during this comparison</b></span> "
+        f"({plain} of the CPUs during plain decoding, {speculative} during speculation): they slow one half more than "
+        "the other, so this speedup measures them too. Compare again when the machine is quiet.<br>"
+        + _verdict(c)
+    )
+
+
+def _verdict(c: Comparison) -> str:
     rates = f"({c.speculative.stats.tokens_per_second:.1f} vs {c.plain.stats.tokens_per_second:.1f} tokens/s)"
     if c.speculative.stats.n_drafted:
         speed = f"<span style='font-size:large'>Speedup <b>×{c.speedup:.2f}</b></span> {rates}"
