@@ -29,6 +29,7 @@ from speculens.ui.charts import ChartsPanel, RunSeries, nice_end
 from speculens.ui.live_panel import LivePanel, StatsStrip
 from speculens.ui.token_view import KIND_STYLE, TokenInfo, TokenKind, TokenView, drafts_phrase
 from speculens.ui.worker import Lane, Record, RecordKind
+from speculens.words import percent
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
@@ -1270,3 +1271,15 @@ def test_a_zoom_that_shows_none_of_the_answer_gives_way_and_rates_stay_within_0_
     series.set_stats(replace(stats(31, 31, 1, 1), drafted_by_position=(1,), accepted_by_position=(1,)))
     charts.refresh()
     assert charts.position_plot.getViewBox().viewRange()[0][1] >= 4.5  # one bar, not the whole plot
+
+
+def test_acceptance_says_100_per_cent_only_when_every_draft_was_accepted(qtbot) -> None:
+    """A tour read "100%" in the strip and "acceptance 100% (208 of 209 drafted)" under an answer with a rejected
+    draft."""
+    strip = StatsStrip()
+    qtbot.addWidget(strip)
+    for accepted, shown in ((208, "99.5%"), (209, "100%"), (150, "72%"), (1, "0.5%"), (0, "0%")):
+        strip.show_stats(stats(40, 250, 209, accepted))
+        assert strip.value_text("acceptance") == shown
+        assert drafts_phrase("lookup", [], 209, accepted).startswith(f"acceptance {shown} ({accepted} of 209")
+    assert percent(99_999, 100_000) == ">99.9%" and percent(1, 100_000) == "<0.1%"

@@ -20,3 +20,14 @@ def duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min"
+
+
+def percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` in per cent, whole numbers except where rounding would say all or none of a share that is
+    neither: 208 of 209 is "99.5%", not "100%" over a rejected draft (a tour's)."""
+    share = 100 * part / whole
+    if part < whole and f"{share:.0f}" == "100":
+        return f"{share:.1f}%" if share < 99.95 else ">99.9%"
+    if part > 0 and f"{share:.0f}" == "0":
+        return f"{share:.1f}%" if share >= 0.05 else "<0.1%"
+    return f"{share:.0f}%"

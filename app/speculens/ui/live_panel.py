@@ -26,7 +26,7 @@ from speculens.engine.events import (
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import TokenLegend, TokenView, drafting_from, drafts_phrase
 from speculens.ui.worker import Lane, Record, RecordKind
-from speculens.words import and_list
+from speculens.words import and_list, percent
 
 if TYPE_CHECKING:
     from speculens.engine.events import Event, RunningStats
@@ -100,7 +100,7 @@ class StatsStrip(QWidget):
         """Show the running totals."""
         # The first token comes with the prompt (decode_rate): one token has no decode rate yet.
         self._values["tps"].setText(f"{stats.tokens_per_second:.1f}" if stats.n_generated > 1 else "–")
-        self._values["acceptance"].setText(f"{100 * stats.acceptance:.0f}%" if stats.n_drafted else "–")
+        self._values["acceptance"].setText(percent(stats.n_accepted, stats.n_drafted) if stats.n_drafted else "–")
         self._values["mean_len"].setText(f"{stats.mean_accepted_length:.2f}")
         self._values["counts"].setText(f"{stats.n_accepted} / {stats.n_drafted}")
         self._values["times"].setText(f"{stats.draft_s:.2f}s | {stats.verify_s:.2f}s")

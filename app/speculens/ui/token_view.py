@@ -30,7 +30,7 @@ from speculens.engine.events import (
     keep_chance,
     unread_words,
 )
-from speculens.words import and_list
+from speculens.words import and_list, percent
 
 if TYPE_CHECKING:
     from speculens.engine.events import StepEvent
@@ -117,7 +117,7 @@ def drafts_phrase(
     lookup under the chat, and never said that the draft model it had loaded could not pay on this machine).
     ``by``: words that follow the acceptance (which sources drafted); ``unread``: see :func:`draft_model_idle`."""
     if n_drafted:
-        acceptance = f"acceptance {100 * n_accepted / n_drafted:.0f}% ({n_accepted} of {n_drafted} drafted)"
+        acceptance = f"acceptance {percent(n_accepted, n_drafted)} ({n_accepted} of {n_drafted} drafted)"
         return acceptance + by + draft_model_idle(strategy, steps, unread)
     best = None
     for step in steps:
