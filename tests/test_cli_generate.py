@@ -39,8 +39,12 @@ def test_generate_prints_only_the_answer_on_stdout(tiny: TinyModels, tmp_path: P
         events,
         "the model of speculative decoding",
     )
-    plain = cli("generate", "-m", tiny.target, "-s", "none", "-n", "24", "the model of speculative decoding")
+    # A draft model that plain decoding would not use is not loaded (a tour's -s none -d loaded both).
+    plain = cli("generate", "-m", tiny.target, "-d", tiny.perturbed, "-s", "none", "-n", "24", spec.args[-1])
     assert spec.returncode == 0 and plain.returncode == 0, spec.stderr + plain.stderr
+    assert "--strategy none drafts without a model: --draft is not loaded" in plain.stderr
+    assert f"loaded {tiny.target.name} in " in plain.stderr and tiny.perturbed.name not in plain.stderr
+    assert "accept       = – (nothing drafted)" in plain.stderr  # not "0.00%", as if every draft failed
     assert spec.stdout == plain.stdout and spec.stdout.strip()
     for key in ("n_drafted", "n_accept", "accept", "mean accepted length", "t/s"):
         assert key in spec.stderr

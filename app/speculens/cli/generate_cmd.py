@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import IO
@@ -258,7 +259,8 @@ def summary(
             if sources
             else []
         ),
-        f"accept       = {100 * stats.acceptance:.2f}%",
+        # Nothing drafted has no acceptance (a tour read "0.00%" under plain decoding, as if every draft failed).
+        f"accept       = {100 * stats.acceptance:.2f}%" if stats.n_drafted else "accept       = – (nothing drafted)",
         f"mean accepted length = {stats.mean_accepted_length:.2f} tokens per target pass ({stats.n_steps} passes)",
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
         f"stopped: {'interrupted' if reason is FinishReason.CANCELLED else reason.words} ({reason.value})",
@@ -564,6 +566,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"note: --ngram-map is drafted from by the auto and ngram-map strategies, not {config.strategy}",
                       file=sys.stderr)  # fmt: skip
         models = model_config(args)
+        if models.draft is not None and config.strategy not in (Strategy.AUTO, Strategy.DRAFT):
+            # Seconds of loading and a gigabyte for nothing (a tour's -s none -d qwen-0.5b loaded both).
+            print(f"note: --strategy {config.strategy} drafts without a model: --draft is not loaded", file=sys.stderr)
+            models = replace(models, draft=None)
         loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
         progress(f"loading {loading}…")  # seconds of silence otherwise (a terminal only; a log gets the line below)
         t0 = time.perf_counter()
