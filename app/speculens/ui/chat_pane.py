@@ -537,7 +537,9 @@ class ChatPane(QWidget):
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
         self.figures.setText("")  # the figures of an answer no longer there (a tour saw them stay)
-        self.store.save(self.conversation)
+        # Taking a message out to edit it is no new activity: the conversation keeps its date and place in the list
+        # until the edit is sent (a tour's Edit last and Esc moved it from 03:55 to 03:56).
+        self.store.save(self.conversation, touched=False)
         self._render()
         # Its tokens and charts go too, as when the conversation is opened again (a tour saw them stay).
         self.kept_answer = []
@@ -555,7 +557,7 @@ class ChatPane(QWidget):
         if self.input.toPlainText().strip() == removed[0]["content"].strip():
             self.input.clear()
         self.conversation.messages.extend(removed)
-        self.store.save(self.conversation)
+        self.store.save(self.conversation, touched=False)
         self.kept_answer = self.store.answer(self.conversation)  # its events are still kept: they are its again
         self.figures.setText(answer_figures(self.kept_answer))
         self._render()
