@@ -95,12 +95,15 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
             if offered
             else "With"
         )
+        # How to see a draft verified: a tour stepped through 15 plain steps of a question and never saw one.
         parts.append(
             f"<p><b>Plain step: speculation would not pay.</b> {proposal} the costs measured on this machine "
             f"and the acceptance learnt so far, the best draft length is expected to run at ×{best:.2f} of "
             "plain decoding, so the adaptive controller decoded plainly. The target generated one token by "
             f"itself: {alone}. Proposals are still compared with the target's tokens afterwards, so the "
-            "controller keeps learning for free.</p>"
+            "controller keeps learning for free.</p><p style='color:gray'>To watch drafts being verified here, untick "
+            "<i>Adaptive</i> in Settings (every step then drafts, paying or not), or answer a rewrite such as the "
+            "chat's example rename, whose copied lines prompt lookup drafts for free.</p>"
         )
     elif n == 0 and best is not None:
         source = SOURCE_NAMES.get(event.considered or "", "the drafter")
