@@ -301,6 +301,7 @@ def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> 
     send(qtbot, window, "second")
     assert "An earlier comparison" in view.mark.text() and "first" in view.prompt.text()
     assert not view.mark.isHidden() and not view.verdict.isEnabled()  # greyed, under the line that says why
+    assert "color:#" not in view.verdict.text() and "Speedup" in view.verdict.text()  # all of it grey
     assert view.mark.geometry().bottom() <= view.verdict.geometry().top()  # where the dock scrolls to
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
@@ -309,7 +310,7 @@ def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> 
     window.new_chat()  # another conversation: the comparison is said to be of another (a tour took it for this one's)
     assert "A comparison of another conversation." in view.mark.text() and "earlier" not in view.mark.text()
     window.chat.open_conversation(compared)  # and back: its own, as it was
-    assert view.mark.isHidden() and view.verdict.isEnabled()
+    assert view.mark.isHidden() and view.verdict.isEnabled() and "color:#2ea043" in view.verdict.text()
     send(qtbot, window, "third")
     window.new_chat()
     window.chat.open_conversation(compared)  # its own, which has moved on since

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 import time
 from collections.abc import Sequence
 
@@ -375,12 +376,16 @@ class CompareView(QWidget):
         elif self._outdated:
             why = "An earlier comparison: the chat has moved on since."
         else:
+            if not self.verdict.isEnabled():  # greyed (below): its colours back
+                self.verdict.setText(verdict_html(self.comparison))
             self.mark.hide()
             self.verdict.setEnabled(True)
             return
         self.mark.setText(f"<b>{why}</b> Press <b>Compare</b> (Ctrl+Shift+C) for the last message of this one.")
         self.mark.show()
         self.verdict.setEnabled(False)
+        # Grey all of it: its green "speculation was faster" kept its colour in a disabled label (under Xvfb).
+        self.verdict.setText(re.sub(r"color:#[0-9a-fA-F]{6};?", "", verdict_html(self.comparison)))
 
     def _start(self) -> None:
         self._outdated = False
