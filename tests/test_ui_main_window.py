@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -537,6 +538,17 @@ def test_a_draft_model_that_cannot_pay_is_said_to_be_idle(qtbot, tiny) -> None:
     assert "cannot pay on this machine: ×0.89" in window.pair_label.toolTip()
     assert any("The draft model cannot pay on this machine: ×0.89 of plain decoding, so it stays idle." in m
                for m in said)  # fmt: skip
+    # The costs an answer measures can turn the verdict (a tour's toolbar kept a load's verdict, timed beside a
+    # busy program, over answers whose draft model sat out for another reason): the toolbar follows.
+    engine = factory.last
+    engine.script = replace(engine.script, draft_idle=None)
+    send(qtbot, window, "hello")
+    qtbot.waitUntil(lambda: "cannot pay" not in pair_line(window), timeout=5_000)
+    assert "cannot pay" not in window.pair_label.toolTip()
+    engine.script = replace(engine.script, draft_idle="the draft model cannot pay on this machine: ×0.80 of plain")
+    send(qtbot, window, "hello again")
+    qtbot.waitUntil(lambda: "draft idle: cannot pay here" in pair_line(window), timeout=5_000)
+    assert "×0.80 of plain" in window.pair_label.toolTip()
     window.store.update(strategy="lookup")  # no draft used: nothing to say of it
     assert "cannot pay" not in pair_line(window)
 

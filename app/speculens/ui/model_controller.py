@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import html
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from speculens.engine.protocol import EngineInfo
 from speculens.models.compat import PairReport, check_pair
 from speculens.models.hub import HubClient
 from speculens.models.library import Library
@@ -111,6 +112,7 @@ class ModelController(QObject):
         self._load_t0 = 0.0
         worker.load_started.connect(self._on_worker_load_started)
         worker.models_loaded.connect(self._on_worker_models_loaded)
+        worker.info_changed.connect(self._on_worker_info_changed)
         worker.load_failed.connect(self._on_worker_load_failed)
         worker.load_cancelled.connect(self._on_worker_load_cancelled)
         worker.models_unloaded.connect(self._on_worker_models_unloaded)
@@ -276,6 +278,12 @@ class ModelController(QObject):
                 self._load_note = None
             self.message.emit(f"Loaded in {result.seconds:.1f} s.{off}")
         self.changed.emit()
+
+    def _on_worker_info_changed(self, info: EngineInfo) -> None:
+        """An answer changed what is loaded says of itself (the verdict on the draft model): the toolbar follows."""
+        if self.loaded is not None and not self.loading:
+            self.loaded = replace(self.loaded, info=info)
+            self.changed.emit()
 
     def _on_worker_load_failed(self, message: str) -> None:
         self._nothing_loaded("Loading failed.")

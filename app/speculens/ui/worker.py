@@ -254,6 +254,7 @@ class EngineWorker(QObject):
 
     load_started = Signal()
     models_loaded = Signal(object)
+    info_changed = Signal(object)  # EngineInfo: what is loaded, said again where an answer changed it
     load_failed = Signal(str)
     load_cancelled = Signal()
     models_unloaded = Signal()
@@ -277,6 +278,7 @@ class EngineWorker(QObject):
         self._step_mode = threading.Event()
         self._gate = threading.Event()
         self._engine: Engine | None = None
+        self._info: EngineInfo | None = None  # what models_loaded or info_changed said last
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="speculens-engine", daemon=True)
         self._thread.start()
@@ -384,8 +386,10 @@ class EngineWorker(QObject):
                 self.models_unloaded.emit()
             case ChatRequest(messages=messages, config=config):
                 self._generate(job, Lane.CHAT, messages, config)
+                self._refresh_info()
             case CompareRequest():
                 self._compare(job, job.request)
+                self._refresh_info()
             case DemoRequest(keys=keys, settings=settings):
                 self._watched(job.cancel, functools.partial(self._demo, keys, settings))
             case ProbeRequest():
@@ -449,7 +453,19 @@ class EngineWorker(QObject):
                 engine.close()  # never leak the target that did load (a cancel included)
                 raise
         self._engine = engine
-        self.models_loaded.emit(LoadResult(settings, engine.info(), draft_error, time.perf_counter() - t0))
+        self._info = engine.info()
+        self.models_loaded.emit(LoadResult(settings, self._info, draft_error, time.perf_counter() - t0))
+
+    def _refresh_info(self) -> None:
+        """Say what is loaded again where an answer changed it: the costs measured as it ran can turn the verdict on
+        the draft model (a tour's toolbar said "cannot pay here", from a load beside a busy program, over an answer
+        whose draft model had sat out only for the prompt it would have had to read)."""
+        if self._engine is None:
+            return
+        info = self._engine.info()
+        if info != self._info:
+            self._info = info
+            self.info_changed.emit(info)
 
     def _demo(self, keys: Sequence[str], settings: Settings | None) -> None:
         from speculens.models.demo import demo_model, ensure_demo_model
