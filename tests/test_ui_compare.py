@@ -302,7 +302,7 @@ def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> 
     assert "An earlier comparison" in view.mark.text() and "first" in view.prompt.text()
     assert not view.mark.isHidden() and not view.verdict.isEnabled()  # greyed, under the line that says why
     assert "color:#" not in view.verdict.text() and "Speedup" in view.verdict.text()  # all of it grey
-    assert view.mark.geometry().bottom() <= view.verdict.geometry().top()  # where the dock scrolls to
+    assert view.outer.indexOf(view.mark) + 1 == view.outer.indexOf(view.verdict)  # just above it: where it scrolls
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
     assert view.mark.isHidden() and "second" in view.prompt.text()
@@ -578,3 +578,21 @@ def test_a_comparison_on_a_busy_machine_says_its_speedup_measures_the_other_prog
     assert view.comparison.others_share == (0.1, 0.2)
     warned = verdict_html(replace(view.comparison, others_share=(0.55, 0.04)))
     assert "55% of the CPUs during plain decoding, 4% during speculation" in warned
+
+
+def test_a_marked_comparison_offers_no_bit_exact_rerun_and_keeps_a_reload_notice(qtbot) -> None:
+    """From a review: marking rewrote the verdict whatever it said (a bit-exact reload's notice gave way to the old
+    verdict), and left the bit-exact button under another conversation's greyed verdict."""
+    view = shown_difference(qtbot, 700, 600)
+    view.conversation = "compared"
+    assert view.exact_button.isVisibleTo(view)
+    view.mark_outdated("another")  # the chat opened another conversation
+    assert not view.mark.isHidden() and not view.exact_button.isVisibleTo(view)
+    view.mark_outdated("compared")  # and back
+    assert view.mark.isHidden() and view.exact_button.isVisibleTo(view) and "color:#" in view.verdict.text()
+    view.exact_button.click()
+    notice = view.verdict.text()
+    assert notice.startswith("Reloading the target for bit-exact verification")
+    view.mark_outdated("another")
+    view.mark_outdated("compared")
+    assert view.verdict.text() == notice and not view.exact_button.isVisibleTo(view)

@@ -79,11 +79,11 @@ def verdict_html(c: Comparison) -> str:
     after a warning where other programs kept the CPUs busy during it."""
     if c.busy is None:
         return _verdict(c)
-    plain, speculative = (f"{s:.0%}" if s is not None else "?" for s in c.others_share)
+    plain, speculative = (f"{s:.0%}" if s is not None else "not measured (too short)" for s in c.others_share)
     return (
         f"<span style='color:#d29922'><b>⚠ Other programs used the CPUs during this comparison</b></span> "
-        f"({plain} of the CPUs during plain decoding, {speculative} during speculation): they slow one half more than "
-        "the other, so this speedup measures them too. Compare again when the machine is quiet.<br>"
+        f"({plain} of the CPUs during plain decoding, {speculative} during speculation): they can slow one half more "
+        "than the other, so this speedup may measure them too. Compare again when the machine is quiet.<br>"
         + _verdict(c)
     )
 
@@ -158,6 +158,7 @@ class CompareView(QWidget):
         self.prompt.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.prompt.setText("Press <b>Compare</b> in the chat: the last message is answered both ways.")
         self._outdated = False  # the chat this comparison came from has moved on since
+        self._verdict_of: Comparison | None = None  # the comparison whose verdict the verdict label shows
         self.conversation: str | None = None  # the id of the conversation compared (see describe)
         self._shown: str | None = None  # the id of the conversation the chat shows (see mark_outdated)
         # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
@@ -303,19 +304,18 @@ class CompareView(QWidget):
                     self.verdict.setText("Both answers done; comparing them…")
             elif record.kind is RecordKind.COMPARED and record.comparison is not None:
                 self._set_running(False)
-                self.comparison = record.comparison
+                self.comparison = self._verdict_of = record.comparison
                 self.verdict.setText(verdict_html(record.comparison))
                 if record.comparison.divergence is not None and record.comparison.greedy:
                     for view in self.views.values():  # underlined where they part, in both answers
                         view.mark_answer_token(record.comparison.divergence.index)
-                differs = record.comparison.greedy and not record.comparison.identical
-                self.exact_button.setVisible(differs and not record.comparison.exact)
                 # In a short dock, which scrolls, the verdict may lie below the answers: brought into view once laid
                 # out, or the status bar's "the verdict is in Compare" pointed at nothing to see.
                 self._show_mark()  # the chat may have opened another conversation meanwhile
                 self._reveal_verdict()
             elif record.kind is RecordKind.FAILED:
                 self._set_running(False)
+                self._verdict_of = None
                 self.verdict.setText(html.escape(record.message))
                 for label in self.figures.values():
                     if label.text() == _WAITING:  # a lane the comparison never reached
@@ -371,21 +371,22 @@ class CompareView(QWidget):
         scrolled out of the dock's view."""
         if self.comparison is None:
             return
+        why = ""
         if self.conversation is not None and self._shown is not None and self._shown != self.conversation:
             why = "A comparison of another conversation."
         elif self._outdated:
             why = "An earlier comparison: the chat has moved on since."
-        else:
-            if not self.verdict.isEnabled():  # greyed (below): its colours back
-                self.verdict.setText(verdict_html(self.comparison))
-            self.mark.hide()
-            self.verdict.setEnabled(True)
-            return
         self.mark.setText(f"<b>{why}</b> Press <b>Compare</b> (Ctrl+Shift+C) for the last message of this one.")
-        self.mark.show()
-        self.verdict.setEnabled(False)
-        # Grey all of it: its green "speculation was faster" kept its colour in a disabled label (under Xvfb).
-        self.verdict.setText(re.sub(r"color:#[0-9a-fA-F]{6};?", "", verdict_html(self.comparison)))
+        self.mark.setVisible(bool(why))
+        self.verdict.setEnabled(not why)
+        c = self._verdict_of  # the verdict shown, where it is this comparison's (not "Reloading…", say)
+        if c is not None:
+            # Greyed, all of it: its green "speculation was faster" kept its colour in a disabled label (Xvfb).
+            said = verdict_html(c)
+            self.verdict.setText(re.sub(r"color:#[0-9a-fA-F]{6};?", "", said) if why else said)
+        # Bit-exact is offered for this conversation's own comparison only: re-running another's is no remedy.
+        differs = c is not None and c.greedy and not c.identical and not c.exact
+        self.exact_button.setVisible(differs and not why)
 
     def _start(self) -> None:
         self._outdated = False
@@ -394,6 +395,7 @@ class CompareView(QWidget):
             view.clear_tokens()
             self.figures[lane].setText(_WAITING)
         self.verdict.setText("Running plain decoding first, then speculation…")
+        self._verdict_of = None
         self.mark.hide()
         self.verdict.setEnabled(True)
         self.exact_button.hide()
@@ -401,6 +403,7 @@ class CompareView(QWidget):
 
     def _on_exact_button_clicked(self) -> None:
         self.exact_button.hide()
+        self._verdict_of = None
         self.verdict.setText(
             "Reloading the target for bit-exact verification; the comparison runs again once it is loaded."
         )
