@@ -162,7 +162,12 @@ class VocabInfo:
         return frozenset(found) | self.newline_ids
 
     def fingerprint(self) -> str:
-        """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary."""
+        """A short hash of the token texts: n-gram caches and maps are only valid for one vocabulary. Hashed once:
+        the engine says what is loaded after every answer, and 152k texts took a noticeable moment each time."""
+        return self._fingerprint
+
+    @functools.cached_property
+    def _fingerprint(self) -> str:
         h = hashlib.sha256()
         h.update(f"{self.vocab_type}:{self.n_vocab}\n".encode())
         for text in self.texts:
