@@ -913,3 +913,26 @@ def test_an_empty_conversation_offers_examples_that_go_in_the_message_box(qtbot,
     assert chat.undo_edit() and examples.isHidden()
     chat.new_chat()
     assert not examples.isHidden()
+
+
+def test_edit_last_and_esc_leave_the_conversation_s_date_and_place_in_the_list(qtbot, tiny) -> None:
+    """A tour's Edit last and Esc moved a conversation from 03:55 to 03:56, though nothing had changed."""
+    window = fake_window(qtbot, tiny)
+    chat = window.chat
+    send(qtbot, window, "one")
+    send(qtbot, window, "two")
+    older = chat.conversation
+    chat.new_chat()
+    send(qtbot, window, "elsewhere")  # the newer conversation, first in the list
+    chat.open_conversation(older)
+    dated, order = older.updated, [c.id for c in chat.store.conversations()]
+    assert order[0] != older.id
+    chat.edit_last()  # one exchange of two taken out: the conversation is saved, not emptied
+    assert len(older.messages) == 2 and older.updated == dated
+    assert [c.id for c in chat.store.conversations()] == order
+    assert chat.undo_edit() and len(older.messages) == 4
+    assert older.updated == dated and [c.id for c in chat.store.conversations()] == order
+    chat.edit_last()  # sent, the edit is new activity: first in the list
+    with qtbot.waitSignal(chat.turn_finished, timeout=30_000):
+        chat.send()
+    assert older.updated > dated and chat.store.conversations()[0] is older

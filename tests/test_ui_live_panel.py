@@ -522,7 +522,7 @@ def test_teach_curve_is_the_controllers_estimate_and_agrees_with_its_choice(qtbo
     text = teach.explanation.toPlainText()
     assert "Plain step: speculation would not pay" in text and "×0.93" in text and "proposed 6 tokens" in text
     assert re.search(r"would not pay\. [A-Z]", text)  # the next sentence starts as one
-    assert "untick Adaptive in Settings" in text and "example rename" in text  # how to see a step that drafts
+    assert "untick Adaptive in Settings" in text and "example rename a new chat offers" in text  # to see one draft
 
 
 def test_a_hidden_teach_panel_draws_its_curve_when_shown_or_at_the_answers_end(qtbot) -> None:

@@ -168,7 +168,6 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert len(window.chat.conversation.messages) == 2
     assert "tokens" in window.chat.figures.text()
     assert window.live_panel.view.toPlainText() and window.series.step
-    dated = window.chat.conversation.updated = 1_000_000.0  # an hour long past
     window.chat.edit_last()
     assert window.chat.input.toPlainText() == "the model" and window.chat.conversation.messages == []
     assert window.chat.figures.text() == ""  # the figures of the answer taken away go with it
@@ -181,7 +180,6 @@ def test_regenerate_and_edit_last(qtbot, tiny) -> None:
     assert [m["content"] for m in chat.conversation.messages] == ["the model", first.text]
     assert chat.input.toPlainText() == "" and "tokens" in chat.figures.text()
     assert window.live_panel.view.toPlainText() and window.series.step and chat.copy_button.isEnabled()
-    assert chat.conversation.updated == dated  # nothing new: its date and place in the list stay (a tour's moved)
     assert not chat.undo_edit()  # once
     # A load meanwhile (another pair, bit-exact) leaves the edit pending (a review: it brought the answer back).
     chat.edit_last()

@@ -24,7 +24,9 @@ def duration(seconds: float) -> str:
 
 def percent(part: int, whole: int) -> str:
     """``part`` of ``whole`` in per cent, whole numbers except where rounding would say all or none of a share that is
-    neither: 208 of 209 is "99.5%", not "100%" over a rejected draft (a tour's)."""
+    neither: 208 of 209 is "99.5%", not "100%" over a rejected draft (a tour's). Of nothing: "–"."""
+    if whole <= 0:
+        return "–"
     share = 100 * part / whole
     if part < whole and f"{share:.0f}" == "100":
         return f"{share:.1f}%" if share < 99.95 else ">99.9%"

@@ -568,7 +568,8 @@ def run(args: argparse.Namespace) -> int:
         models = model_config(args)
         if models.draft is not None and config.strategy not in (Strategy.AUTO, Strategy.DRAFT):
             # Seconds of loading and a gigabyte for nothing (a tour's -s none -d qwen-0.5b loaded both).
-            print(f"note: --strategy {config.strategy} drafts without a model: --draft is not loaded", file=sys.stderr)
+            unused = f"--strategy {config.strategy} does not use a draft model"
+            print(f"note: {unused}: --draft is not loaded", file=sys.stderr)
             models = replace(models, draft=None)
         loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
         progress(f"loading {loading}…")  # seconds of silence otherwise (a terminal only; a log gets the line below)

@@ -73,7 +73,7 @@ from speculens.ui.screen import resize_within_screen, scrolled
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
-from speculens.words import duration, upper_first
+from speculens.words import duration, percent, upper_first
 
 SUITE_KINDS = [k for k in KINDS if k != "custom"]
 DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
@@ -936,7 +936,7 @@ def _acceptance_cell(row: Row) -> tuple[str, str, bool]:
         return f"{row.acceptance:.0%}", "", True
     accepted = round(row.acceptance * row.drafted)
     tip = f"{accepted} of {row.drafted} draft tokens accepted, over {row.runs} timed runs"
-    text = f"{row.acceptance:.0%}" + _of_few(row.drafted)
+    text = percent(accepted, row.drafted) + _of_few(row.drafted)
     return text, tip, True
 
 

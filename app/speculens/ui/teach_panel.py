@@ -102,8 +102,9 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
             "plain decoding, so the adaptive controller decoded plainly. The target generated one token by "
             f"itself: {alone}. Proposals are still compared with the target's tokens afterwards, so the "
             "controller keeps learning for free.</p><p style='color:gray'>To watch drafts being verified here, untick "
-            "<i>Adaptive</i> in Settings (every step then drafts, paying or not), or answer a rewrite such as the "
-            "chat's example rename, whose copied lines prompt lookup drafts for free.</p>"
+            "<i>Adaptive</i> in Settings (a draft model then drafts every step, paying or not), or answer a rewrite "
+            "such as the example rename a new chat offers (Ctrl+N), whose copied lines prompt lookup drafts for "
+            "free.</p>"
         )
     elif n == 0 and best is not None:
         source = SOURCE_NAMES.get(event.considered or "", "the drafter")
