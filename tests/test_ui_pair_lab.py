@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QApplication, QFileDialog
 
 from gui_support import ARTIFACTS, make_window
 from speculens.lab import load_saved
 from speculens.models.synthetic import TinyModelSpec, write_tiny_model
+from speculens.ui.main_window import MainWindow
 from speculens.ui.pair_lab import PairLabWindow
 
 pytestmark = [
@@ -515,3 +516,26 @@ def test_plain_decoding_is_not_compared_with_itself_nor_a_never_drafting_candida
     bars = [item for item in lab.speedup_plot.plotItem.items if isinstance(item, pg.BarGraphItem)]
     heights = [list(bar.opts["height"]) for bar in bars]
     assert heights == [[1.1]]  # the n-gram cache's bar alone
+
+
+def test_the_lab_unloads_the_chat_s_models_only_where_memory_would_not_hold_both(
+    qtbot, lab, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A tour's lab loaded its own copy of the pair beside the window's: 2.0 GB became 3.5 GB. Where the memory
+    available would not hold the lab's models, the chat's go first, and both windows say so."""
+    from speculens.ui import worker as worker_module
+
+    main = next(w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow))
+    with qtbot.waitSignal(main.worker.models_loaded, timeout=30_000):
+        main.load_models()
+    monkeypatch.setattr(worker_module, "available_memory", lambda: 10**12)  # plenty: the chat's models stay
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    assert main.models.loaded is not None and lab.memory_note.isHidden()
+    monkeypatch.setattr(worker_module, "available_memory", lambda: 1000)  # the lab's models would not fit beside
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    qtbot.waitUntil(lambda: main.models.loaded is None, timeout=5_000)
+    said = lab.memory_note.text()
+    assert not lab.memory_note.isHidden() and "unloaded to leave the Pair lab room" in said and "GB" in said
+    assert "load again with your next message" in main.statusBar().currentMessage()

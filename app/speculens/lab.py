@@ -835,6 +835,12 @@ class PairLab:
         self._by_file: dict[tuple[Path, int], LlamaBackend] = {}
         self._draft_costs: dict[tuple[tuple[Path, int], bool | None, bool | None], CostModel] = {}
 
+    def memory_needed(self) -> int:
+        """About the memory the lab's models take, in bytes: the target's file and every draft's it loads (they are
+        loaded together; on a CPU llama.cpp repacks the weights into memory of its own)."""
+        files = {self.target, *(c.draft for c in self.candidates if c.draft is not None)}
+        return sum(path.stat().st_size for path in files if path.exists())
+
     def _model_config(self) -> ModelConfig:
         s = self.settings
         return ModelConfig(

@@ -303,10 +303,10 @@ class ModelController(QObject):
         self.message.emit(message)
         self.changed.emit()
 
-    def _on_worker_models_unloaded(self) -> None:
+    def _on_worker_models_unloaded(self, why: str) -> None:
         self.loaded = None
         self.store.set_loaded(None)
-        self.message.emit("Models unloaded.")
+        self.message.emit(why or "Models unloaded.")
         self.changed.emit()
 
     def _on_worker_backend_probed(self, name: str | None) -> None:

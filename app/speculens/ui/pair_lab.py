@@ -215,6 +215,7 @@ class PairLabWindow(QMainWindow):
         worker.lab_progressed.connect(self._on_worker_lab_progressed)
         worker.lab_finished.connect(self._on_worker_lab_finished)
         worker.lab_failed.connect(self._on_worker_lab_failed)
+        worker.models_unloaded.connect(self._on_worker_models_unloaded)
         self.refresh_targets()
         resize_within_screen(self, 1400, 900)
 
@@ -313,6 +314,12 @@ class PairLabWindow(QMainWindow):
         self.status.setMinimumHeight(3 * self.status.fontMetrics().lineSpacing())
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         left.addWidget(self.status)
+        # Why the chat's models are gone, where the lab unloaded them for room (see EngineWorker._lab).
+        self.memory_note = QLabel("", setup)
+        self.memory_note.setWordWrap(True)
+        self.memory_note.setAccessibleName("Memory note")
+        self.memory_note.hide()
+        left.addWidget(self.memory_note)
 
         results = QWidget()
         right = QVBoxLayout(results)
@@ -569,7 +576,13 @@ class PairLabWindow(QMainWindow):
 
     def _start(self, lab: PairLab, estimate_only: bool) -> None:
         self._request = self.worker.submit(LabRequest(lab, estimate_only))
+        self.memory_note.hide()
         self._set_running(True)
+
+    def _on_worker_models_unloaded(self, why: str) -> None:
+        if why and self._request is not None:  # this lab's doing: said here too, where the user is looking
+            self.memory_note.setText(f"⚠ {why}")
+            self.memory_note.show()
 
     def cancel(self) -> None:
         """Stop the run (a load within a decode call, a run after its current answer); what it measured is kept."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import psutil
 from PySide6.QtCore import QObject, Signal
 
 from speculens.engine import loading
@@ -240,7 +241,7 @@ class EngineWorker(QObject):
         models_loaded(LoadResult): the models are ready.
         load_failed(str): loading failed; the message is for the user.
         load_cancelled(): loading was cancelled (:meth:`cancel_loading`); nothing is loaded.
-        models_unloaded(): the models were freed.
+        models_unloaded(why): the models were freed ("" for Unload; else why, for the user).
         backend_probed(object): the llama.cpp build's GPU backend name ("CUDA", "Metal", ...) or None.
         progress_changed(str, int, int): a long task's (what, done, total) in bytes, e.g. assembling the demo models
             or reading a model's weights; total 0 for a step of unknown length (timing this machine).
@@ -257,7 +258,7 @@ class EngineWorker(QObject):
     info_changed = Signal(object)  # EngineInfo: what is loaded, said again where an answer changed it
     load_failed = Signal(str)
     load_cancelled = Signal()
-    models_unloaded = Signal()
+    models_unloaded = Signal(str)  # why, where the user did not ask for it ("" for Unload)
     backend_probed = Signal(object)
     progress_changed = Signal(str, int, int)
     demo_prepared = Signal(list)
@@ -383,7 +384,7 @@ class EngineWorker(QObject):
                 self._watched(job.cancel, functools.partial(self._load, settings))
             case UnloadRequest():
                 self._free()
-                self.models_unloaded.emit()
+                self.models_unloaded.emit("")
             case ChatRequest(messages=messages, config=config):
                 self._generate(job, Lane.CHAT, messages, config)
                 self._refresh_info()
@@ -483,8 +484,18 @@ class EngineWorker(QObject):
             self._load(replace(settings, target_path=out[0], draft_path=out[1]))
 
     def _lab(self, job: _Job, lab: PairLab, estimate_only: bool) -> None:
-        """Run the pair lab on this thread (its own engine: the loaded models stay for the chat)."""
+        """Run the pair lab on this thread (its own engine: the loaded models stay for the chat, unless the memory
+        the system has available would not hold the lab's beside them: a tour's lab took 2.0 GB to 3.5 GB)."""
         lab.cancel = job.cancel
+        if self._engine is not None:
+            need, free = lab.memory_needed(), available_memory()
+            if free is not None and need > free:
+                self._free()
+                self.models_unloaded.emit(
+                    f"The chat's models were unloaded to leave the Pair lab room: its models take about "
+                    f"{need / 1e9:.1f} GB and {free / 1e9:.1f} GB was available. They load again with your next "
+                    "message (or Load, Ctrl+L)."
+                )
         last = [0.0]
 
         def progress(p: LabProgress) -> None:
@@ -568,6 +579,14 @@ class EngineWorker(QObject):
             plain, speculative, greedy, self._engine.config.exact, divergence, (shares[0], shares[1])
         )
         self._record(job, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)
+
+
+def available_memory() -> int | None:
+    """The memory the system can give without swapping, in bytes (``None`` where unknown)."""
+    try:
+        return int(psutil.virtual_memory().available)
+    except (psutil.Error, OSError):
+        return None
 
 
 def _assembling(title: str) -> Callable[[int, int], None]:
