@@ -408,10 +408,16 @@ def test_the_eta_is_paced_by_the_runs_not_by_loading(
     monkeypatch.setattr(PairLab, "_profile_into", slow_profile)
     candidates = [c for c in list_candidates(tiny.target, library, n_ctx=512) if c.key in ("lookup", "ngram-cache")]
     seen: list[LabProgress] = []
-    PairLab(tiny.target, candidates, lab_prompts(["chat", "code-generation"]), QUICK).run(seen.append)
+    result = PairLab(tiny.target, candidates, lab_prompts(["chat", "code-generation"]), QUICK).run(seen.append)
     first = next(p for p in seen if p.done == 2)
     assert first.elapsed_s > 2.0
     assert first.eta_s < 0.5 * (first.total - first.done)  # not elapsed / done per run: over 1 s a run
+    # Before any run has ended, a time left all the same: the cost profile's plain decoding pace (a tour's first
+    # run, on a busy machine, showed "0 of 20 runs" and no time for two minutes).
+    start = seen[0]
+    assert start.done == 0 and start.eta_s > 0
+    assert result.profile is not None
+    assert start.eta_s == pytest.approx(start.total * QUICK.max_tokens * result.profile.target_step_s, rel=1e-6)
 
 
 def test_applying_a_recommendation_sets_what_the_lab_ran() -> None:

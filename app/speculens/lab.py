@@ -948,7 +948,12 @@ class PairLab:
                             if progress is not None:
                                 elapsed = time.monotonic() - t0
                                 total = per_round * planned
-                                eta = (time.monotonic() - t_runs) / done * (total - done) if done else 0.0
+                                if done:
+                                    eta = (time.monotonic() - t_runs) / done * (total - done)
+                                else:  # before a run has ended, plain decoding's pace from the cost profile (a
+                                    # tour's first run, on a busy machine, showed "0 of 20 runs" for two minutes)
+                                    step = result.profile.target_step_s if result.profile is not None else 0.0
+                                    eta = total * s.max_tokens * step
                                 what = f"{KINDS.get(prompt.category, prompt.category)}: {cand.label} (round {rnd + 1})"
                                 partial = None
                                 if done:
