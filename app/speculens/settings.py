@@ -45,7 +45,7 @@ SCHEMA_VERSION = 3
 STRATEGIES = tuple(s.value for s in Strategy)
 FLASH_ATTN = tuple(f.value for f in FlashAttention)
 # Strategies that use the draft model (so the draft file is loaded only for them).
-DRAFT_STRATEGIES = frozenset({Strategy.AUTO.value, Strategy.DRAFT.value})
+DRAFT_STRATEGIES = frozenset(s.value for s in Strategy if s.uses_draft_model)
 
 
 @dataclass(frozen=True)

@@ -566,7 +566,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"note: --ngram-map is drafted from by the auto and ngram-map strategies, not {config.strategy}",
                       file=sys.stderr)  # fmt: skip
         models = model_config(args)
-        if models.draft is not None and config.strategy not in (Strategy.AUTO, Strategy.DRAFT):
+        if models.draft is not None and not config.strategy.uses_draft_model:
             # Seconds of loading and a gigabyte for nothing (a tour's -s none -d qwen-0.5b loaded both).
             unused = f"--strategy {config.strategy} does not use a draft model"
             print(f"note: {unused}: --draft is not loaded", file=sys.stderr)
@@ -577,7 +577,7 @@ def run(args: argparse.Namespace) -> int:
         with interruptible_load():
             engine = SpeculativeEngine(models)
         progress(f"loaded {loading} in {time.perf_counter() - t0:.1f} s", True)
-        idle = engine.draft_idle if config.strategy in (Strategy.AUTO, Strategy.DRAFT) else None
+        idle = engine.draft_idle if config.strategy.uses_draft_model else None
         if idle:  # with --no-adaptive too, as the app's load message says (a tour's run said nothing of it)
             fate = (
                 "so it stays idle"

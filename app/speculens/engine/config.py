@@ -41,6 +41,11 @@ class Strategy(StrEnum):
         """The name people read (menus, legends, reports)."""
         return _LABELS[self]
 
+    @property
+    def uses_draft_model(self) -> bool:
+        """Whether it drafts with a draft model (when one is loaded): only for it is one loaded."""
+        return self in (Strategy.AUTO, Strategy.DRAFT)
+
 
 _LABELS = {
     Strategy.AUTO: "Automatic",  # what it drafts from: the tooltips, and the toolbar for the loaded pair

@@ -100,7 +100,7 @@ class StatsStrip(QWidget):
         """Show the running totals."""
         # The first token comes with the prompt (decode_rate): one token has no decode rate yet.
         self._values["tps"].setText(f"{stats.tokens_per_second:.1f}" if stats.n_generated > 1 else "–")
-        self._values["acceptance"].setText(percent(stats.n_accepted, stats.n_drafted) if stats.n_drafted else "–")
+        self._values["acceptance"].setText(percent(stats.n_accepted, stats.n_drafted))  # "–" with nothing drafted
         self._values["mean_len"].setText(f"{stats.mean_accepted_length:.2f}")
         self._values["counts"].setText(f"{stats.n_accepted} / {stats.n_drafted}")
         self._values["times"].setText(f"{stats.draft_s:.2f}s | {stats.verify_s:.2f}s")

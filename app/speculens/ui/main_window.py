@@ -515,7 +515,7 @@ class MainWindow(QMainWindow):
         free = "lookup, n-gram cache" + (", map" if s.ngram_map_path and not map_unusable else "")
         if map_unusable and strategy is Strategy.AUTO:
             free += " (map left out: see Settings)"
-        if strategy in (Strategy.DRAFT, Strategy.AUTO) and s.draft_path:
+        if strategy.uses_draft_model and s.draft_path:
             source = Path(s.draft_path).stem + (f" + {free}" if strategy is Strategy.AUTO else "")
         else:
             source = strategy.label.lower() if strategy is not Strategy.AUTO else free

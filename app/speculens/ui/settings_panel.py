@@ -443,10 +443,10 @@ class SettingsPanel(QWidget):
                 "(Apple silicon) or CUDA (NVIDIA) to offload layers to the GPU."
             )
         self.gpu_note.setText(note)
-        for name, box in (("n_gpu_layers", self.n_gpu_layers), ("n_gpu_layers_draft", self.n_gpu_layers_draft)):
+        for setting, box in (("n_gpu_layers", self.n_gpu_layers), ("n_gpu_layers_draft", self.n_gpu_layers_draft)):
             box.setEnabled(offload)
             # The boxes' own tooltip says why they are greyed (a tour hovered one and read only its range).
-            box.setToolTip(_tip(name) if offload else f"{_tip(name)}\n\n{note}")
+            box.setToolTip(_tip(setting) if offload else f"{_tip(setting)}\n\n{note}")
 
     def set_loaded_vocab(self, fingerprint: str) -> None:
         """The loaded target's vocabulary fingerprint (``""``: none loaded): a map built for another one is said
