@@ -516,7 +516,7 @@ def test_a_draft_model_that_cannot_pay_is_said_with_or_without_the_adaptive_cont
     from speculens.engine.adaptive import AdaptiveController
 
     monkeypatch.setattr(AdaptiveController, "draft_idle", lambda self: "the draft model cannot pay on this machine")
-    monkeypatch.setattr(session, "BUSY_SHARE", 1.0)  # a busy machine adds its share to the note (seen beside a CI run)
+    monkeypatch.setattr(session, "crowded", lambda *_a: False)  # a busy machine adds its share (seen beside a CI run)
     every = "and --no-adaptive has it draft every step all the same (each draft ending where its top probability falls"
     for flags, fate in (([], "so it stays idle"), (["--no-adaptive", "--p-min", "0.5"], f"{every} below --p-min 0.5)")):
         args = ["generate", "-m", str(tiny.target), "-d", str(tiny.identical), "-s", "draft", "-n", "4", *flags]

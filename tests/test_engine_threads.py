@@ -149,6 +149,18 @@ def test_other_programs_share_of_the_cpus_is_measured_and_excludes_our_own_work(
     assert CpuWindow().others_share() is None
 
 
+def test_busy_means_crowding_llama_cpps_threads_not_a_share_of_every_cpu() -> None:
+    """A tour's note: 30% of all the CPUs missed one busy core of four beside four threads, which every barrier waits
+    for, and flagged a share that fits beside eight threads on sixteen cores."""
+    from speculens.engine.threads import crowded
+
+    assert crowded(0.25, threads=4, cpus=4)  # one core of four, beside four threads
+    assert not crowded(0.3, threads=8, cpus=16)  # 4.8 cores beside the 8 left free
+    assert crowded(0.6, threads=8, cpus=16)  # 9.6 cores: more than the free ones
+    assert crowded(0.31, threads=2, cpus=2) and not crowded(0.29, threads=2, cpus=2)  # two cores: 30%, as before
+    assert not crowded(0.1, threads=4, cpus=4) and not crowded(None, threads=4, cpus=4)
+
+
 def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A tour's first load, beside another model's run, read the draft model ×0.06 of plain decoding and said
     nothing of why; the next load times it again."""

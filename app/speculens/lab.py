@@ -42,7 +42,7 @@ import numpy as np
 from speculens import paths
 from speculens.atomic import write_json_atomic
 from speculens.engine.adaptive import AdaptiveParams, CostModel
-from speculens.engine.backend import BackendParams, LlamaBackend, system_info
+from speculens.engine.backend import BackendParams, LlamaBackend, default_threads, system_info
 from speculens.engine.bench import RunResult, run_once
 from speculens.engine.config import (
     DEFAULT_GPU_LAYERS,
@@ -59,7 +59,7 @@ from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.sampling import SamplingParams
 from speculens.engine.session import SpeculativeEngine, calibrate_draft
 from speculens.engine.suite import BenchPrompt, load_suite
-from speculens.engine.threads import BUSY_SHARE, CpuWindow
+from speculens.engine.threads import CpuWindow, crowded
 from speculens.engine.vocab import vocab_mismatch
 from speculens.errors import InvalidInputError, OperationError
 from speculens.logging_setup import backend_description
@@ -829,6 +829,7 @@ class PairLab:
         self.candidates = [PLAIN, *runnable, *swept]
         self.prompts = list(prompts)
         self.cancel = cancel or threading.Event()
+        self.threads = self.settings.n_threads or default_threads()  # llama.cpp's, beside which others may crowd
         self.skipped: dict[str, str] = {c.key: c.problem or "not downloaded" for c in candidates if not c.runnable}
         # The drafts by file and GPU setting, and each one's cost model by the flash-attention settings (target's,
         # draft's) it was timed with (see _fit).
@@ -869,7 +870,7 @@ class PairLab:
         if loaded is not None:
             loaded[0].close()
             self.close()
-        result.noisy = _noise(busy_before, (), {})
+        result.noisy = _noise(busy_before, self.threads, (), {})
         return result
 
     def _load(
@@ -976,7 +977,7 @@ class PairLab:
                 self.close()
         result.cancelled = self.cancel.is_set()
         result.rows = _summarise(self.prompts, self.candidates, runs, result.date)
-        result.noisy = _noise(busy_before, self.prompts, runs)
+        result.noisy = _noise(busy_before, self.threads, self.prompts, runs)
         return result
 
     def _load_drafts(self, engine: SpeculativeEngine) -> tuple[dict[str, LlamaBackend], dict[str, CostModel]]:
@@ -1109,9 +1110,12 @@ def _trusted(row: Row) -> bool:
 
 
 def _noise(
-    busy_before: float | None, prompts: Sequence[BenchPrompt], runs: dict[str, dict[str, list[RunResult]]]
+    busy_before: float | None,
+    threads: int,
+    prompts: Sequence[BenchPrompt],
+    runs: dict[str, dict[str, list[RunResult]]],
 ) -> str | None:
-    if busy_before is not None and busy_before > BUSY_SHARE:
+    if busy_before is not None and crowded(busy_before, threads):
         return (
             f"other programs used {busy_before:.0%} of the CPUs when the run began: they share the CPUs with the "
             "models, so the figures are slower and noisier than this machine can do"

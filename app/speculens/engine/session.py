@@ -50,7 +50,7 @@ from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent, FinishReason
 from speculens.engine.generate import generate
 from speculens.engine.protocol import EngineInfo, Messages
-from speculens.engine.threads import BUSY_SHARE, CpuWindow, ThreadGovernor
+from speculens.engine.threads import CpuWindow, ThreadGovernor, crowded
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
 from speculens.errors import InvalidInputError
 
@@ -125,7 +125,8 @@ class SpeculativeEngine:
             self.target.close()
             raise
         self.draft: LlamaBackend | None = None
-        self._draft_timed_busy: float | None = None  # other programs' share of the CPUs while the draft was timed
+        # Other programs' share of the CPUs while the draft was timed, where it crowded its threads (threads.crowded)
+        self._draft_timed_busy: float | None = None
         self._target_timed_busy: float | None = None  # and while the target was (calibrate)
         # Fewer threads while another program keeps a core busy (engine.threads), on the CPU only (bit-exact mode
         # measured its invariance with its own count).
@@ -215,7 +216,7 @@ class SpeculativeEngine:
             # The timings of a busy spell chose the setting for every later load (nothing timed them again): they
             # are marked, and the next load times again once; a machine busy at that load too is taken as it is.
             busy = window.others_share()
-            self._flash_busy_loads = self._flash_busy_loads + 1 if busy is not None and busy > BUSY_SHARE else 0
+            self._flash_busy_loads = self._flash_busy_loads + 1 if crowded(busy, self.target.n_threads) else 0
             path = self._flash_path()
             if path is not None:
                 marked = {"busy_loads": self._flash_busy_loads, "busy_share": busy} if self._flash_busy_loads else {}
@@ -304,7 +305,8 @@ class SpeculativeEngine:
         loading.report(f"Timing {self.draft.path.name} on this machine")
         window = CpuWindow()
         calibrate_draft(self.draft, self.costs)  # every load: saved costs are checked against this machine now
-        self._draft_timed_busy = window.others_share()
+        share = window.others_share()
+        self._draft_timed_busy = share if crowded(share, self.draft.n_threads) else None
 
     def _flash_path(self) -> Path | None:
         c = self.config
@@ -418,7 +420,8 @@ class SpeculativeEngine:
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
-        self._target_timed_busy = window.others_share()
+        share = window.others_share()
+        self._target_timed_busy = share if crowded(share, target.n_threads) else None
 
     def new_costs(self) -> CostModel:
         """An empty cost model for this target (verification split as the engine verifies)."""
@@ -596,7 +599,7 @@ class SpeculativeEngine:
         # The verdict rests on the target's batch costs as much as on the draft's (a tour's first load, beside a
         # compiler build, read ×0.74, and ×0.87 once it was done, with no word of the busy machine).
         busy = max((b for b in (self._draft_timed_busy, self._target_timed_busy) if b is not None), default=None)
-        if idle is not None and busy is not None and busy > BUSY_SHARE:
+        if idle is not None and busy is not None:
             # Said, not hidden: a draft model timed beside a busy program looks dearer than it is (a tour's first
             # load, beside another model's run, read ×0.06), and the next load times it again.
             idle += f" (timed while other programs used {busy:.0%} of the CPUs: load again once they are done)"

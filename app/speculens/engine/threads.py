@@ -27,8 +27,9 @@ import psutil
 
 from speculens.engine.events import StepEvent
 
-# Other programs using more than this share of the CPUs make timings slower and noisier than the machine can do.
-BUSY_SHARE = 0.3
+# Other programs using more than this many cores' worth of CPU time beyond the cores llama.cpp's threads leave free
+# make timings slower and noisier than the machine can do (see :func:`crowded`).
+BUSY_CORES = 0.6
 MIN_WINDOW_S = 0.25  # the shortest CpuWindow that gives a share (of each CPU's time)
 
 
@@ -63,6 +64,19 @@ class CpuWindow:
             return None
         busy = (end[0] - self._start[0]) - (end[2] - self._start[2])
         return min(1.0, max(0.0, busy / (end[1] - self._start[1])))
+
+
+def crowded(share: float | None, threads: int, cpus: int | None = None) -> bool:
+    """Whether other programs, using ``share`` of the ``cpus`` (:meth:`CpuWindow.others_share`; the machine's, by
+    default), took time that llama.cpp's ``threads`` needed: more than :data:`BUSY_CORES` of a core beyond the cores
+    those threads leave free. A share of all the CPUs alone misjudged both ends: on four cores, four threads and one
+    core kept busy by another program read 25%, under the 30% that counted as busy, while every barrier waited for
+    the thread that program held back; on sixteen cores with eight threads, 30% fits beside them. On two cores with
+    two threads, as on this project's VM, this is the 30% it was."""
+    if share is None:
+        return False
+    cpus = cpus or psutil.cpu_count() or 1
+    return share * cpus > max(0, cpus - threads) + BUSY_CORES
 
 
 class ThreadGovernor:

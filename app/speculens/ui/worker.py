@@ -32,7 +32,7 @@ from speculens.engine.config import GenerationConfig
 from speculens.engine.events import Divergence, Event, FinishEvent, FinishReason, RunningStats, StepEvent
 from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.protocol import Engine, EngineFactory, EngineInfo
-from speculens.engine.threads import BUSY_SHARE, CpuWindow
+from speculens.engine.threads import CpuWindow, crowded
 from speculens.errors import SpeculensError
 from speculens.models.gguf_info import read_gguf_info
 from speculens.settings import Settings, model_config
@@ -75,6 +75,7 @@ class Comparison:
         divergence: where they first differ, with the target's logits there (``None`` when identical).
         others_share: the share of the CPUs other programs used while each half ran (plain, speculative; ``None``
             where unknown): a busy machine slows one half and not the other (a tour read x1.63 and then x0.63).
+        threads: llama.cpp's threads for the target, beside which those programs ran (see :func:`crowded`).
     """
 
     plain: FinishEvent
@@ -83,12 +84,13 @@ class Comparison:
     exact: bool
     divergence: Divergence | None
     others_share: tuple[float | None, float | None] = (None, None)
+    threads: int = 1
 
     @property
     def busy(self) -> float | None:
-        """The larger share of the CPUs other programs used during a half, where over :data:`BUSY_SHARE` (``None``:
-        the machine was quiet enough, or it is unknown)."""
-        shares = [s for s in self.others_share if s is not None and s > BUSY_SHARE]
+        """The larger share of the CPUs other programs used during a half, where it crowded llama.cpp's threads
+        (``None``: the machine was quiet enough, or it is unknown)."""
+        shares = [s for s in self.others_share if s is not None and crowded(s, self.threads)]
         return max(shares) if shares else None
 
     @property
@@ -575,9 +577,9 @@ class EngineWorker(QObject):
             except SpeculensError as exc:
                 log.warning("could not explain where the answers differ: %s", exc.message)
         greedy = request.speculative.sampling.greedy
-        comparison = Comparison(
-            plain, speculative, greedy, self._engine.config.exact, divergence, (shares[0], shares[1])
-        )
+        loaded = self._engine.config
+        threads = loaded.n_threads or gui_threads()
+        comparison = Comparison(plain, speculative, greedy, loaded.exact, divergence, (shares[0], shares[1]), threads)
         self._record(job, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)
 
 
