@@ -520,3 +520,19 @@ def test_the_cli_takes_a_draft_by_its_library_id(tiny: TinyModels, library: Libr
     assert main(["lab", "-m", str(tiny.target), "--ctx", "512", "--list"]) == 0
     listed = capsys.readouterr().out
     assert f"draft:{tiny.perturbed.name}" in listed and f"(or draft:{entry.id})" in listed
+
+
+@pytest.mark.skipif(not hasattr(time, "tzset"), reason="time.tzset is Unix-only")
+def test_the_lab_s_times_read_in_local_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tour read the Pair lab's "Measured" times, saved and shown in UTC, as local ones."""
+    from speculens.words import local_time
+
+    monkeypatch.setenv("TZ", "IST-5:30")
+    time.tzset()
+    try:
+        assert local_time("2026-12-07T06:30:00+00:00") == "2026-12-07 12:00"
+        assert local_time("2026-12-07T06:30:00") == "2026-12-07 12:00"  # no offset: UTC, as the lab saves
+        assert local_time("a while ago") == "a while ago"
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 
 def upper_first(text: str) -> str:
@@ -33,3 +34,14 @@ def percent(part: int, whole: int) -> str:
     if part > 0 and f"{share:.0f}" == "0":
         return f"{share:.1f}%" if share >= 0.05 else "<0.1%"
     return f"{share:.0f}%"
+
+
+def local_time(iso: str) -> str:
+    """An ISO 8601 time (the Pair lab saves its runs' in UTC) as this computer's local "YYYY-MM-DD HH:MM", as the
+    conversation list shows times: a tour read the lab's UTC times as local ones, hours off. A time without an
+    offset is taken as UTC; one that cannot be read is shown as written."""
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso.replace("T", " ")[:16]
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).astimezone().strftime("%Y-%m-%d %H:%M")

@@ -73,7 +73,7 @@ from speculens.ui.screen import resize_within_screen, scrolled
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import EngineWorker, LabRequest, gui_threads
-from speculens.words import duration, percent, upper_first
+from speculens.words import duration, local_time, percent, upper_first
 
 SUITE_KINDS = [k for k in KINDS if k != "custom"]
 DEFAULT_KINDS = ("chat", "code-generation", "code-rewrite")
@@ -761,7 +761,7 @@ class PairLabWindow(QMainWindow):
                 (f"{r.mean_accepted_length:.2f}", "tokens per target pass", True),
                 (f"{r.settled_n_draft:g}", "the draft length the adaptive controller settled on when it drafted", True),
                 _same_cell(r),
-                (r.date.replace("T", " ")[:16], f"{r.runs} timed runs", False),
+                (local_time(r.date), _MEASURED_TIP.format(runs=r.runs), False),
             ]
             for column, (text, tip, right) in enumerate(values):
                 table.setItem(i, column, _item(text, tip, right))
@@ -953,10 +953,17 @@ def _acceptance_cell(row: Row) -> tuple[str, str, bool]:
     return text, tip, True
 
 
+# The "Measured" column's tooltip: a row kept from an earlier run (a run of fewer candidates keeps the others') shows
+# that run's time, so the column reads alike on every row only until then (a tour asked why).
+_MEASURED_TIP = (
+    "when the Pair lab run that measured this row began, in {runs} timed runs; a row kept from an earlier run shows "
+    "that run's"
+)
+
+
 def _measured(result: LabResult) -> str:
     """When, where and with which llama.cpp build the results were measured."""
-    date = result.date.replace("T", " ")[:16]
-    return f"measured {date} UTC on {result.machine} with {result.llama_build.split(';')[0]}"
+    return f"measured {local_time(result.date)} on {result.machine} with {result.llama_build.split(';')[0]}"
 
 
 def _resolved(path: Path | None) -> Path | None:
