@@ -68,6 +68,8 @@ class Script:
     thread_trials: Sequence[bool] = ()
     draft_idle: str | None = None
     load_s: float = 0.0
+    # Other programs' share of the CPUs during each answer, in turn (cycled; crowded over 0.3, the 2-core rule).
+    others_shares: Sequence[float] = ()
 
 
 @dataclass
@@ -169,7 +171,9 @@ class FakeEngine:
         else:
             if len(self.script.answer) > config.max_tokens:
                 reason = FinishReason.MAX_TOKENS
-        yield FinishEvent(reason, text, tuple(tokens), stats)
+        shares = self.script.others_shares
+        share = shares[(len(self.requests) - 1) % len(shares)] if shares else None
+        yield FinishEvent(reason, text, tuple(tokens), stats, share, share is not None and share > 0.3)
 
     def chat_divergence(self, messages: Messages, a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         for i, (x, y) in enumerate(zip(a, b, strict=False)):

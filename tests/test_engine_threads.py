@@ -186,3 +186,23 @@ def test_a_draft_model_timed_beside_a_busy_program_says_so_in_its_verdict(tiny, 
     with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=256)) as engine:
         engine.load_draft(tiny.identical)
         assert engine.draft_idle == "the draft model cannot pay here" + busy_note
+
+
+def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The engine measures other programs' use of the CPUs while an answer decodes; the CLI says when it crowded
+    llama.cpp's threads (a tour's answer ran at 7 tokens/s where the same message ran at 25 a minute later)."""
+    from speculens.cli.__main__ import main
+    from speculens.engine import generate as generate_module
+
+    share = [0.0]
+
+    class Window:
+        def others_share(self) -> float | None:
+            return share[0]
+
+    monkeypatch.setattr(generate_module, "CpuWindow", Window)
+    for value, said in ((0.9, True), (0.05, False)):
+        share[0] = value
+        assert main(["generate", "-m", str(tiny.target), "-s", "none", "-n", "4", "the model"]) == 0
+        err = capsys.readouterr().err
+        assert ("note: slowed: other programs used 90% of the CPUs meanwhile" in err) is said, err

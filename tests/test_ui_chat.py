@@ -781,6 +781,18 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
     assert "1 thread for 5 of 6 steps (another program was busy)" in window.chat.figures.text()
 
 
+def test_an_answer_slowed_by_other_programs_says_so_beside_its_speed(qtbot, tiny) -> None:
+    """A tour's answer read 7.0 tokens/s, the same message 25 a minute later, and nothing said why."""
+    factory = FakeFactory(Script(answer=["word "] * 6, others_shares=(0.62, 0.05)))
+    window = fake_window(qtbot, tiny, factory)
+    send(qtbot, window, "busy machine")
+    slowed = "(slowed: other programs used 62% of the CPUs meanwhile)"
+    assert slowed in window.chat.figures.text() and slowed in window.live_panel.status.text()
+    window.chat.new_chat()
+    send(qtbot, window, "quiet machine")
+    assert "slowed" not in window.chat.figures.text() and "slowed" not in window.live_panel.status.text()
+
+
 def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, tiny) -> None:
     """The draft model chosen, the controller declining it at every step: the figures say why, not just '0 / 0'."""
     declined = Script(n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))

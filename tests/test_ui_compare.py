@@ -551,21 +551,11 @@ def test_in_a_narrow_dock_the_answers_stack_and_the_verdict_comes_into_view_whol
     assert answer.viewport().width() >= answer.fontMetrics().horizontalAdvance("x" * 40)
 
 
-def test_a_comparison_on_a_busy_machine_says_its_speedup_measures_the_other_programs_too(
-    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_comparison_on_a_busy_machine_says_its_speedup_measures_the_other_programs_too(qtbot, tiny) -> None:
     """A tour read x1.63 "speculation was faster" and then x0.63 for the same message: another program had kept a
     core busy while plain decoding ran the first time (7.8 tokens/s against 19-26 otherwise)."""
-    from speculens.ui import worker as worker_module
-
-    shares = iter([0.55, 0.04, 0.1, 0.2])  # plain, then speculative, in two comparisons
-
-    class Window:
-        def others_share(self) -> float | None:
-            return next(shares)
-
-    monkeypatch.setattr(worker_module, "CpuWindow", Window)
-    window = fake_window(qtbot, tiny)
+    factory = FakeFactory(Script(others_shares=(0.0, 0.55, 0.04, 0.1, 0.2)))  # the chat, then two comparisons
+    window = fake_window(qtbot, tiny, factory)
     send(qtbot, window, "a message")
     view = window.compare_view
     for busy in (True, False):
@@ -576,7 +566,9 @@ def test_a_comparison_on_a_busy_machine_says_its_speedup_measures_the_other_prog
         assert ("Other programs used the CPUs" in said) is busy, said
         assert "Speedup" in said or "Speed ratio" in said  # the verdict itself still follows
     assert view.comparison.others_share == (0.1, 0.2)
-    warned = verdict_html(replace(view.comparison, others_share=(0.55, 0.04)))
+    c = view.comparison
+    plain, speculative = replace(c.plain, others_share=0.55, crowded=True), replace(c.speculative, others_share=0.04)
+    warned = verdict_html(replace(c, plain=plain, speculative=speculative))
     assert "55% of the CPUs during plain decoding, 4% during speculation" in warned
 
 

@@ -134,8 +134,8 @@ def test_events_kept_as_json_come_back_as_they_were() -> None:
                      0.1, 2.0, 0.1, stats(4, 8, 7, 4), probe=True, offered=3, source="lookup",
                      expected_speedup=(1.0, 1.4), considered="lookup", threads=2)  # fmt: skip
     ran = RunSettings(0.8, 40, 0.95, 0.05, 8, 0, 0.75, True, 256, ("\n\n",))  # what chose a sampled answer's tokens
-    events = [StartEvent(12, 10, 0.05, "auto", 7, flash_attn=True, settings=ran), *KNOWN_STEPS, half,
-              FinishEvent(FinishReason.CANCELLED, "AlBeXcEeFfYbZt\n", tuple(range(8)), stats(4, 8, 7, 4))]  # fmt: skip
+    ended = FinishEvent(FinishReason.CANCELLED, "AlBeXcEeFfYbZt\n", tuple(range(8)), stats(4, 8, 7, 4), 0.5, True)
+    events = [StartEvent(12, 10, 0.05, "auto", 7, flash_attn=True, settings=ran), *KNOWN_STEPS, half, ended]
     kept = json.loads(json.dumps([event_to_dict(x, exact=True) for x in events]))
     assert [event_from_dict(x) for x in kept] == events
     assert event_to_dict(half)["drafted"][0]["piece"] == "\\xe2\\x82"  # the exports' spelling is unchanged

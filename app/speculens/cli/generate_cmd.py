@@ -221,6 +221,7 @@ def summary(
     threads: ThreadTally | None = None,
     sources: dict[str, tuple[int, int]] | None = None,
     in_chat: bool = False,
+    crowded: str = "",
 ) -> str:
     """llama.cpp-style closing figures (``threads``: the steps by thread count, shown when the engine took a thread
     back or tried another count; ``sources``: tokens drafted and accepted by each source that drafted, which a
@@ -265,6 +266,8 @@ def summary(
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, overhead {stats.overhead_s:.2f} s",
         f"stopped: {'interrupted' if reason is FinishReason.CANCELLED else reason.words} ({reason.value})",
     ]
+    if crowded:  # FinishEvent.crowded_words
+        lines.append(f"note: {crowded}, so this speed is below what this machine can do")
     if threads is not None and threads.fewer() is not None:
         counts = ", ".join(f"{n} for {steps} steps" for n, steps in sorted(threads.settled.items(), reverse=True))
         lines.append(f"threads: {counts} (fewer while another program kept a core busy)")
@@ -355,7 +358,7 @@ def _say_figures(
     finish, start, threads, sources, steps = consumed
     if sys.stderr.isatty():  # at a terminal, a blank line between the answer and its figures (a tour's ran together)
         print(file=sys.stderr)
-    print(summary(finish.stats, start, finish.reason, threads, sources, in_chat), file=sys.stderr)
+    print(summary(finish.stats, start, finish.reason, threads, sources, in_chat, finish.crowded_words), file=sys.stderr)
     if not steps:  # stopped before the answer began: no answer the draft model sat out
         return
     if idle := draft_model_idle(start, steps, adaptive):

@@ -278,12 +278,26 @@ class FinishEvent:
         text: the whole answer.
         tokens: the answer's token ids (without an end-of-generation token).
         stats: final totals.
+        others_share: the share of the CPUs other programs used while it decoded (``None``: unknown, or too short
+            to tell; see :class:`~speculens.engine.threads.CpuWindow`).
+        crowded: they took time llama.cpp's threads needed (:func:`~speculens.engine.threads.crowded`), so its
+            speed is below what this machine can do: a tour's answer read 7.0 tokens/s where the same message ran
+            at 25 a minute later, with no word of why.
     """
 
     reason: FinishReason
     text: str
     tokens: tuple[int, ...]
     stats: RunningStats
+    others_share: float | None = None
+    crowded: bool = False
+
+    @property
+    def crowded_words(self) -> str:
+        """Why its speed is below this machine's, where :attr:`crowded`: a phrase for its figures; else empty."""
+        if not self.crowded or self.others_share is None:
+            return ""
+        return f"slowed: other programs used {self.others_share:.0%} of the CPUs meanwhile"
 
 
 Event = StartEvent | StepEvent | FinishEvent
@@ -464,7 +478,14 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     if kind == "start":
         return StartEvent(**{**known(StartEvent, data), "settings": run_settings(data.get("settings"))})
     if kind == "finish":
-        return FinishEvent(FinishReason(data["reason"]), data["text"], tuple(data["tokens"]), stats(data["stats"]))
+        return FinishEvent(
+            FinishReason(data["reason"]),
+            data["text"],
+            tuple(data["tokens"]),
+            stats(data["stats"]),
+            data.get("others_share"),
+            bool(data.get("crowded", False)),
+        )
     if kind != "step":
         raise ValueError(f"not an event of a generation: {kind!r}")
     fields = known(StepEvent, data)

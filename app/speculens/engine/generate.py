@@ -35,7 +35,7 @@ from speculens.engine.events import (
 )
 from speculens.engine.sampling import SamplingParams, transform
 from speculens.engine.text import TextAssembler
-from speculens.engine.threads import ThreadGovernor
+from speculens.engine.threads import CpuWindow, ThreadGovernor, crowded
 from speculens.engine.verify import Verdict, verify_greedy, verify_rejection, verify_sample_compare
 from speculens.errors import InvalidInputError
 
@@ -263,6 +263,8 @@ class _Loop:
             len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread, config.described(), idle
         )
 
+        # Other programs' use of the CPUs while the answer decodes (the prompt's evaluation left out, as from its rate).
+        window = CpuWindow()
         history = list(prompt)
         answer: list[int] = []
         text = TextAssembler(config.stop)
@@ -415,7 +417,9 @@ class _Loop:
             if model is not None:
                 model.end(history)
         text.flush()
-        yield FinishEvent(reason, text.text, tuple(answer), stats.freeze())
+        share = window.others_share()
+        threads = self.threads.full if self.threads is not None else target.n_threads
+        yield FinishEvent(reason, text.text, tuple(answer), stats.freeze(), share, crowded(share, threads))
 
 
 def _verify(

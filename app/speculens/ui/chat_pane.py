@@ -220,6 +220,8 @@ def answer_figures(events: Sequence[Event]) -> str:
             "(another program was busy)"
         )
     rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
+    if rate and finish.crowded:
+        rate += f" ({finish.crowded_words})"
     return f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}"
 
 

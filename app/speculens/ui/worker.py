@@ -32,7 +32,6 @@ from speculens.engine.config import GenerationConfig
 from speculens.engine.events import Divergence, Event, FinishEvent, FinishReason, RunningStats, StepEvent
 from speculens.engine.loading import LoadCancelled, LoadWatch, watching
 from speculens.engine.protocol import Engine, EngineFactory, EngineInfo
-from speculens.engine.threads import CpuWindow, crowded
 from speculens.errors import SpeculensError
 from speculens.models.gguf_info import read_gguf_info
 from speculens.settings import Settings, model_config
@@ -73,9 +72,6 @@ class Comparison:
         greedy: decoding was greedy (then only batched kernels' rounding can make them differ).
         exact: the target was loaded for bit-exact verification (then greedy outputs must be identical).
         divergence: where they first differ, with the target's logits there (``None`` when identical).
-        others_share: the share of the CPUs other programs used while each half ran (plain, speculative; ``None``
-            where unknown): a busy machine slows one half and not the other (a tour read x1.63 and then x0.63).
-        threads: llama.cpp's threads for the target, beside which those programs ran (see :func:`crowded`).
     """
 
     plain: FinishEvent
@@ -83,14 +79,18 @@ class Comparison:
     greedy: bool
     exact: bool
     divergence: Divergence | None
-    others_share: tuple[float | None, float | None] = (None, None)
-    threads: int = 1
+
+    @property
+    def others_share(self) -> tuple[float | None, float | None]:
+        """The share of the CPUs other programs used while each half ran (plain, speculative; ``None`` where
+        unknown): a busy machine slows one half and not the other (a tour read x1.63 and then x0.63)."""
+        return self.plain.others_share, self.speculative.others_share
 
     @property
     def busy(self) -> float | None:
         """The larger share of the CPUs other programs used during a half, where it crowded llama.cpp's threads
-        (``None``: the machine was quiet enough, or it is unknown)."""
-        shares = [s for s in self.others_share if s is not None and crowded(s, self.threads)]
+        (``None``: the machine was quiet enough, or it is unknown; see :attr:`FinishEvent.crowded`)."""
+        shares = [f.others_share for f in (self.plain, self.speculative) if f.crowded and f.others_share is not None]
         return max(shares) if shares else None
 
     @property
@@ -557,9 +557,7 @@ class EngineWorker(QObject):
 
     def _compare(self, job: _Job, request: CompareRequest) -> None:
         runs: list[FinishEvent] = []
-        shares: list[float | None] = []
         for lane, config in ((Lane.PLAIN, request.plain), (Lane.SPECULATIVE, request.speculative)):
-            window = CpuWindow()
             finish = self._generate(job, lane, request.messages, config)
             if finish is None:
                 return  # the failure is recorded
@@ -567,7 +565,6 @@ class EngineWorker(QObject):
                 self._record(job, lane, RecordKind.FAILED, message="Comparison stopped.")
                 return
             runs.append(finish)
-            shares.append(window.others_share())
         assert self._engine is not None
         plain, speculative = runs
         divergence = None
@@ -577,9 +574,7 @@ class EngineWorker(QObject):
             except SpeculensError as exc:
                 log.warning("could not explain where the answers differ: %s", exc.message)
         greedy = request.speculative.sampling.greedy
-        loaded = self._engine.config
-        threads = loaded.n_threads or gui_threads()
-        comparison = Comparison(plain, speculative, greedy, loaded.exact, divergence, (shares[0], shares[1]), threads)
+        comparison = Comparison(plain, speculative, greedy, self._engine.config.exact, divergence)
         self._record(job, Lane.SPECULATIVE, RecordKind.COMPARED, comparison=comparison)
 
 
