@@ -41,3 +41,32 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot) -> None:  # type: ig
     assert ref() is not None and freed_in == []  # the worker thread collected nothing
     qtbot.waitUntil(lambda: ref() is None, timeout=5_000)
     assert freed_in == ["MainThread"]
+
+
+def test_an_uncaught_fault_in_the_window_is_shown_not_only_logged(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tour's Pair lab failed to open with nothing on screen: its ImportError was only in the log."""
+    import sys
+
+    from PySide6.QtWidgets import QMessageBox, QWidget
+
+    from speculens.ui.app import report_uncaught
+
+    logged: list[type[BaseException]] = []
+    shown: list[str] = []
+    monkeypatch.setattr(sys, "excepthook", lambda exc_type, exc, tb: logged.append(exc_type))
+    monkeypatch.setattr(QMessageBox, "critical", lambda parent, title, text: shown.append(text))
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    report_uncaught(parent)
+    for _ in range(2):  # a repeated fault: one box at a time
+        try:
+            raise ImportError("cannot import name 'crowded'")
+        except ImportError as exc:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+    qtbot.waitUntil(lambda: bool(shown))
+    qtbot.wait(50)
+    assert logged == [ImportError, ImportError] and len(shown) == 1
+    assert "ImportError: cannot import name &#x27;crowded&#x27;" in shown[0] and "speculens.log" in shown[0]
+    sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)  # not a fault: logged as before, no box
+    qtbot.wait(50)
+    assert len(shown) == 1 and logged[-1] is KeyboardInterrupt

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import html
 import importlib.resources
 import sys
 from collections.abc import Sequence
+from types import TracebackType
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from speculens.ui.qt_compat import check_binding, check_platform_libraries
 
@@ -123,6 +125,37 @@ def create_app(argv: Sequence[str] | None = None) -> QApplication:
     return app
 
 
+def report_uncaught(parent: QWidget) -> None:
+    """Show uncaught exceptions of the window's thread in a message box, besides the log (see logging_setup): a
+    tour's Pair lab failed to open with nothing on screen, its traceback only in the log. One box at a time: a fault
+    in a repeated slot (a timer's) would otherwise pile them up."""
+    logged = sys.excepthook
+    showing = [False]
+
+    def show(exc: BaseException) -> None:
+        from speculens.logging_setup import log_file
+
+        try:
+            QMessageBox.critical(
+                parent,
+                "Something went wrong",
+                f"<p>{html.escape(f'{type(exc).__name__}: {exc}')}</p><p>What you asked for did not finish; the rest "
+                "of Speculens goes on, and your conversations are saved as they were. The details are in the log, "
+                f"<code>{html.escape(str(log_file()))}</code>: please include it if you report this.</p>",
+            )
+        finally:
+            showing[0] = False
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        logged(exc_type, exc, tb)
+        if not issubclass(exc_type, Exception) or showing[0]:  # KeyboardInterrupt, SystemExit: not faults
+            return
+        showing[0] = True
+        QTimer.singleShot(0, lambda: show(exc))  # after the failing slot has returned
+
+    sys.excepthook = hook
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Start the GUI and return its exit status.
 
@@ -134,6 +167,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     from speculens.ui.main_window import MainWindow
 
     window = MainWindow()
+    report_uncaught(window)
     window.show()
     # After the first paint, so the window appears at once and the welcome question comes on top of it.
     QTimer.singleShot(0, window.greet)
