@@ -167,6 +167,9 @@ def test_cancel_keeps_the_runs_measured_and_saved_results_come_back(qtbot, lab, 
     # (On a busy machine the line may also say that some tiny-model speedups were left out as impossible.)
     assert "Stopped" in lab.status.text() and "Cancelled before the end." in lab.noisy.text()
     assert {r.date for rows in lab.result.rows.values() for r in rows.values()} == {lab.result.date}
+    # A tour's stopped run recommended plain decoding from chat alone, and Apply would have turned off prompt lookup.
+    if lab.result.overall_best() is not None:
+        assert not lab.apply_button.isEnabled() and "Apply is off after a stopped run" in lab.recommendation.text()
     assert lab.isVisible()  # Esc stopped the run; it closes the window only when nothing runs
     # A new window for the same target shows what was saved, with its date.
     again = PairLabWindow(lab.worker, lab.store, lab.models)

@@ -730,8 +730,19 @@ class PairLabWindow(QMainWindow):
                 f"<span style='color:gray'>Same output “no” for {html.escape(', '.join(differ))}: "
                 f"{html.escape(_DIFFERS)}</span>"
             )
+        # A stopped run measured some kinds of text and candidates, not the others: a tour's, stopped after 3 of 36
+        # runs (all on chat), recommended plain decoding, and Apply would have turned off prompt lookup, ×1.66 on
+        # the rename it had not reached.
+        stopped = shown.cancelled
+        if best is not None and stopped:
+            lines.append(
+                "Apply is off after a stopped run: the runs it did not reach could change the verdict. Run the lab "
+                "to the end to apply one."
+            )
         self.recommendation.setText("<br>".join(lines))
-        self.apply_button.setEnabled(best is not None)
+        self.apply_button.setEnabled(best is not None and not stopped)
+        self.apply_button.setToolTip("Stopped before the end: run the lab to the end to apply its recommendation"
+                                     if best is not None and stopped else "")  # fmt: skip
         self._show_tables(result)
         self._plot_speedups(result)
         self._plot_sweep(result)
