@@ -8,7 +8,7 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -806,3 +806,26 @@ def test_a_model_just_imported_is_the_one_selected(qtbot, tiny, manager: ModelMa
     qtbot.waitUntil(lambda: "added" in manager.message.text(), timeout=10_000)
     chosen = manager._selected_entry()
     assert chosen is not first and chosen.path.resolve() == tiny.perturbed.resolve()
+
+
+def test_the_pair_picker_says_whether_the_draft_model_pays_on_this_machine(
+    qtbot, manager: ModelManagerWindow, tiny
+) -> None:
+    """A tour read "✓ Compatible: draft-model speculation can run with this pair" over the demo pair, whose draft
+    model sits out on a 2-core CPU: compatible tokenizers are no promise of speed."""
+    from speculens.engine.protocol import EngineInfo
+    from speculens.ui.worker import LoadResult
+
+    pick(manager, tiny.target, tiny.identical)
+    qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
+    assert "Speed on this machine: not measured yet" in manager.report_view.toPlainText()
+    idle = "the draft model cannot pay on this machine: ×0.88 of plain decoding at best"
+    info = EngineInfo(tiny.target.name, tiny.identical.name, "tiny", 512, False, (), None, draft_idle=idle)
+    settings = Settings(target_path=str(tiny.target), draft_path=str(tiny.identical))
+    for draft_idle, said in ((idle, f"(measured at load): {idle}. It stays idle"), (None, "can pay here")):
+        manager.models.loaded = LoadResult(settings, replace(info, draft_idle=draft_idle), None, 1.0)
+        manager.report = None
+        pick(manager, tiny.target, tiny.mismatch)
+        pick(manager, tiny.target, tiny.identical)
+        qtbot.waitUntil(lambda: manager.report is not None and manager.report.compatible, timeout=10_000)
+        assert said in manager.report_view.toPlainText()

@@ -69,7 +69,9 @@ FENCE = "```"
 # words, and what the answer will show.
 EXAMPLES = (
     ("rewrite-rename", "a rename in a class", "the answer copies the code, so prompt lookup drafts it for free"),
-    ("chat", "a question", "new text, which only a draft model can guess"),
+    # Not "which only a draft model can guess": on a CPU where it cannot pay it sits out, and a tour took the promise
+    # for a fault. The live panel says which it was.
+    ("chat", "a question", "new text: nothing to copy, so only a draft model could draft it, where it pays"),
 )
 
 

@@ -730,7 +730,8 @@ class ModelManagerWindow(QMainWindow):
     def show_report(self, report: Any) -> None:
         """Show a compatibility report; a tokenizer mismatch gets a red banner that cannot be missed."""
         self.report = report
-        self.report_view.setHtml(report_html(report, headline=False))  # the banner above says it (once)
+        speed = self._speed_here() if report.compatible else ""
+        self.report_view.setHtml(report_html(report, headline=False) + speed)  # the banner above says it (once)
         self.banner.setText(("⚠ " if not report.compatible else "✓ ") + report.headline)
         self.banner.setStyleSheet(MISMATCH_STYLE if not report.compatible else OK_STYLE)
         self.banner.show()
@@ -738,6 +739,32 @@ class ModelManagerWindow(QMainWindow):
         self.use_pair_button.setToolTip(
             "" if report.compatible else "This draft cannot draft for this target: its tokenizer differs."
         )
+
+    def _speed_here(self) -> str:
+        """Whether the picked pair's draft model pays on this machine, where the loaded pair is the picked one, else
+        how to find out: "✓ Compatible" alone read as a promise of speed, and the demo pair's draft model sits out on
+        a 2-core CPU (a tour's)."""
+        loaded = self.models.loaded
+        picked = (self.target_combo.currentData(), self.draft_combo.currentData())
+        if loaded is None or (loaded.settings.target_path, loaded.settings.draft_path) != picked or loaded.draft_error:
+            said = (
+                "Speed on this machine: not measured yet. Loading the pair times the draft model against the target "
+                "here; the Pair lab measures it on your kind of text."
+            )
+            return f"<p>{html.escape(said)}</p>"
+        idle = loaded.info.draft_idle
+        if idle:
+            said = (
+                f"⚠ Speed on this machine (measured at load): {idle}. It stays idle; prompt lookup and the n-gram "
+                "cache still draft where the text repeats itself. The Pair lab compares drafts and strategies on your "
+                "kind of text."
+            )
+            return f"<p style='color:#d29922'>{html.escape(said)}</p>"
+        said = (
+            "✓ Speed on this machine (measured at load): the draft model can pay here; the adaptive controller drafts "
+            "with it where its drafts are likely right."
+        )
+        return f"<p>{html.escape(said)}</p>"
 
     def _on_use_pair_clicked(self) -> None:
         draft = self.draft_combo.currentData() or ""
