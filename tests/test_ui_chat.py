@@ -415,7 +415,7 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     # With nothing selected, Rename and Delete are off (a tour's did nothing).
     listing.list.setCurrentItem(None)
     assert not listing.rename_button.isEnabled() and not listing.delete_button.isEnabled()
-    # Delete the open one (the Delete key): the chat starts afresh.
+    # Delete the open one (the Delete key): the one left opens in its place (two tours were dropped into an empty chat).
     current = window.chat.conversation
     row = next(
         i for i in range(listing.list.count()) if current.id == listing.list.item(i).data(Qt.ItemDataRole.UserRole)
@@ -429,6 +429,8 @@ def test_conversations_can_be_renamed_and_deleted_and_titles_fit(
     qtbot.keyClick(listing.list, Qt.Key.Key_Delete)
     assert asked == [QMessageBox.StandardButton.No]
     assert listing.list.count() == 1 and window.chat.conversation is not current
+    assert window.chat.conversation.title == "What is speculative decoding and why does it help?"
+    assert listing.selected() is window.chat.conversation
     assert window.statusBar().currentMessage() == f"Deleted “{current.title}”."
     window.conversations.flush()
     (left,) = ConversationStore().conversations()
@@ -619,7 +621,7 @@ def test_switching_away_and_back_mid_answer_keeps_the_answer_once(qtbot, tiny, m
 def test_a_deleted_conversation_does_not_come_back_when_its_answer_ends(qtbot, tiny) -> None:
     window, other, running = long_answer_window(qtbot, tiny)
     window.conversations.delete(running)  # what the list's Delete does, then it tells the window
-    window.conversation_list.conversation_deleted.emit(running)
+    window.conversation_list.conversation_deleted.emit(running, other)
     wait_idle(qtbot, window)
     window.conversations.flush()
     assert [c.id for c in ConversationStore().conversations()] == [other.id]

@@ -647,13 +647,20 @@ class ChatPane(QWidget):
         self._update_buttons()
         self.conversation_opened.emit(conversation)
 
-    def discard(self, conversation: Conversation) -> None:
-        """The conversation was deleted: its running answer stops and nothing of it is saved again."""
+    def discard(self, conversation: Conversation, then: Conversation | None = None) -> None:
+        """The conversation was deleted: its running answer stops and nothing of it is saved again. Where it was
+        open, ``then`` opens in its place (the list's next), as a mail client does (two tours, dropped into an
+        empty chat beside the conversation they had left); a new chat where there is none, or where another
+        conversation's answer runs (opening one more would stop it)."""
         if self.turn is not None and self.turn.conversation is conversation:
             self.turn.discarded = True
             self.stop()
         if conversation is self.conversation:
-            self.new_chat()
+            elsewhere = self.turn is not None and not self.turn.discarded
+            if then is None or elsewhere:
+                self.new_chat()
+            else:
+                self.open_conversation(then)
 
     def save_now(self) -> None:
         """Keep the streamed part of a running answer (the window is closing)."""
@@ -971,11 +978,12 @@ class ConversationList(QWidget):
 
     Signals:
         conversation_activated(Conversation): the user picked one.
-        conversation_deleted(Conversation): the user deleted one.
+        conversation_deleted(Conversation, object): the user deleted one; the second, the conversation that takes its
+            place in the list (``None``: it was the only one).
     """
 
     conversation_activated = Signal(object)
-    conversation_deleted = Signal(object)
+    conversation_deleted = Signal(object, object)
 
     def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -1101,8 +1109,12 @@ class ConversationList(QWidget):
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No,
         )  # fmt: skip
         if answer == QMessageBox.StandardButton.Yes:
+            ids = [conversation_id for conversation_id, _text, _tip in self._rows]
+            at = ids.index(conversation.id) if conversation.id in ids else -1
+            neighbours = [*ids[at + 1 :], *reversed(ids[:at])] if at >= 0 else []
+            then = next((c for i in neighbours if (c := self.store.get(i)) is not None), None)
             self.store.delete(conversation)
-            self.conversation_deleted.emit(conversation)
+            self.conversation_deleted.emit(conversation, then)
             self.refresh()
 
     def _on_list_context_menu(self, pos: QPoint) -> None:

@@ -679,8 +679,8 @@ class MainWindow(QMainWindow):
                 return
         self.chat.open_conversation(conversation)
 
-    def _on_conversation_deleted(self, conversation: Conversation) -> None:
-        self.chat.discard(conversation)
+    def _on_conversation_deleted(self, conversation: Conversation, then: Conversation | None) -> None:
+        self.chat.discard(conversation, then)
         self.statusBar().showMessage(f"Deleted “{conversation.title}”.")  # not the last export's "Wrote …"
 
     # ---- exports ------------------------------------------------------------------------------------
