@@ -70,17 +70,22 @@ def test_panel_edits_go_to_the_store_and_only_loading_fields_flag_a_reload(qtbot
     assert panel.reload_note.isHidden()
 
 
+@pytest.mark.qt_log_ignore("This plugin does not support (raise|propagateSizeHints)")  # the tooltip, shown
 def test_a_number_typed_beyond_a_field_s_range_is_brought_to_its_nearer_end(qtbot, store: SettingsStore) -> None:
     """Qt's spin boxes refuse the keystroke that leaves the range: 9999 read 9, and 5 in p_min was undone."""
     store.update(draft_path="/d.gguf")  # the draft model's confidence is editable where one drafts
     panel = SettingsPanel(store)
     qtbot.addWidget(panel)
     panel.show()
+    said = []
     for field, typed in ((panel.n_draft, "9999"), (panel.p_min, "5"), (panel.temperature, "-3"), (panel.n_ctx, "16")):
         field.setFocus()
         field.selectAll()
         qtbot.keyClicks(field, typed)
         qtbot.keyClick(field, Qt.Key.Key_Return)
+        said.append(QToolTip.text())  # said where it happened (a tour's 999 became 64 without a word)
+    assert said[0] == f"From 1 to {panel.n_draft.maximum()}: 9999 is set to {panel.n_draft.maximum()}.", said
+    assert said[1] == "From 0.00 to 1.00: 5 is set to 1.00.", said
     assert (store.settings.n_draft, store.settings.p_min) == (panel.n_draft.maximum(), 1.0)
     assert (store.settings.temperature, store.settings.n_ctx) == (0.0, panel.n_ctx.minimum())
     assert "to" in panel.n_draft.toolTip() and f"{panel.n_draft.maximum()}" in panel.n_draft.toolTip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QFocusEvent, QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -78,7 +79,12 @@ class _Clamping:
         if value is None:
             return text
         box: QSpinBox | QDoubleSpinBox = self  # type: ignore[assignment]
-        return box.textFromValue(round(value) if isinstance(box, QSpinBox) else value)  # type: ignore[arg-type]
+        fixed = box.textFromValue(round(value) if isinstance(box, QSpinBox) else value)  # type: ignore[arg-type]
+        if fixed != text.strip() and box.isVisible():  # said where it happened: a tour's 999 became 64 without a word
+            low, high = (box.textFromValue(v) for v in (box.minimum(), box.maximum()))  # type: ignore[arg-type]
+            said = f"From {low} to {high}: {text.strip()} is set to {fixed}."
+            QToolTip.showText(box.mapToGlobal(QPoint(0, box.height())), said, box)
+        return fixed
 
 
 class ClampingSpinBox(_Clamping, QSpinBox):
