@@ -194,6 +194,7 @@ class ModelManagerWindow(QMainWindow):
         self._building: set[str] = set()  # those being built now
         self.downloads: list[Download] = []
         self.report: Any = None
+        self._speed_shown = ""  # the speed line under the report (see _speed_here)
         self._hub_files: list[Any] = []
 
         self.tabs = QTabWidget(self)
@@ -219,6 +220,7 @@ class ModelManagerWindow(QMainWindow):
             button.setAutoDefault(True)
         self._say("Reading the library…")
         models.store.changed.connect(self._on_store_changed)
+        models.changed.connect(self._on_models_changed)  # a load finished: the speed line follows it
         # The hub tab: typing goes to its search box (a tour's first query went nowhere).
         self.tabs.currentChanged.connect(lambda i: self.hub_search.setFocus() if i == 2 else None)
         # The next and previous tab from anywhere in the window: a text field kept Ctrl+Tab from the tab widget (a
@@ -730,7 +732,7 @@ class ModelManagerWindow(QMainWindow):
     def show_report(self, report: Any) -> None:
         """Show a compatibility report; a tokenizer mismatch gets a red banner that cannot be missed."""
         self.report = report
-        speed = self._speed_here() if report.compatible else ""
+        speed = self._speed_shown = self._speed_here() if report.compatible else ""
         self.report_view.setHtml(report_html(report, headline=False) + speed)  # the banner above says it (once)
         self.banner.setText(("⚠ " if not report.compatible else "✓ ") + report.headline)
         self.banner.setStyleSheet(MISMATCH_STYLE if not report.compatible else OK_STYLE)
@@ -790,6 +792,11 @@ class ModelManagerWindow(QMainWindow):
         self.models.set_pair(target, draft or None, note=note)
         self.pair_chosen.emit(target, draft)
         self.close()
+
+    def _on_models_changed(self) -> None:
+        # Only where the line would change: the signal comes with every step of a load's progress.
+        if self.report is not None and self.report.compatible and self._speed_here() != self._speed_shown:
+            self.show_report(self.report)
 
     def _on_store_changed(self, _settings: object) -> None:
         self._mark_pair_rows()
