@@ -29,6 +29,7 @@ from speculens.engine.events import (
     StepEvent,
 )
 from speculens.engine.protocol import EngineInfo, Messages
+from speculens.engine.threads import crowded
 from speculens.errors import OperationError
 
 
@@ -68,7 +69,7 @@ class Script:
     thread_trials: Sequence[bool] = ()
     draft_idle: str | None = None
     load_s: float = 0.0
-    # Other programs' share of the CPUs during each answer, in turn (cycled; crowded over 0.3, the 2-core rule).
+    # Other programs' share of the CPUs during each answer, in turn (cycled; judged as on 2 cores with 2 threads).
     others_shares: Sequence[float] = ()
 
 
@@ -173,7 +174,7 @@ class FakeEngine:
                 reason = FinishReason.MAX_TOKENS
         shares = self.script.others_shares
         share = shares[(len(self.requests) - 1) % len(shares)] if shares else None
-        yield FinishEvent(reason, text, tuple(tokens), stats, share, share is not None and share > 0.3)
+        yield FinishEvent(reason, text, tuple(tokens), stats, share, crowded(share, 2, cpus=2))
 
     def chat_divergence(self, messages: Messages, a: Sequence[int], b: Sequence[int]) -> Divergence | None:
         for i, (x, y) in enumerate(zip(a, b, strict=False)):

@@ -206,3 +206,16 @@ def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, caps
         assert main(["generate", "-m", str(tiny.target), "-s", "none", "-n", "4", "the model"]) == 0
         err = capsys.readouterr().err
         assert ("note: slowed: other programs used 90% of the CPUs meanwhile" in err) is said, err
+    # Every layer on a GPU: the CPUs' other users do not hold its kernels back (a review's).
+    from speculens.engine.backend import LlamaBackend
+    from speculens.engine.config import GenerationConfig, ModelConfig
+    from speculens.engine.events import FinishEvent
+    from speculens.engine.session import SpeculativeEngine
+
+    share[0] = 0.9
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=256)) as engine:
+        for offloaded in (False, True):
+            monkeypatch.setattr(LlamaBackend, "offloads_all", property(lambda self, o=offloaded: o))
+            events = engine.generate("the model", GenerationConfig(max_tokens=4))
+            (finish,) = [e for e in events if isinstance(e, FinishEvent)]
+            assert finish.others_share == 0.9 and finish.crowded is not offloaded

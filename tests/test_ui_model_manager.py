@@ -827,3 +827,11 @@ def test_the_pair_picker_says_whether_the_draft_model_pays_on_this_machine(
         manager.models.loaded = LoadResult(settings, replace(info, draft_idle=draft_idle), None, 1.0)
         manager.models.changed.emit()
         assert said in manager.report_view.toPlainText()
+    # Loaded without the draft model (a strategy that drafts from the prompt only): never timed, so not measured.
+    manager.models.loaded = LoadResult(settings, replace(info, draft=None, draft_idle=None), None, 1.0)
+    manager.models.changed.emit()
+    assert "Speed on this machine: not measured yet" in manager.report_view.toPlainText()
+    manager.models.loading = True  # a load under way: the loaded pair's verdict would be of the models it replaces
+    manager.models.changed.emit()
+    assert "measured when the load under way ends" in manager.report_view.toPlainText()
+    manager.models.loading = False

@@ -89,6 +89,17 @@ def test_a_number_typed_beyond_a_field_s_range_is_brought_to_its_nearer_end(qtbo
     assert (store.settings.n_draft, store.settings.p_min) == (panel.n_draft.maximum(), 1.0)
     assert (store.settings.temperature, store.settings.n_ctx) == (0.0, panel.n_ctx.minimum())
     assert "to" in panel.n_draft.toolTip() and f"{panel.n_draft.maximum()}" in panel.n_draft.toolTip()
+    # In the field's own words (a review's "-5 is set to -1" for a seed that reads "random"); nothing for a number
+    # only rounded to the field's decimals, which was in range.
+    store.update(temperature=0.8)  # a seed matters (and can be typed) where the answer is sampled
+    for field, typed in ((panel.seed, "-5"), (panel.p_min, "0.555")):
+        field.setFocus()
+        field.selectAll()
+        qtbot.keyClicks(field, typed)
+        qtbot.keyClick(field, Qt.Key.Key_Return)
+        said.append(QToolTip.text() if QToolTip.isVisible() else "")
+    assert said[4].startswith("From random to ") and said[4].endswith(": -5 is set to random."), said
+    assert "0.555" not in said[5], said
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise")  # the map's tooltip, shown

@@ -793,6 +793,12 @@ class LlamaBackend:
         return int(llama_cpp.llama_model_n_layer(self._model))
 
     @property
+    def offloads_all(self) -> bool:
+        """Whether every transformer block runs on a GPU (then the CPU threads only feed it)."""
+        offloaded = offloaded_layers(self.params.n_gpu_layers)
+        return offloaded < 0 or (offloaded > 0 and offloaded >= self.n_layer)
+
+    @property
     def host_cell_bytes(self) -> int:
         """Host memory one KV cache cell takes: the keys and values of every layer not offloaded to a GPU."""
         model = self._model

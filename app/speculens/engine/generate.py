@@ -419,7 +419,12 @@ class _Loop:
         text.flush()
         share = window.others_share()
         threads = self.threads.full if self.threads is not None else target.n_threads
-        yield FinishEvent(reason, text.text, tuple(answer), stats.freeze(), share, crowded(share, threads))
+        # With every layer on a GPU, the CPUs' other users do not hold llama.cpp's kernels back (the governor and the
+        # flash-attention timing leave a GPU alone too): the share is kept, not taken for a slowed answer.
+        on_gpu = target.offloads_all
+        yield FinishEvent(
+            reason, text.text, tuple(answer), stats.freeze(), share, not on_gpu and crowded(share, threads)
+        )
 
 
 def _verify(

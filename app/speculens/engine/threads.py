@@ -75,8 +75,13 @@ def crowded(share: float | None, threads: int, cpus: int | None = None) -> bool:
     two threads, as on this project's VM, this is the 30% it was."""
     if share is None:
         return False
-    cpus = cpus or psutil.cpu_count() or 1
+    cpus = cpus or _cpus()
     return share * cpus > max(0, cpus - threads) + BUSY_CORES
+
+
+def _cpus() -> int:
+    """The machine's CPUs, over which :class:`CpuWindow` gives its shares."""
+    return psutil.cpu_count() or 1
 
 
 class ThreadGovernor:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from types import TracebackType
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QCoreApplication, Qt, QThread, QTimer
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
@@ -149,6 +149,9 @@ def report_uncaught(parent: QWidget) -> None:
     def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         logged(exc_type, exc, tb)
         if not issubclass(exc_type, Exception) or showing[0]:  # KeyboardInterrupt, SystemExit: not faults
+            return
+        app = QCoreApplication.instance()
+        if app is None or QThread.currentThread() != app.thread():  # a box belongs to the window's thread: logged
             return
         showing[0] = True
         QTimer.singleShot(0, lambda: show(exc))  # after the failing slot has returned

@@ -222,8 +222,8 @@ def answer_figures(events: Sequence[Event]) -> str:
             "(another program was busy)"
         )
     rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
-    if rate and finish.crowded:
-        rate += f" ({finish.crowded_words})"
+    if rate and (slowed := finish.crowded_words):
+        rate += f" ({slowed})"
     return f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}"
 
 
@@ -650,17 +650,14 @@ class ChatPane(QWidget):
     def discard(self, conversation: Conversation, then: Conversation | None = None) -> None:
         """The conversation was deleted: its running answer stops and nothing of it is saved again. Where it was
         open, ``then`` opens in its place (the list's next), as a mail client does (two tours, dropped into an
-        empty chat beside the conversation they had left); a new chat where there is none, or where another
-        conversation's answer runs (opening one more would stop it)."""
+        empty chat beside the conversation they had left); a new chat where there is none."""
         if self.turn is not None and self.turn.conversation is conversation:
             self.turn.discarded = True
             self.stop()
-        if conversation is self.conversation:
-            elsewhere = self.turn is not None and not self.turn.discarded
-            if then is None or elsewhere:
-                self.new_chat()
-            else:
-                self.open_conversation(then)
+        if conversation is self.conversation and then is not None:
+            self.open_conversation(then)
+        elif conversation is self.conversation:
+            self.new_chat()
 
     def save_now(self) -> None:
         """Keep the streamed part of a running answer (the window is closing)."""
@@ -796,8 +793,9 @@ class ChatPane(QWidget):
         if self.turn is turn:
             self._reading_timer.stop()
             self.turn = None
-            self.figures.setText("")  # "Generating…" goes; a finished answer sets its own figures after this
-            self.figures.setMinimumHeight(0)
+            if turn.conversation is self.conversation:  # not a deleted one's, over the conversation opened after it
+                self.figures.setText("")  # "Generating…" goes; a finished answer sets its own figures after this
+                self.figures.setMinimumHeight(0)
         self._stream_cursor = None
         self._update_buttons()
 

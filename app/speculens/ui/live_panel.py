@@ -263,8 +263,7 @@ class LivePanel(QWidget):
         acceptance = drafts_phrase(strategy, self.steps, s.n_drafted, s.n_accepted, by=drafted_by,
                                    unread=draft_model_unread(start, self.steps))  # fmt: skip
         flash = f", flash attention {start.flash_text}" if start is not None else ""
-        rate = f"{s.tokens_per_second:.1f} tokens/s, " if s.n_generated > 1 else ""
-        if rate and event.crowded:
-            rate = f"{s.tokens_per_second:.1f} tokens/s ({event.crowded_words}), "
+        slowed = f" ({event.crowded_words})" if event.crowded_words else ""
+        rate = f"{s.tokens_per_second:.1f} tokens/s{slowed}, " if s.n_generated > 1 else ""
         why = "" if event.reason is FinishReason.EOG else f" ({event.reason.words})"  # the figures say it ended
         self.status.setText(f"Finished{why}: {s.passes_text}, {rate}{acceptance}{flash}.")

@@ -748,18 +748,32 @@ class ModelManagerWindow(QMainWindow):
         a 2-core CPU (a tour's)."""
         loaded = self.models.loaded
         picked = (self.target_combo.currentData(), self.draft_combo.currentData())
-        if loaded is None or (loaded.settings.target_path, loaded.settings.draft_path) != picked or loaded.draft_error:
+        info = loaded.info if loaded is not None else None
+        if self.models.loading:  # the loaded pair's verdict would be of the models being replaced
+            said = "Speed on this machine: measured when the load under way ends."
+            return f"<p>{html.escape(said)}</p>"
+        if (
+            loaded is None
+            or info is None
+            or (loaded.settings.target_path, loaded.settings.draft_path) != picked
+            or not info.draft  # loaded without it (a strategy that drafts from the prompt only): never timed
+            or info.speculation_off
+        ):
             said = (
-                "Speed on this machine: not measured yet. Loading the pair times the draft model against the target "
-                "here; the Pair lab measures it on your kind of text."
+                "Speed on this machine: not measured yet. Loading the pair under a strategy that uses the draft model "
+                "(Automatic, the default, or Draft model) times it against the target here; the Pair lab measures it "
+                "on your kind of text."
             )
             return f"<p>{html.escape(said)}</p>"
-        idle = loaded.info.draft_idle
-        if idle:
+        if info.draft_idle:
+            fate = (
+                "It stays idle; prompt lookup and the n-gram cache still draft where the text repeats itself"
+                if self.models.store.settings.adaptive
+                else "With Adaptive off it drafts every step all the same"
+            )
             said = (
-                f"⚠ Speed on this machine (measured at load): {idle}. It stays idle; prompt lookup and the n-gram "
-                "cache still draft where the text repeats itself. The Pair lab compares drafts and strategies on your "
-                "kind of text."
+                f"⚠ Speed on this machine (measured at load): {info.draft_idle}. {fate}. The Pair lab compares drafts "
+                "and strategies on your kind of text."
             )
             return f"<p style='color:#d29922'>{html.escape(said)}</p>"
         said = (

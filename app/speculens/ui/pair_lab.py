@@ -720,7 +720,8 @@ class PairLabWindow(QMainWindow):
             else:  # one setting for all of them may differ from each kind's own best, listed below
                 head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
-                    head += " (Apply sets it; each kind's own best is below)"
+                    head += " (each kind's own best is below)" if shown.cancelled else (
+                        " (Apply sets it; each kind's own best is below)")  # fmt: skip
             lines.insert(0, f"<b>{head}</b>")
             if ties := result.overall_ties():
                 level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)

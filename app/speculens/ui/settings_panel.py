@@ -80,9 +80,16 @@ class _Clamping:
             return text
         box: QSpinBox | QDoubleSpinBox = self  # type: ignore[assignment]
         fixed = box.textFromValue(round(value) if isinstance(box, QSpinBox) else value)  # type: ignore[arg-type]
-        if fixed != text.strip() and box.isVisible():  # said where it happened: a tour's 999 became 64 without a word
-            low, high = (box.textFromValue(v) for v in (box.minimum(), box.maximum()))  # type: ignore[arg-type]
-            said = f"From {low} to {high}: {text.strip()} is set to {fixed}."
+        typed, _ok = box.locale().toDouble(text.strip())
+        if box.isVisible() and not box.minimum() <= typed <= box.maximum():
+            # Said where it happened (a tour's 999 became 64 without a word), in the field's own words ("random" for
+            # a seed of -1); not for a value rounded to the field's decimals, which was in range.
+            def shown(v: float) -> str:
+                if v == box.minimum() and box.specialValueText():
+                    return box.specialValueText()
+                return box.textFromValue(round(v) if isinstance(box, QSpinBox) else v)  # type: ignore[arg-type]
+
+            said = f"From {shown(box.minimum())} to {shown(box.maximum())}: {text.strip()} is set to {shown(value)}."
             QToolTip.showText(box.mapToGlobal(QPoint(0, box.height())), said, box)
         return fixed
 
