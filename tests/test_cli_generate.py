@@ -574,6 +574,10 @@ def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_dra
         "this answer (it reads a prompt where it might pay)"
     )
     assert draft_model_idle(unread, [catching_up, replace(probe, probe=False)], adaptive=True) == ""  # it caught up
+    # Idle from the load on: the load's note gave the figure (with 99% accepted); a second "at best", with this
+    # answer's acceptance, read as a contradiction (a tour's ×0.89 and ×0.12).
+    idle = draft_model_idle(replace(start, draft_idle=True), [plain], adaptive=True)
+    assert idle == "note: the draft model sat out this answer, as the note after loading said it would"
 
 
 def test_cli_errors_and_figures_are_in_words(tiny: TinyModels, tmp_path: Path) -> None:
@@ -588,6 +592,29 @@ def test_cli_errors_and_figures_are_in_words(tiny: TinyModels, tmp_path: Path) -
     assert prompt.returncode == 1 and "[Errno" not in prompt.stderr and "No such file or directory" in prompt.stderr
     one = summary(RunningStats(n_steps=1, n_generated=1, elapsed_s=0.0), None, FinishReason.EOG)
     assert "decoded 1 token (with the prompt): no decode rate" in one and "t/s" not in one
+
+
+def test_cli_mistakes_a_script_makes_get_one_line_not_a_traceback(tiny: TinyModels, tmp_path: Path) -> None:
+    """From a CLI tour: `generate … | head -2` ended in a BrokenPipeError traceback; `--events` into a folder that
+    does not exist, in a FileNotFoundError traceback after the load; `ngram build -o /nonexistent/x.npz` made the
+    folder at the root; a truncated model got llama.cpp's "could not load … (see the log)" where `models import`
+    says what is wrong."""
+    piped = subprocess.run(
+        f"{' '.join(map(str, CLI))} generate -m {tiny.target} -s none -n 64 'the model' | head -c 1",
+        shell=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in piped.stderr and "BrokenPipeError" not in piped.stderr, piped.stderr
+    nowhere = tmp_path / "no" / "such" / "folder"
+    events = cli("generate", "-m", tiny.target, "-n", "4", "--events", nowhere / "e.jsonl", "hello")
+    assert events.returncode == 2 and f"error: --events: the folder {nowhere} does not exist" in events.stderr
+    assert "loaded" not in events.stderr  # said before the load
+    built = cli("ngram", "build", tiny.target, "-m", tiny.target, "-o", nowhere / "map.npz")
+    assert built.returncode == 2 and f"error: -o: the folder {nowhere} does not exist" in built.stderr
+    assert not (tmp_path / "no").exists()
+    half = tmp_path / "half.gguf"
+    half.write_bytes(tiny.target.read_bytes()[: tiny.target.stat().st_size // 2])
+    truncated = cli("generate", "-m", half, "-n", "4", "hello")
+    assert truncated.returncode == 1 and "is truncated" in truncated.stderr and "could not load" not in truncated.stderr
 
 
 def test_drafted_by_counts_what_n_drafted_counts_when_the_answer_ends_inside_a_draft(tiny: TinyModels) -> None:

@@ -67,6 +67,7 @@ from speculens.models.catalog import pairs_for_target
 from speculens.models.compat import check_pair
 from speculens.models.gguf_info import GGUFError, read_gguf_info
 from speculens.models.library import Library
+from speculens.words import duration
 
 SCHEMA = "speculens-lab/1"
 
@@ -768,6 +769,14 @@ class LabProgress:
     eta_s: float
     what: str
     partial: LabResult | None = None
+
+    @property
+    def eta_words(self) -> str:
+        """The time left in words: "about 3 min left", or before a run has ended "at least 13 s left", since that
+        figure is plain decoding's fastest step over every token (a tour's read 13 s, then 34 s after a run)."""
+        if not self.eta_s:
+            return ""
+        return f"{'about' if self.done else 'at least'} {duration(self.eta_s)} left"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from speculens.engine.config import Strategy
 from speculens.models.demo import DemoModel
-from speculens.models.gguf_info import format_bytes
+from speculens.models.gguf_info import format_bytes, read_gguf_info
 from speculens.models.resolve import resolve_model
 
 if TYPE_CHECKING:
@@ -127,6 +127,19 @@ def resolve(spec: str) -> Path:
     if built:  # said once it is built and checked (size and SHA-256)
         print(f"built the demo model {built[0].title} ({format_bytes(built[0].size)}) from its packages",
               file=sys.stderr, flush=True)  # fmt: skip
+    return path
+
+
+def resolve_checked(spec: str) -> Path:
+    """:func:`resolve`, with the file's header read as the app reads it before a load: a truncated or damaged file
+    gets its own diagnosis ("truncated: it has 300,000,000 bytes but its tensors need 491,400,064"), which `models
+    import` gave a tour and llama.cpp's "could not load … (see the log)" did not.
+
+    Raises:
+        SpeculensError: the model cannot be found or built, or its file is not a whole GGUF model.
+    """
+    path = resolve(spec)
+    read_gguf_info(path, tokens=False)
     return path
 
 

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from speculens.atomic import write_bytes_atomic, write_json_atomic
-from speculens.cli import in_words, interrupt_sets, resolve
+from speculens.cli import in_words, interrupt_sets, resolve_checked
 from speculens.engine.backend import offloaded_layers
 from speculens.engine.config import DEFAULT_GPU_LAYERS, DEFAULT_N_CTX
 from speculens.errors import SpeculensError
@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``lab``."""
     try:
-        target = resolve(args.target)
+        target = resolve_checked(args.target)
         sweep = tuple(int(k) for k in args.sweep.split(",")) if args.sweep else ()
         library = Library()
         candidates = list_candidates(target, library, args.ctx, gpu=offloaded_layers(args.ngl) != 0)
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     print(said, file=sys.stderr)
 
     def progress(p: LabProgress) -> None:
-        eta = f", about {duration(p.eta_s)} left" if p.eta_s else ""  # as the app says it
+        eta = f", {p.eta_words}" if p.eta_words else ""  # as the app says it
         print(f"[{p.done + 1}/{p.total}] {p.what}{eta}", file=sys.stderr, flush=True)
 
     try:

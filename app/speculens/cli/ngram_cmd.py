@@ -63,6 +63,9 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace) -> int:
     """Tokenize the corpus with the model's tokenizer and write the map."""
+    if not args.output.parent.is_dir():  # a typo in -o made folders anywhere (a tour's /nonexistent at the root)
+        print(f"error: -o: the folder {args.output.parent} does not exist", file=sys.stderr)
+        return 2
     try:
         files = corpus_files(args.corpus)
         built = build_map(
@@ -83,7 +86,7 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"error: {in_words(exc)}", file=sys.stderr)
         return 1
     progress(
-        f"wrote {built.path}: {built.n_ngrams} n-grams from {built.n_tokens} tokens in {built.n_files} "
+        f"wrote {built.path}: {built.n_ngrams:,} n-grams from {built.n_tokens:,} tokens in {built.n_files} "
         f"file{'s' if built.n_files != 1 else ''}, {built.seconds:.1f} s",
         True,
     )

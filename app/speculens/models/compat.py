@@ -320,7 +320,7 @@ def _tokenizer_checks(t: TokenizerInfo, d: TokenizerInfo) -> list[Check]:
                 "special_tokens",
                 "BOS/EOS",
                 Level.OK,
-                f"BOS {t.bos} and EOS {t.eos} agree, and both {'add' if t.add_bos else 'do not add'} BOS.",
+                f"BOS {t.bos} and EOS {t.eos} agree, and {'both add' if t.add_bos else 'neither adds'} BOS.",
             )
         )
     else:

@@ -382,8 +382,8 @@ class HubClient:
     def _offline_error(self, what: str) -> HubError:
         return HubError(
             HubErrorKind.OFFLINE,
-            f"{what}: offline mode is on (HF_HUB_OFFLINE), so the hub is not contacted. The models already "
-            "in the library still work.",
+            f"{what}: offline mode is on (--offline or HF_HUB_OFFLINE), so the hub is not contacted. The models "
+            "already in the library still work.",
         )
 
     @staticmethod

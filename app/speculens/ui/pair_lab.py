@@ -620,7 +620,7 @@ class PairLabWindow(QMainWindow):
             return
         self.progress.setRange(0, max(p.total, 1))
         self.progress.setValue(p.done)
-        eta = f" — about {duration(p.eta_s)} left" if p.eta_s else ""
+        eta = f" — {p.eta_words}" if p.eta_words else ""
         if p.eta_s and p.elapsed_s + p.eta_s > 1.1 * 60.0 * self.budget.value():
             # At least one round runs (a median needs every candidate on every prompt): say why it overruns.
             eta += (
