@@ -529,22 +529,26 @@ def test_the_cli_says_why_a_free_source_drafted_nothing() -> None:
     the map's drafts would not have paid."""
     from dataclasses import replace
 
-    from speculens.cli.generate_cmd import free_sources_idle
+    from speculens.cli.generate_cmd import SHORT_ANSWER_STEPS, free_sources_idle
     from speculens.engine.events import DraftToken, EmittedToken, Origin, RunningStats, StartEvent, StepEvent
 
     start = StartEvent(12, 12, 0.05, "ngram-map", 7)
-    plain = StepEvent(1, 0, (), (EmittedToken(65, b"A", Origin.TARGET),), "A", 0.0, 70.0, 0.1, RunningStats(),
-                      considered="ngram-map", expected_speedup=(1.0, 0.84, 0.7))  # fmt: skip
-    note = free_sources_idle(start, [plain], adaptive=True)
+    one = StepEvent(1, 0, (), (EmittedToken(65, b"A", Origin.TARGET),), "A", 0.0, 70.0, 0.1, RunningStats(),
+                    considered="ngram-map", expected_speedup=(1.0, 0.84, 0.7))  # fmt: skip
+    # A short answer gets no note (a CLI tour's one-token "OK" in --chat had one, every time).
+    assert free_sources_idle(start, [one] * (SHORT_ANSWER_STEPS - 1), adaptive=True) == ""
+    plain = [one] * SHORT_ANSWER_STEPS
+    note = free_sources_idle(start, plain, adaptive=True)
     assert note == (
         "note: nothing drafted: the n-gram map's drafts, scored against the answer as it came, were not right often "
         "enough to pay for checking them (×0.84 of plain decoding at best); --no-adaptive drafts every step anyway"
     )
-    drafted = replace(plain, source="ngram-map", drafted=(DraftToken(66, b"B", None, None, False),))
-    assert free_sources_idle(start, [plain, replace(drafted, probe=True)], adaptive=True) == note  # a probe
-    assert free_sources_idle(start, [plain, drafted], adaptive=True) == ""  # it drafted
-    assert free_sources_idle(start, [plain], adaptive=False) == ""
-    assert free_sources_idle(start, [replace(plain, expected_speedup=(1.0, 1.2))], adaptive=True) == ""  # held back
+    drafted = replace(one, source="ngram-map", drafted=(DraftToken(66, b"B", None, None, False),))
+    assert free_sources_idle(start, [*plain, replace(drafted, probe=True)], adaptive=True) == note  # a probe
+    assert free_sources_idle(start, [*plain, drafted], adaptive=True) == ""  # it drafted
+    assert free_sources_idle(start, plain, adaptive=False) == ""
+    held = [replace(one, expected_speedup=(1.0, 1.2))] * SHORT_ANSWER_STEPS
+    assert free_sources_idle(start, held, adaptive=True) == ""  # held back
 
 
 def test_the_cli_says_when_the_adaptive_controller_kept_the_draft_model_from_drafting() -> None:
