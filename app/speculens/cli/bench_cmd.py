@@ -59,7 +59,17 @@ columns of the table:
   draft    share of the time spent drafting
   verify   share of the time in the target's decode calls
   ovh      share of the time outside llama.cpp's decode calls (Speculens' own)
-  same     output identical to plain decoding's"""
+  same     output identical to plain decoding's
+
+the overall summary (speedups measured per prompt in the same run):
+  geomean, worst, best  the speedup over plain decoding across the prompts
+  ovh max               the largest ovh of any prompt
+  tok/s ±               the median over prompts of the run-to-run spread of tokens/s (plain decoding's is the
+                        machine's own noise)
+  speedup ±             the same for each repetition's speedup over plain decoding's run in it: a stable
+                        controller's is no wider than plain decoding's tok/s ±
+  passes ±              the same for the target passes of each run, the controller's choices: a wide speedup ±
+                        over a narrow passes ± is the machine's speed moving under the same steps"""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -327,14 +337,8 @@ def format_table(results: BenchResults) -> str:
                 shown = " ".join(f"{a:.2f}" for a in m.acceptance_by_position[:8])
                 more = " …" if len(m.acceptance_by_position) > 8 else ""
                 lines.append(f"{'':<{w}}   acceptance by position: {shown}{more}")
-    lines.append(
-        "\noverall (speedup over plain decoding, measured per prompt in the same run; tok/s ± = median over "
-        "prompts of the run-to-run spread of tokens/s, plain decoding's being the machine's own noise; speedup ± = "
-        "the same for the speedup of each repetition over plain decoding's run in it: a stable controller's is "
-        "no wider than plain decoding's tok/s ±; passes ± = the same for the target passes of each run, the "
-        "controller's choices: a wide speedup ± over a narrow passes ± is the machine's speed moving under the "
-        "same steps)"
-    )
+    # Its legend is in --help, with the columns' (a tour read the same 90 words under every run).
+    lines.append("\noverall (speedup over plain decoding, measured per prompt in the same run; columns: --help)")
     lines.append(
         f"{'setting':<{w}} {'geomean':>7} {'worst':>6} {'best':>6} {'accept':>6} {'ovh max':>7} {'tok/s ±':>7} "
         f"{'speedup ±':>9} {'passes ±':>8} {'same':>4}"
