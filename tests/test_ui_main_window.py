@@ -408,6 +408,23 @@ def test_closing_during_generation_stops_cleanly_and_keeps_the_text(qtbot, tiny)
     assert saved and saved[0].partial is None  # the stopped answer was finished into the conversation
     assert saved[0].messages[-1]["role"] == "assistant"
     assert saved[0].messages[-1]["content"].startswith("word word")
+    assert saved[0].messages[-1]["note"] == "stopped: Speculens was closed during this answer"  # not a Stop
+
+
+def test_closing_during_a_regenerate_keeps_the_answer_it_was_replacing(qtbot, tiny) -> None:
+    """A tour quit four seconds into a Regenerate and found its whole 301-token answer gone for an 81-token fragment
+    marked "stopped"."""
+    factory = FakeFactory(Script(answer=["whole "] * 5))
+    window = make_window(qtbot, tiny, factory)
+    send(qtbot, window, "the model")
+    factory.last.script.answer = ["word "] * 100_000
+    factory.last.script.step_s = 0.001
+    window.chat.regenerate()
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    window.close()
+    (saved,) = saved_conversations()
+    assert saved.partial is None
+    assert saved.messages == [{"role": "user", "content": "the model"}, {"role": "assistant", "content": "whole " * 5}]
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise")

@@ -376,6 +376,7 @@ class ChatPane(QWidget):
         self.last_seed: int | None = None  # the seed the last finished answer sampled with
         self.kept_answer: list[Event] = []  # the events kept of the opened conversation's last answer
         self.finished_in = self.conversation  # the conversation of the last answer that finished (turn_finished)
+        self.closing = False  # the window is closing: a running answer stops because of it (see save_now)
         # What Edit last took out (the conversation, its message and answers), until something is sent or another
         # conversation opens: Esc puts it back (a tour's Ctrl+E lost an answer for good).
         self._taken: tuple[Conversation, list[dict[str, str]]] | None = None
@@ -660,7 +661,10 @@ class ChatPane(QWidget):
             self.new_chat()
 
     def save_now(self) -> None:
-        """Keep the streamed part of a running answer (the window is closing)."""
+        """Keep the streamed part of a running answer (the window is closing): the answer it ends with says it was
+        stopped by the quit, and a Regenerate cut short so gives the answer it was replacing back (a tour quit four
+        seconds into one and found its whole 301-token answer gone for an 81-token fragment marked "stopped")."""
+        self.closing = True
         turn = self.turn
         if turn is not None:
             turn.conversation.partial = turn.text
@@ -801,7 +805,8 @@ class ChatPane(QWidget):
 
     def _finish_turn(self, turn: _Turn, finish: FinishEvent) -> None:
         conversation = self.finished_in = turn.conversation
-        if finish.reason is FinishReason.CANCELLED and not finish.text:
+        quit_regenerating = self.closing and turn.replaced is not None  # see save_now
+        if finish.reason is FinishReason.CANCELLED and (not finish.text or quit_regenerating):
             self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
             self.turn_finished.emit(finish)
             self._say_for_conversation("Stopped before the answer began; your message is back in the box.")
@@ -810,6 +815,8 @@ class ChatPane(QWidget):
         answer = {"role": "assistant", "content": finish.text}
         if finish.reason in (FinishReason.CANCELLED, FinishReason.MAX_TOKENS, FinishReason.CONTEXT):
             answer["note"] = finish.reason.words  # an answer cut short says so in the transcript and exports
+        if finish.reason is FinishReason.CANCELLED and self.closing:
+            answer["note"] = "stopped: Speculens was closed during this answer"
         conversation.messages.append(answer)
         conversation.partial = None
         if not turn.discarded:
