@@ -1039,3 +1039,22 @@ def test_the_welcome_says_the_demo_pair_is_built_on_first_use_until_it_is(
         demo.demo_path(model).write_bytes(b"built")
     window.offer_first_start()
     assert "The demo pair: Qwen2.5-Coder 1.5B" in said[-1] and "built from" not in said[-1]
+
+
+def test_tab_leaves_the_message_box_and_passes_what_shows_no_focus(qtbot, tiny) -> None:
+    """A keyboard tour's Tab typed tab characters into the message box, and from the conversation list's Delete it
+    went on into scroll areas and charts that showed no focus, nine presses with nothing to see."""
+    import pyqtgraph as pg
+
+    from speculens.ui.screen import _Scroll
+
+    window = make_window(qtbot, tiny, FakeFactory(), load=False)
+    assert window.chat.input.tabChangesFocus()
+    chain, widget = [], window.chat.input.nextInFocusChain()
+    while widget is not window.chat.input and len(chain) < 500:
+        if widget.focusPolicy() & Qt.FocusPolicy.TabFocus:
+            chain.append(widget)
+        widget = widget.nextInFocusChain()
+    silent = [w for w in chain if isinstance(w, pg.GraphicsView | _Scroll)]  # a frame or a chart: no focus to see
+    assert silent == [], [type(w).__name__ for w in silent]
+    assert window.chat.send_button in chain and window.conversation_list.list in chain

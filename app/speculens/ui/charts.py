@@ -378,6 +378,8 @@ class ChartsPanel(QWidget):
         # Antialiased lines cost several times more to paint in software, and the engine wants every core.
         pg.setConfigOptions(antialias=False)
         self.graphics = _TimedGraphics(self)
+        # A click gives it the keys; Tab passes it by (a keyboard tour's Tab landed in it and seemed stuck).
+        self.graphics.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.graphics.setAccessibleName("Speculation charts")
         self.graphics.setBackground(None)  # follow the window palette (light or dark)
         layout = QVBoxLayout(self)

@@ -416,6 +416,9 @@ class ChatPane(QWidget):
         self.error.hide()
         self.trim_button.hide()
         self.input = MessageEdit(self)
+        # Tab leaves the box, as in a form, so the rest of the window is reachable without the mouse (a keyboard
+        # tour's Tab typed tab characters and stayed); pasted code keeps its tabs.
+        self.input.setTabChangesFocus(True)
         self.input.setAccessibleName("Message")
         self.input.setPlaceholderText("Message — Enter sends, Shift+Enter for a new line")
         # Four lines: on a 720-pixel screen the box took as much height as the transcript it answers (a walk's).

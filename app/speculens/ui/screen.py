@@ -44,6 +44,8 @@ class _Scroll(QScrollArea):
         off = Qt.ScrollBarPolicy.ScrollBarAlwaysOff
         (self.setVerticalScrollBarPolicy if sideways else self.setHorizontalScrollBarPolicy)(off)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
+        # Its contents take Tab; the frame itself showed no focus, and a keyboard tour's Tab seemed stuck on it.
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         widget.installEventFilter(self)
 
     def minimumSizeHint(self) -> QSize:

@@ -295,6 +295,7 @@ class TeachPanel(QWidget):
         self.explanation.setHtml(self._intro)
 
         self.curve_plot = pg.PlotWidget(self, title="Expected speedup by draft length", axisItems=solid_grid_axes())
+        self.curve_plot.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # Tab passes the chart by (see charts.py)
         self.curve_plot.setBackground(None)
         self.curve_plot.setLabel("bottom", "draft length k")
         self.curve_plot.getAxis("bottom").setTickSpacing(1, 1)  # k counts tokens (see update_curve)
