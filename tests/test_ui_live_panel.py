@@ -446,6 +446,11 @@ def test_html_export_keeps_colours_and_strikes(panel: LivePanel) -> None:
     page = panel.view.html_fragment()
     assert page.count("line-through") >= 2 + 1  # two rejected tokens and the legend
     assert 'class="bonus"' in page and "step 2" in page
+    # Escaped once, as an attribute: a tour's browser showed "&nbsp;Below" from a tooltip's rich text escaped twice.
+    spaced = e(" Below <b>", Origin.TARGET)
+    panel.view.append_steps([StepEvent(5, 0, (), (spaced,), " Below <b>", 0, 0, 0, stats(5, 9, 7, 4))])
+    page = panel.view.html_fragment()
+    assert "&amp;nbsp;" not in page and 'title="\xa0Below\xa0&lt;b&gt; — ' in page
 
 
 def test_split_utf8_character_is_shown_once_whole(qtbot) -> None:

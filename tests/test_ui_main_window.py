@@ -280,6 +280,13 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     with window.export_csv(tmp_path / "e.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps
+    # No figure where there is none yet (a tour charted "0% acceptance" before anything was drafted): empty, not 0.
+    assert rows[0]["tokens_per_second"] == ""
+    drafted_so_far = 0
+    for r in rows:
+        drafted_so_far += int(r["drafted"])
+        assert (r["acceptance"] == "") is (drafted_so_far == 0), r
+    assert events[0]["exact"] is False and "bit-exact" not in html  # fast mode; bit-exact said where loaded so
     # Which source drafted (a tour's): one of the answer's; which one, each step, is the adaptive controller's choice
     # from measured timings (prompt lookup drafted in some runs).
     sources = set(events[0]["strategy"].split("+"))
@@ -296,6 +303,15 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     assert "the model" in again and "token by token" in again
     window.new_chat()
     assert window.export_html(tmp_path / "nothing.html") is None  # nothing to export: said, not an empty file
+
+
+def test_an_export_of_a_bit_exact_answer_says_so(qtbot, tiny, tmp_path: Path) -> None:
+    """A tour's export, made with "(loaded, bit-exact)" in the toolbar, did not say which verification made it."""
+    window = make_window(qtbot, tiny, FakeFactory(), exact=True)
+    send(qtbot, window, "the model")
+    events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
+    assert events[0]["exact"] is True
+    assert "; bit-exact verification; exported " in window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")
 
 
 def test_an_export_dialog_opens_where_the_last_export_went_and_names_the_target(

@@ -74,8 +74,10 @@ def write_events_csv(events: Sequence[Event], path: Path) -> int:
                     f"{e.verify_ms:.3f}",
                     f"{e.overhead_ms:.3f}",
                     e.stats.n_generated,
-                    f"{e.stats.tokens_per_second:.3f}",
-                    f"{e.stats.acceptance:.4f}",
+                    # No figure where there is none yet (a tour charted "0% acceptance" from steps that drafted
+                    # nothing, and 0 tokens/s at the first token, which comes with the prompt): empty, not 0.
+                    f"{e.stats.tokens_per_second:.3f}" if e.stats.n_generated > 1 else "",
+                    f"{e.stats.acceptance:.4f}" if e.stats.n_drafted else "",
                 ]
             )
             rows += 1

@@ -734,6 +734,8 @@ class MainWindow(QMainWindow):
             "temperature": ran.temperature,
             "settings": dataclasses.asdict(ran),
             "system_prompt": s.system_prompt.strip() or None,  # it shapes every answer (a tour found it missing)
+            # The verification mode the models are loaded in (a tour's bit-exact export said nothing of it).
+            "exact": bool(self.models.loaded and self.models.loaded.info.exact),
             "exported": time.strftime("%Y-%m-%d %H:%M"),
         }
 
@@ -756,8 +758,9 @@ class MainWindow(QMainWindow):
             f"temperature {ran.temperature:g}, top-k {ran.top_k}, top-p {ran.top_p:g}, min-p {ran.min_p:g}"
             + (f", seed {start.seed}" if start is not None and start.sampled else "")
         )
+        exact = "; bit-exact verification" if f["exact"] else ""
         return (
-            f"Target {f['target'] or 'no target'}{draft}; strategy of {run}: {f['strategy']}; {sampling}; "
+            f"Target {f['target'] or 'no target'}{draft}; strategy of {run}: {f['strategy']}; {sampling}{exact}; "
             f"exported {f['exported']} by Speculens."
         )
 

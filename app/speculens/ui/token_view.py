@@ -451,7 +451,10 @@ class TokenView(QPlainTextEdit):
                 style += f" color: {foreground};"
             if strike:
                 style += " text-decoration: line-through;"
-            tip = html.escape(info.tooltip().replace("<br>", " · ").replace("<b>", "").replace("</b>", ""), quote=True)
+            # The tooltip is rich text: its tags go and its entities become characters before the attribute's own
+            # escaping (a tour's export read "&nbsp;Below" in a browser: escaped twice).
+            plain = html.unescape(info.tooltip().replace("<br>", " · ").replace("<b>", "").replace("</b>", ""))
+            tip = html.escape(plain, quote=True)
             text = html.escape(shown_text(info))
             spans.append(f'<span class="{info.kind.value}" style="{style}" title="{tip}">{text}</span>')
         legend = " ".join(
