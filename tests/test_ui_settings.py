@@ -512,3 +512,17 @@ def test_tab_leaves_the_system_prompt(qtbot, store: SettingsStore) -> None:
     qtbot.waitUntil(panel.system_prompt.hasFocus)
     qtbot.keyClick(panel.system_prompt, Qt.Key.Key_Tab)
     assert not panel.system_prompt.hasFocus() and panel.system_prompt.toPlainText() == ""
+
+
+def test_a_map_of_several_files_is_named_after_their_folder(qtbot, tiny, tmp_path: Path) -> None:
+    """A tour's map of four engine files was offered as "generate.npz", the first file's name, as if of one file."""
+    from speculens.ui.ngram_map_dialog import NgramMapDialog
+
+    dialog = NgramMapDialog(tiny.target)
+    qtbot.addWidget(dialog)
+    code = tmp_path / "engine"
+    code.mkdir()
+    dialog.add_paths([code / "generate.py"])
+    assert Path(dialog.output.text()).name == "generate.npz"  # one file: its name
+    dialog.add_paths([code / "session.py", code / "adaptive.py"])
+    assert Path(dialog.output.text()).name == "engine.npz"  # several: the folder they share

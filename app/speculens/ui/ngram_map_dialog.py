@@ -9,6 +9,7 @@ chunks of tokens, and nothing is written unless the whole map is (see
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -210,15 +211,21 @@ class NgramMapDialog(QDialog):
     # ---- the corpus ---------------------------------------------------------------------------------------
 
     def add_paths(self, items: list[Path]) -> None:
-        """Add files or folders to the corpus (each once); the map is named after the first, unless chosen."""
+        """Add files or folders to the corpus (each once); the map is named after it, unless chosen: one file or
+        folder by its name, several by the folder they share (a tour's four engine files made "generate.npz", as if
+        of one file)."""
         present = {str(p) for p in self.corpus_paths()}
         for item in items:
             if str(item) not in present:
                 self.corpus.addItem(str(item))
                 present.add(str(item))
-        if not self._output_chosen and self.corpus.count():
-            first = Path(self.corpus.item(0).text())
-            self.output.setText(str(paths.data_dir() / "ngram-maps" / f"{first.stem or 'map'}.npz"))
+        corpus = self.corpus_paths()
+        if not self._output_chosen and corpus:
+            try:
+                shared = Path(os.path.commonpath(corpus)) if len(corpus) > 1 else corpus[0].with_suffix("")
+            except ValueError:  # different drives (Windows)
+                shared = Path("map")
+            self.output.setText(str(paths.data_dir() / "ngram-maps" / f"{shared.name or 'map'}.npz"))
         self._update_buttons()
 
     def corpus_paths(self) -> list[Path]:
