@@ -306,6 +306,12 @@ def test_a_comparison_says_it_is_earlier_once_the_chat_moves_on(qtbot, tiny) -> 
     window.chat.compare_button.click()
     qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
     assert view.mark.isHidden() and "second" in view.prompt.text()
+    window.chat.edit_last()  # the compared message taken out to edit: an earlier comparison (a tour saw it as current)
+    assert "An earlier comparison" in view.mark.text() and not view.mark.isHidden()
+    window.chat.undo_edit()
+    window.chat.compare_button.click()
+    qtbot.waitUntil(lambda: view.comparison is not None and not view.running, timeout=10_000)
+    assert view.mark.isHidden()
     compared = window.chat.conversation
     window.new_chat()  # another conversation: the comparison is said to be of another (a tour took it for this one's)
     assert "A comparison of another conversation." in view.mark.text() and "earlier" not in view.mark.text()

@@ -555,6 +555,11 @@ class ChatPane(QWidget):
         self._update_buttons()  # Regenerate, Edit last and Copy answer had nothing left to act on (seen under Xvfb)
         self.status_changed.emit("Editing your last message: Send replaces it and its answer; Esc puts them back.")
 
+    @property
+    def editing(self) -> bool:
+        """Whether Edit last has taken this conversation's last message into the box (until it is sent or put back)."""
+        return self._taken is not None and self._taken[0] is self.conversation
+
     def undo_edit(self) -> bool:
         """Put back the message and answer Edit last took out, if nothing was sent since and the same conversation
         is open; the message box keeps what was typed unless it is still the message itself. Whether it did."""

@@ -595,7 +595,9 @@ class MainWindow(QMainWindow):
             self.statusBar().clearMessage()  # the last answer's word goes with it (a tour read it under New chat)
         self.live_panel.clear()
         self.teach_panel.clear()
-        self.compare_view.mark_outdated(conversation.id)
+        # Edit last opens the same conversation again, its last message taken out: a comparison of that message is
+        # an earlier one now (a tour's stayed on screen as if current).
+        self.compare_view.mark_outdated(conversation.id, conversation.id if self.chat.editing else None)
         self.conversation_list.show_current(conversation)
         self._show_kept_answer()
         # Now, not when the budget next allows a refresh: a click is no answer's stream, and a tour opened an
