@@ -476,6 +476,8 @@ def test_the_verdict_says_what_its_speedup_means(
     assert (f"{accepted} of {drafted} drafted tokens accepted" in said) == bool(drafted)
     # No headline speedup where nothing was drafted (a tour read a large bold "×1.21" of run-to-run variation).
     assert ("Speedup <b>" in said) == bool(drafted) and ("Speed ratio ×" in said) == (not drafted)
+    # Identical, with nothing drafted, proves nothing (a tour read the green mark as a proof of bit-exact mode).
+    assert ("nothing was verified in a batch, so this checks nothing" in said) == (not drafted)
     assert ("took more time" in said) == (seconds > 11.5)  # only beyond the noise
     # Sampled answers differ, and the verdict still says what the speedup means.
     sampled = Comparison(plain, replace(speculative, tokens=(1, 3)), greedy=False, exact=False, divergence=None)

@@ -95,7 +95,10 @@ def _verdict(c: Comparison) -> str:
     else:  # no speedup to headline: both decoded plainly (a tour read a large bold "×1.21" of pure noise)
         speed = f"Speed ratio ×{c.speedup:.2f} {rates}"
     if c.identical:  # (where they differ, what follows is long enough, and about the difference)
-        return f"{speed}: {_meaning(c)} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
+        # With nothing drafted there was no batch to verify, and so nothing the check could catch (a tour read the
+        # green mark under a bit-exact comparison that had drafted nothing as a proof).
+        tested = "" if c.speculative.stats.n_drafted else " (nothing was verified in a batch, so this checks nothing)"
+        return f"{speed}: {_meaning(c)} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>{tested}"
     n_spec, n_plain = c.speculative.stats.n_generated, c.plain.stats.n_generated
     if n_spec != n_plain:  # the rates are of two texts: say so, or ×0.98 reads as speculation's cost
         speed += f", rates of two different answers ({n_spec} and {n_plain} tokens)"
