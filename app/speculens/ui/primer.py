@@ -40,8 +40,9 @@ target.)</p>
 plain steps: drafting <i>k</i> tokens plus verifying <i>k</i> + 1 at once. On a GPU a verification of 8 costs little
 more than one step; on a CPU it costs several, so drafts must be right more often. Speculens measures these costs
 on your machine when it loads the models, learns α as it goes, and its <b>adaptive controller</b> picks the draft
-length of every step, or decodes plainly when no draft is expected to pay (drafting a little now and then all
-the same, a <i>probe</i>, to measure again).</p>
+length of every step, or decodes plainly when no draft is expected to pay (a draft model then drafts a little now
+and then all the same, a <i>probe</i>, to measure again; a draft-free source needs none, since its drafts are scored
+against the answer as it comes, at no cost).</p>
 <p><b>Where to see it here.</b></p>
 <ul>
 <li><b>Live tokens</b> colours each token: green, a draft the target accepted; red and struck through, one it
