@@ -626,7 +626,7 @@ def test_a_deleted_conversation_does_not_come_back_when_its_answer_ends(qtbot, t
     window.conversations.flush()
     assert [c.id for c in ConversationStore().conversations()] == [other.id]
     assert window.chat.conversation is other  # opened in its place, with its figures (the stopped answer's end
-    assert window.chat.figures.text().startswith("1 token")  # blanked them, in a review)
+    assert window.chat.figures.text().startswith("1\u00a0token")  # blanked them, in a review)
 
 
 def test_the_live_panel_forgets_the_old_answer_whichever_way_a_chat_is_opened(qtbot, tiny) -> None:

@@ -218,7 +218,8 @@ def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> 
         window.chat.regenerate()
     second_seed = window.chat.last_seed
     assert first_seed is not None and second_seed is not None and first_seed != second_seed
-    assert f"seed {first_seed}" in first_figures and f"seed {second_seed}" in window.chat.figures.text()
+    # A figure and its unit do not part at a line break: a no-break space (a tour's line ended "· seed", "42" below).
+    assert f"seed\u00a0{first_seed}" in first_figures and f"seed\u00a0{second_seed}" in window.chat.figures.text()
     # Shown means readable: the whole line fits the label, even in a narrow window (under Xvfb it was cut off).
     window.resize(1000, 800)
     qtbot.wait(50)
@@ -232,7 +233,7 @@ def test_regenerate_with_sampling_draws_a_new_seed_and_shows_it(qtbot, tiny) -> 
     window.store.update(temperature=0.0)
     window.new_chat()  # and back at once: the answer's events may still be being written
     window.chat.open_conversation(conversation)
-    assert window.chat.figures.text() == shown and f"seed {second_seed}" in shown
+    assert window.chat.figures.text() == shown and f"seed\u00a0{second_seed}" in shown
 
 
 def test_a_greedy_answer_shows_no_seed_whatever_the_temperature_later(qtbot, tiny) -> None:

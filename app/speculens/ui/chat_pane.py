@@ -210,8 +210,9 @@ def answer_figures(events: Sequence[Event]) -> str:
     s = finish.stats
     drafts = drafts_phrase(start.strategy if start is not None else "", step_events, s.n_drafted, s.n_accepted,
                            unread=draft_model_unread(start, step_events))  # fmt: skip
-    seed = f" · seed {start.seed}" if start is not None and start.sampled and start.seed is not None else ""
-    tokens = f"{s.n_generated} token{'s' if s.n_generated != 1 else ''}"
+    # No line break inside a figure and its unit (a tour's line ended "· seed" with "42" alone below it).
+    seed = f" · seed\u00a0{start.seed}" if start is not None and start.sampled and start.seed is not None else ""
+    tokens = f"{s.n_generated}\u00a0token{'s' if s.n_generated != 1 else ''}"
     stopped = "" if finish.reason in (FinishReason.EOG, FinishReason.STOP) else f" · {finish.reason.words}"
     threads = ""
     fewer = tally.fewer()
@@ -221,7 +222,7 @@ def answer_figures(events: Sequence[Event]) -> str:
             f" · {fewest} thread{'s' if fewest != 1 else ''} for {steps} of {tally.steps} steps "
             "(another program was busy)"
         )
-    rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
+    rate = f" · {s.tokens_per_second:.1f}\u00a0tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
     if rate and (slowed := finish.crowded_words):
         rate += f" ({slowed})"
     return f"{tokens}{rate} · {drafts}{seed}{threads}{stopped}"
