@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from speculens.engine.events import RunningStats, StepEvent
 
 REFRESH_MS = 33
+EXPORT_SCALE = 2.0  # pixels a point in an exported chart (see LiveCharts.grab_png)
 # The charts may take at most this share of a core: painting four plots in software costs 10-30 ms, and
 # while the GUI paints it takes a core from llama.cpp's threads, whose barriers then wait for it. Measured in
 # the window on 2 cores, both for llama.cpp, demo target: 20-22 tokens/s with a quarter of the GUI thread
@@ -600,9 +601,16 @@ class ChartsPanel(QWidget):
         self._next_refresh = now + max(REFRESH_MS / 1000, cost / self.budget)
 
     def grab_png(self, caption: str = "") -> QPixmap:
-        """The plots as an image (for export), under ``caption`` (see :func:`captioned`)."""
+        """The plots as an image (for export), under ``caption`` (see :func:`captioned`), at least
+        :data:`EXPORT_SCALE` pixels a point: a screen's 1264×228 was small for a report (a tour's)."""
         self.refresh()
-        return captioned(self.graphics.grab(), caption)
+        view = self.graphics
+        ratio = max(EXPORT_SCALE, view.devicePixelRatioF())
+        picture = QPixmap(view.size() * ratio)
+        picture.setDevicePixelRatio(ratio)
+        picture.fill(view.palette().color(view.backgroundRole()))
+        QWidget.render(view, picture)  # the widget's own render: QGraphicsView's paints a scene rect into a painter
+        return captioned(picture, caption)
 
 
 def captioned(picture: QPixmap, caption: str) -> QPixmap:
