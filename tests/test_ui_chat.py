@@ -765,7 +765,7 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
     factory = FakeFactory(Script(answer=["word "] * 6, threads=(2, 2, 1, 1, 1, 1)))
     window = fake_window(qtbot, tiny, factory)
     send(qtbot, window, "busy machine")
-    assert "1 thread for 4 of 6 steps (another program was busy)" in window.chat.figures.text()
+    assert "1\u00a0thread for 4\u00a0of\u00a06\u00a0steps (another program was busy)" in window.chat.figures.text()
     window.chat.new_chat()
     factory.last.script.threads = ()
     send(qtbot, window, "quiet machine")
@@ -781,7 +781,7 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
     factory.last.script.threads = (1, 1, 2, 1, 1, 1)
     factory.last.script.thread_trials = (False, False, True, False, False, False)
     send(qtbot, window, "busy all along")
-    assert "1 thread for 5 of 6 steps (another program was busy)" in window.chat.figures.text()
+    assert "1\u00a0thread for 5\u00a0of\u00a06\u00a0steps (another program was busy)" in window.chat.figures.text()
 
 
 def test_an_answer_slowed_by_other_programs_says_so_beside_its_speed(qtbot, tiny) -> None:

@@ -282,11 +282,11 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
         rows = list(csv.DictReader(f))
     assert len(rows) == finish.stats.n_steps
     # No figure where there is none yet (a tour charted "0% acceptance" before anything was drafted): empty, not 0.
-    assert rows[0]["tokens_per_second"] == ""
     drafted_so_far = 0
     for r in rows:
         drafted_so_far += int(r["drafted"])
         assert (r["acceptance"] == "") is (drafted_so_far == 0), r
+        assert (r["tokens_per_second"] == "") is (int(r["n_generated"]) <= 1), r  # the first token: the prompt's
     assert events[0]["exact"] is False and "bit-exact" not in html  # fast mode; bit-exact said where loaded so
     # Which source drafted (a tour's): one of the answer's; which one, each step, is the adaptive controller's choice
     # from measured timings (prompt lookup drafted in some runs).
@@ -315,6 +315,12 @@ def test_an_export_of_a_bit_exact_answer_says_so(qtbot, tiny, tmp_path: Path) ->
     events = json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))
     assert events[0]["exact"] is True
     assert "; bit-exact verification; exported " in window.export_html(tmp_path / "t.html").read_text(encoding="utf-8")
+    # The answer's mode, not the models' loaded since (a review's): reloaded in fast mode, the export is unchanged.
+    window.store.update(exact=False)
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.load_models()
+    assert not window.models.loaded.info.exact
+    assert json.loads(window.export_json(tmp_path / "e2.json").read_text(encoding="utf-8"))[0]["exact"] is True
 
 
 def test_an_export_dialog_opens_where_the_last_export_went_and_names_the_target(
@@ -434,16 +440,22 @@ def test_closing_during_a_regenerate_keeps_the_answer_it_was_replacing(qtbot, ti
     """A tour quit four seconds into a Regenerate and found its whole 301-token answer gone for an 81-token fragment
     marked "stopped"."""
     factory = FakeFactory(Script(answer=["whole "] * 5))
-    window = make_window(qtbot, tiny, factory)
+    window = make_window(qtbot, tiny, factory, max_tokens=4)
     send(qtbot, window, "the model")
+    answer = window.chat.conversation.messages[-1]
+    assert answer == {"role": "assistant", "content": "whole " * 4, "note": "cut off at the Max tokens limit"}
+    window.store.update(max_tokens=100_000)
     factory.last.script.answer = ["word "] * 100_000
     factory.last.script.step_s = 0.001
     window.chat.regenerate()
     qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    window.chat.save_now()  # what the quit saves first: the answer is back on disk before the worker stops (a review's)
+    window.conversations.flush()
+    assert saved_conversations()[0].messages[-1] == answer
     window.close()
     (saved,) = saved_conversations()
-    assert saved.partial is None
-    assert saved.messages == [{"role": "user", "content": "the model"}, {"role": "assistant", "content": "whole " * 5}]
+    assert saved.partial is None  # its note kept too (a review's)
+    assert saved.messages == [{"role": "user", "content": "the model"}, answer]
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise")
@@ -850,6 +862,7 @@ def test_the_keyboard_reaches_the_message_box_and_every_part(qtbot, tiny) -> Non
         ("Ctrl+1", "Conversations", window.conversation_list),
         ("Ctrl+3", "Compare", window.compare_view),
         ("Ctrl+4", "Teach", window.teach_panel),
+        ("Ctrl+5", "Charts", window.charts),  # its plots take focus by a click or this key only (a review's)
     ):
         assert f"<b>{key}</b></td><td>View ▸ Go to ▸ " in text
         qtbot.keyClick(QApplication.focusWidget(), key[-1], Qt.KeyboardModifier.ControlModifier)

@@ -255,10 +255,10 @@ def test_progress_says_why_a_run_overruns_its_budget(lab) -> None:  # type: igno
     assert "about 10 min left, past the 5 min budget" in lab.status.text()
     lab._on_worker_lab_progressed(LabProgress(3, 30, 60.0, 120.0, "Chat: Prompt lookup (round 1)"))
     assert "budget" not in lab.status.text()
-    # Before a run has ended the time left is plain decoding's fastest step over every token: a floor (a tour's
-    # read 13 s, then 34 s once a run had ended).
+    # Before a run has ended the time left is plain decoding's fastest step over every token: a first guess (a
+    # tour's read 13 s, then 34 s once a run had ended).
     lab._on_worker_lab_progressed(LabProgress(0, 30, 5.0, 13.0, "Chat: Plain decoding (round 1)"))
-    assert lab.status.text().endswith("at least 13 s left")
+    assert lab.status.text().endswith("roughly 13 s left (a first guess)")
     lab._request = None
 
 

@@ -526,3 +526,7 @@ def test_a_map_of_several_files_is_named_after_their_folder(qtbot, tiny, tmp_pat
     assert Path(dialog.output.text()).name == "generate.npz"  # one file: its name
     dialog.add_paths([code / "session.py", code / "adaptive.py"])
     assert Path(dialog.output.text()).name == "engine.npz"  # several: the folder they share
+    dialog.corpus.clear()
+    (tmp_path / "v1.2").mkdir()
+    dialog.add_paths([tmp_path / "v1.2"])  # a folder keeps its whole name (a review's)
+    assert Path(dialog.output.text()).name == "v1.2.npz"

@@ -772,11 +772,14 @@ class LabProgress:
 
     @property
     def eta_words(self) -> str:
-        """The time left in words: "about 3 min left", or before a run has ended "at least 13 s left", since that
-        figure is plain decoding's fastest step over every token (a tour's read 13 s, then 34 s after a run)."""
+        """The time left in words: "about 3 min left", or before a run has ended "roughly 13 s left (a first
+        guess)", since that figure is plain decoding's fastest step over every token, and prompts, loads and shorter
+        answers move it either way (a tour's read 13 s, then 34 s after a run)."""
         if not self.eta_s:
             return ""
-        return f"{'about' if self.done else 'at least'} {duration(self.eta_s)} left"
+        if not self.done:
+            return f"roughly {duration(self.eta_s)} left (a first guess)"
+        return f"about {duration(self.eta_s)} left"
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,11 @@ def resolve_checked(spec: str) -> Path:
     return path
 
 
+def folder_missing(folder: Path) -> str:
+    """Why a file cannot be written into ``folder``, which is not a folder: it does not exist, or it is a file."""
+    return f"{folder} is a file, not a folder" if folder.exists() else f"the folder {folder} does not exist"
+
+
 def read_prompt(args: argparse.Namespace) -> str | None:
     """The prompt of ``PROMPT`` or ``-f FILE`` (``None``: neither), less one trailing newline, as llama.cpp's ``-f``
     drops it (common/arg.cpp), so one file gives both tools the same prompt.

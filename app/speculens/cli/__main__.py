@@ -54,8 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader of stdout went away (`generate … | head -2`): stop quietly, as a Unix tool killed by SIGPIPE
         # does (status 141), instead of a traceback (a tour's); stdout goes to devnull so the final flush is quiet.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, AttributeError, ValueError):  # no stdout file to point elsewhere
+            pass
         return 141
 
 

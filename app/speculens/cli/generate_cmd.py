@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import IO
@@ -24,6 +23,7 @@ from speculens import paths
 from speculens.atomic import write_bytes_atomic
 from speculens.cli import (
     as_message,
+    folder_missing,
     in_words,
     interrupt_sets,
     interruptible_load,
@@ -324,7 +324,9 @@ def consume(
     return finish, start, threads, sources, steps
 
 
-def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive: bool) -> str:
+def draft_model_idle(
+    start: StartEvent | None, steps: list[StepEvent], adaptive: bool, load_said: bool = False
+) -> str:
     """A line saying that the adaptive controller kept a loaded draft model from drafting in this answer (beyond
     probes that re-measure its cost), with the best rate over plain decoding it expected of it: a tour ran
     ``-s draft``, read "strategy draft" and 64 passes for 64 tokens, and could not tell a decision had been made.
@@ -334,9 +336,10 @@ def draft_model_idle(start: StartEvent | None, steps: list[StepEvent], adaptive:
     rate = draft_model_sat_out(start.strategy, steps) if adaptive and start is not None else None
     if rate is None:
         return ""
-    if start is not None and start.draft_idle:
+    if load_said and start is not None and start.draft_idle:
         # The load's note gave its figure, with 99% of the drafts accepted; this answer's, with the acceptance it
-        # measured, read as a second "at best" that contradicted it (a tour's ×0.89 and ×0.12).
+        # measured, read as a second "at best" that contradicted it (a tour's ×0.89 and ×0.12). Only where that
+        # note was printed (``load_said``): the answer's verdict is its own (another --n-draft, a later --chat turn).
         return "note: the draft model sat out this answer, as the note after loading said it would"
     return (
         f"note: the adaptive controller kept the draft model from drafting (×{rate:.2f} of plain decoding at best "
@@ -368,15 +371,17 @@ def _say_figures(
     consumed: tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]], list[StepEvent]],
     adaptive: bool,
     in_chat: bool = False,
+    load_said: bool = False,
 ) -> None:
-    """An answer's closing figures on stderr, and why a loaded draft model sat out."""
+    """An answer's closing figures on stderr, and why a loaded draft model sat out (``load_said``: the load's note
+    said it cannot pay on this machine)."""
     finish, start, threads, sources, steps = consumed
     if sys.stderr.isatty():  # at a terminal, a blank line between the answer and its figures (a tour's ran together)
         print(file=sys.stderr)
     print(summary(finish.stats, start, finish.reason, threads, sources, in_chat, finish.crowded_words), file=sys.stderr)
     if not steps:  # stopped before the answer began: no answer the draft model sat out
         return
-    if idle := draft_model_idle(start, steps, adaptive):
+    if idle := draft_model_idle(start, steps, adaptive, load_said):
         print(idle, file=sys.stderr)
     if idle := free_sources_idle(start, steps, adaptive):
         print(idle, file=sys.stderr)
@@ -565,7 +570,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: the prompt is empty: give some text to answer", file=sys.stderr)
         return 2
     if args.events is not None and not args.events.parent.is_dir():  # not a traceback after the load (a tour's)
-        print(f"error: --events: the folder {args.events.parent} does not exist", file=sys.stderr)
+        print(f"error: --events: {folder_missing(args.events.parent)}", file=sys.stderr)
         return 2
     try:
         config = generation_config(args)
@@ -586,27 +591,28 @@ def run(args: argparse.Namespace) -> int:
             if config.strategy not in (Strategy.AUTO, Strategy.NGRAM_MAP):
                 print(f"note: --ngram-map is drafted from by the auto and ngram-map strategies, not {config.strategy}",
                       file=sys.stderr)  # fmt: skip
-        models = model_config(args)
-        if models.draft is not None and not config.strategy.uses_draft_model:
-            # Seconds of loading and a gigabyte for nothing (a tour's -s none -d qwen-0.5b loaded both).
+        if args.draft and not config.strategy.uses_draft_model:
+            # Seconds of loading and a gigabyte for nothing (a tour's -s none -d qwen-0.5b loaded both); nor is its
+            # file checked (a damaged one stopped a run that did not use it, in a review).
             unused = f"--strategy {config.strategy} does not use a draft model"
             print(f"note: {unused}: --draft is not loaded", file=sys.stderr)
-            models = replace(models, draft=None)
+            args = argparse.Namespace(**{**vars(args), "draft": None})
+        models = model_config(args)
         loading = f"{models.target.name}" + (f" and {models.draft.name}" if models.draft else "")
         progress(f"loading {loading}…")  # seconds of silence otherwise (a terminal only; a log gets the line below)
         t0 = time.perf_counter()
         with interruptible_load():
             engine = SpeculativeEngine(models)
         progress(f"loaded {loading} in {time.perf_counter() - t0:.1f} s", True)
-        idle = engine.draft_idle if config.strategy.uses_draft_model else None
-        if idle:  # with --no-adaptive too, as the app's load message says (a tour's run said nothing of it)
+        load_idle = engine.draft_idle if config.strategy.uses_draft_model else None
+        if load_idle:  # with --no-adaptive too, as the app's load message says (a tour's run said nothing of it)
             fate = (
                 "so it stays idle"
                 if config.adaptive
                 else "and --no-adaptive has it draft every step all the same (each draft ending where its top "
                 f"probability falls below --p-min {config.p_min:g})"
             )
-            print(f"note: {idle}, {fate}", file=sys.stderr)
+            print(f"note: {load_idle}, {fate}", file=sys.stderr)
         if config.strategy is Strategy.AUTO and (problem := engine.map_problem(config.ngram_map)):
             print(f"note: {problem}; the automatic strategy goes on without it", file=sys.stderr)
     except SpeculensError as exc:
@@ -634,7 +640,7 @@ def run(args: argparse.Namespace) -> int:
                     consumed = consume(events, sys.stdout, args.color, log, models)
                 if not consumed[0].text.endswith("\n"):
                     sys.stdout.write("\n")
-                _say_figures(consumed, config.adaptive)
+                _say_figures(consumed, config.adaptive, load_said=bool(load_idle))
                 if cancel.is_set():
                     print("interrupted", file=sys.stderr)
                     return 130
@@ -665,7 +671,7 @@ def run(args: argparse.Namespace) -> int:
                 if not consumed[0].text.endswith("\n"):
                     sys.stdout.write("\n")
                 sys.stdout.flush()
-                _say_figures(consumed, config.adaptive, in_chat=True)
+                _say_figures(consumed, config.adaptive, in_chat=True, load_said=bool(load_idle))
                 if cancel.is_set():
                     if not interactive:
                         print("interrupted", file=sys.stderr)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from speculens.cli import in_words, int_between, progress, resolve
+from speculens.cli import folder_missing, in_words, int_between, progress, resolve
 from speculens.engine.drafters.ngram_map import MIN_COUNT_RANGE, NGRAM_MAX_RANGE, build_map, corpus_files
 from speculens.engine.drafters.ngram_table import NgramTable
 from speculens.errors import SpeculensError
@@ -64,7 +64,7 @@ def run_info(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace) -> int:
     """Tokenize the corpus with the model's tokenizer and write the map."""
     if not args.output.parent.is_dir():  # a typo in -o made folders anywhere (a tour's /nonexistent at the root)
-        print(f"error: -o: the folder {args.output.parent} does not exist", file=sys.stderr)
+        print(f"error: -o: {folder_missing(args.output.parent)}", file=sys.stderr)
         return 2
     try:
         files = corpus_files(args.corpus)

@@ -185,6 +185,8 @@ class StartEvent:
         draft_idle: the adaptive controller keeps a loaded draft model idle in this answer: it could not beat plain
             decoding on this machine even with nearly every draft accepted (a tour read "Drafting from prompt
             lookup, the n-gram cache and the draft model" beside a toolbar saying "draft idle: cannot pay here").
+        exact: the target verified in bit-exact mode (``None``: not known, an answer kept before it was); the
+            exports say it from here, not from the models loaded when they are made (a review's).
     """
 
     n_prompt: int
@@ -197,6 +199,7 @@ class StartEvent:
     draft_behind: int = 0
     settings: RunSettings | None = None
     draft_idle: bool = False
+    exact: bool | None = None
 
     @property
     def uses_draft_model(self) -> bool:

@@ -260,7 +260,8 @@ class _Loop:
         flash, sampled = target.flash_attn_in_use, not sampling.greedy
         idle = model is not None and controller is not None and not controller.could_pay()
         yield StartEvent(
-            len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread, config.described(), idle
+            len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread, config.described(), idle,
+            self.exact,
         )
 
         # Other programs' use of the CPUs while the answer decodes (the prompt's evaluation left out, as from its rate).

@@ -320,6 +320,8 @@ class HubClient:
             if offline is not None
             else (_is_true(os.environ.get("HF_HUB_OFFLINE")) or constants.is_offline_mode())
         )
+        # What turned it on, as the offline error says it: the caller's choice (the CLI's --offline), or the variable.
+        self._offline_by = "--offline" if offline else "HF_HUB_OFFLINE"
         self.library = library
         self.retries = retries
         self.token_hint = token_hint
@@ -382,8 +384,8 @@ class HubClient:
     def _offline_error(self, what: str) -> HubError:
         return HubError(
             HubErrorKind.OFFLINE,
-            f"{what}: offline mode is on (--offline or HF_HUB_OFFLINE), so the hub is not contacted. The models "
-            "already in the library still work.",
+            f"{what}: offline mode is on ({self._offline_by}), so the hub is not contacted. The models already in "
+            "the library still work.",
         )
 
     @staticmethod

@@ -219,7 +219,7 @@ def answer_figures(events: Sequence[Event]) -> str:
     if fewer is not None:  # the engine took threads back while another program kept a core busy
         fewest, steps = fewer
         threads = (
-            f" · {fewest} thread{'s' if fewest != 1 else ''} for {steps} of {tally.steps} steps "
+            f" · {fewest}\u00a0thread{'s' if fewest != 1 else ''} for {steps}\u00a0of\u00a0{tally.steps}\u00a0steps "
             "(another program was busy)"
         )
     rate = f" · {s.tokens_per_second:.1f}\u00a0tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
@@ -286,7 +286,10 @@ class _Turn:
         self.seed: int | None = None
         self.request_id: int | None = None
         self.discarded = False  # its conversation was deleted: nothing of it is saved
-        self.replaced: str | None = None  # the answer Regenerate took out, put back if this turn fails
+        # The answer Regenerate took out (the whole message, its note included), put back if this turn fails or
+        # the app quits during it; ``None`` once put back.
+        self.replaced: dict[str, str] | None = None
+        self.restored = False  # put back by a quit (see ChatPane.save_now): the turn's end changes nothing more
         self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
         self.paused = False  # step mode holds it after a step
@@ -318,7 +321,8 @@ class _Turn:
         if chunk:
             self.text += chunk
             self.pane._stream(self, chunk)
-            if not self.discarded and time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
+            # Not once a quit has put a replaced answer back: this partial text is no longer the conversation's.
+            if not self.discarded and not self.restored and time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
                 self._last_save = time.monotonic()
                 self.conversation.partial = self.text
                 self.pane.store.save(self.conversation)
@@ -521,7 +525,7 @@ class ChatPane(QWidget):
         messages = self.conversation.messages
         if self.busy or self.router.running or not messages:
             return
-        replaced = messages.pop()["content"] if messages[-1]["role"] == "assistant" else None
+        replaced = messages.pop() if messages[-1]["role"] == "assistant" else None
         if not messages or messages[-1]["role"] != "user":
             return
         self._start_turn(messages.pop()["content"])
@@ -675,9 +679,15 @@ class ChatPane(QWidget):
         seconds into one and found its whole 301-token answer gone for an 81-token fragment marked "stopped")."""
         self.closing = True
         turn = self.turn
-        if turn is not None:
+        if turn is None:
+            return
+        if turn.replaced is not None:  # saved back now: a worker that does not stop in time, or a kill, keeps it too
+            turn.conversation.messages.append(turn.replaced)
+            turn.conversation.partial = None
+            turn.replaced, turn.restored = None, True
+        elif not turn.restored:
             turn.conversation.partial = turn.text
-            self.store.save(turn.conversation)
+        self.store.save(turn.conversation)
 
     def trim_and_resend(self) -> None:
         """Leave the oldest exchanges out of what the model reads and send the last message again (the conversation
@@ -814,8 +824,11 @@ class ChatPane(QWidget):
 
     def _finish_turn(self, turn: _Turn, finish: FinishEvent) -> None:
         conversation = self.finished_in = turn.conversation
-        quit_regenerating = self.closing and turn.replaced is not None  # see save_now
-        if finish.reason is FinishReason.CANCELLED and (not finish.text or quit_regenerating):
+        if turn.restored:  # a Regenerate the quit stopped: its replaced answer is back already (see save_now)
+            self._end_turn(turn)
+            self.turn_finished.emit(finish)
+            return
+        if finish.reason is FinishReason.CANCELLED and not finish.text:
             self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
             self.turn_finished.emit(finish)
             self._say_for_conversation("Stopped before the answer began; your message is back in the box.")
@@ -863,8 +876,11 @@ class ChatPane(QWidget):
         """Take a turn that produced nothing back out: the conversation is as it was, the message back in the
         box (nothing the user typed is lost)."""
         conversation = turn.conversation
+        if turn.restored:  # the quit put the replaced answer back already (see save_now)
+            self._end_turn(turn)
+            return
         if turn.replaced is not None:  # a failed Regenerate keeps the answer it was to replace
-            conversation.messages.append({"role": "assistant", "content": turn.replaced})
+            conversation.messages.append(turn.replaced)
         elif conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:
             conversation.messages.pop()
         if not conversation.messages and not conversation.renamed:  # the next message names it, not this one
@@ -883,6 +899,9 @@ class ChatPane(QWidget):
 
     def _fail_turn(self, turn: _Turn, record: Record) -> None:
         conversation = turn.conversation
+        if turn.restored:  # the quit put the replaced answer back already (see save_now)
+            self._end_turn(turn)
+            return
         if turn.text and turn.replaced is None:  # it failed midway: what it said is kept, the error shown
             conversation.messages.append({"role": "assistant", "content": turn.text, "note": "stopped by an error"})
             conversation.partial = None

@@ -97,8 +97,9 @@ def _verdict(c: Comparison) -> str:
     if c.identical:  # (where they differ, what follows is long enough, and about the difference)
         # With nothing drafted there was no batch to verify, and so nothing the check could catch (a tour read the
         # green mark under a bit-exact comparison that had drafted nothing as a proof).
-        tested = "" if c.speculative.stats.n_drafted else " (nothing was verified in a batch, so this checks nothing)"
-        return f"{speed}: {_meaning(c)} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>{tested}"
+        if not c.speculative.stats.n_drafted:  # no green tick for a check that could not fail (a review's)
+            return f"{speed}: {_meaning(c)} · identical outputs, as they must be: nothing was verified in a batch"
+        return f"{speed}: {_meaning(c)} · <span style='color:#2ea043'><b>✓ identical outputs</b></span>"
     n_spec, n_plain = c.speculative.stats.n_generated, c.plain.stats.n_generated
     if n_spec != n_plain:  # the rates are of two texts: say so, or ×0.98 reads as speculation's cost
         speed += f", rates of two different answers ({n_spec} and {n_plain} tokens)"
@@ -164,6 +165,7 @@ class CompareView(QWidget):
         self._verdict_of: Comparison | None = None  # the comparison whose verdict the verdict label shows
         self.conversation: str | None = None  # the id of the conversation compared (see describe)
         self._shown: str | None = None  # the id of the conversation the chat shows (see mark_outdated)
+        self._editing = False  # Edit last has taken that conversation's last message out (see mark_outdated)
         # Short: its line with Stop set the dock's narrowest width, 309 pixels (the window's could not go below 1141).
         self.with_history = QCheckBox("Whole conversation", self)
         self.with_history.setAccessibleName("Compare with the earlier conversation")
@@ -353,7 +355,7 @@ class CompareView(QWidget):
                 scroll.ensureWidgetVisible(self.exact_button, 0, 4)
             scroll.ensureWidgetVisible(self.verdict, 0, 4)
 
-    def mark_outdated(self, shown: str | None, moved_on: str | None = None) -> None:
+    def mark_outdated(self, shown: str | None, moved_on: str | None = None, editing: bool = False) -> None:
         """Say that the comparison shown is of an earlier message (a tour read an old verdict, made in another
         mode, under a conversation that had moved on), or of another conversation than ``shown``, the id of the one
         the chat now shows (a tour took it for this one's); opening the compared conversation again takes that back.
@@ -361,8 +363,11 @@ class CompareView(QWidget):
         Args:
             shown: the conversation the chat shows.
             moved_on: the conversation that has just had a new answer (the comparison's own: it is earlier now).
+            editing: Edit last has taken the shown conversation's last message out (a tour saw its comparison stay as
+                if current); until it is sent or put back (Esc), which takes the mark back.
         """
         self._shown = shown
+        self._editing = editing
         if moved_on is not None and moved_on == self.conversation and self.comparison is not None:
             self._outdated = True
         if not self.running:  # a comparison still running is marked when it ends (see on_records)
@@ -377,7 +382,7 @@ class CompareView(QWidget):
         why = ""
         if self.conversation is not None and self._shown is not None and self._shown != self.conversation:
             why = "A comparison of another conversation."
-        elif self._outdated:
+        elif self._outdated or (self._editing and self._shown == self.conversation):
             why = "An earlier comparison: the chat has moved on since."
         self.mark.setText(f"<b>{why}</b> Press <b>Compare</b> (Ctrl+Shift+C) for the last message of this one.")
         self.mark.setVisible(bool(why))

@@ -315,7 +315,8 @@ class MainWindow(QMainWindow):
         self._add(go, "&Live tokens", lambda: self.go_to("Live", self.live_panel), "Ctrl+2")
         self._add(go, "C&ompare", lambda: self.go_to("Compare", self.compare_view), "Ctrl+3")
         self._add(go, "&Teach", lambda: self.go_to("Teach", self.teach_panel), "Ctrl+4")
-        self._add(go, "C&harts", lambda: self.go_to("Charts", self.charts), "Ctrl+5")
+        # The plots themselves: they take focus by a click or this key only (Tab passes them).
+        self._add(go, "C&harts", lambda: self.go_to("Charts", self.charts.graphics), "Ctrl+5")
         view_menu.addSeparator()
         self._add(view_menu, "&Reset layout", self._on_reset_layout_triggered)
 
@@ -597,7 +598,7 @@ class MainWindow(QMainWindow):
         self.teach_panel.clear()
         # Edit last opens the same conversation again, its last message taken out: a comparison of that message is
         # an earlier one now (a tour's stayed on screen as if current).
-        self.compare_view.mark_outdated(conversation.id, conversation.id if self.chat.editing else None)
+        self.compare_view.mark_outdated(conversation.id, editing=self.chat.editing)
         self.conversation_list.show_current(conversation)
         self._show_kept_answer()
         # Now, not when the budget next allows a refresh: a click is no answer's stream, and a tour opened an
@@ -736,8 +737,10 @@ class MainWindow(QMainWindow):
             "temperature": ran.temperature,
             "settings": dataclasses.asdict(ran),
             "system_prompt": s.system_prompt.strip() or None,  # it shapes every answer (a tour found it missing)
-            # The verification mode the models are loaded in (a tour's bit-exact export said nothing of it).
-            "exact": bool(self.models.loaded and self.models.loaded.info.exact),
+            # The answer's verification mode (a tour's bit-exact export said nothing of it); the loaded models' where
+            # the answer did not keep it.
+            "exact": start.exact if start is not None and start.exact is not None else bool(
+                self.models.loaded and self.models.loaded.info.exact),
             "exported": time.strftime("%Y-%m-%d %H:%M"),
         }
 

@@ -221,11 +221,17 @@ class NgramMapDialog(QDialog):
                 present.add(str(item))
         corpus = self.corpus_paths()
         if not self._output_chosen and corpus:
+            one = corpus[0]
             try:
-                shared = Path(os.path.commonpath(corpus)) if len(corpus) > 1 else corpus[0].with_suffix("")
+                shared = Path(os.path.commonpath(corpus)) if len(corpus) > 1 else one
             except ValueError:  # different drives (Windows)
                 shared = Path("map")
-            self.output.setText(str(paths.data_dir() / "ngram-maps" / f"{shared.name or 'map'}.npz"))
+            # A folder keeps its whole name ("v1.2"), a file drops its suffix; files with nothing nearer in common
+            # than the home folder or the root are a "map" (not "alice.npz").
+            name = shared.stem if shared == one and not one.is_dir() else shared.name
+            if len(corpus) > 1 and shared in (Path.home(), Path(shared.anchor)):
+                name = "map"
+            self.output.setText(str(paths.data_dir() / "ngram-maps" / f"{name or 'map'}.npz"))
         self._update_buttons()
 
     def corpus_paths(self) -> list[Path]:
