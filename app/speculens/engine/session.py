@@ -50,7 +50,7 @@ from speculens.engine.drafters.prompt_lookup import PromptLookupDrafter
 from speculens.engine.events import Divergence, Event, FinishEvent, FinishReason
 from speculens.engine.generate import generate
 from speculens.engine.protocol import EngineInfo, Messages
-from speculens.engine.threads import CpuWindow, ThreadGovernor, crowded
+from speculens.engine.threads import CpuWindow, ThreadGovernor, crowded, crowding
 from speculens.engine.vocab import VocabMismatchError, vocab_mismatch
 from speculens.errors import InvalidInputError
 
@@ -305,8 +305,7 @@ class SpeculativeEngine:
         loading.report(f"Timing {self.draft.path.name} on this machine")
         window = CpuWindow()
         calibrate_draft(self.draft, self.costs)  # every load: saved costs are checked against this machine now
-        share = window.others_share()
-        self._draft_timed_busy = share if crowded(share, self.draft.n_threads) else None
+        self._draft_timed_busy = crowding(window.others_share(), self.draft.n_threads)
 
     def _flash_path(self) -> Path | None:
         c = self.config
@@ -420,8 +419,7 @@ class SpeculativeEngine:
         if todo:
             for n_call, seconds in _fastest_single(_time_calls(target, todo, repeats)):
                 costs.verify.observe(n_call, seconds)
-        share = window.others_share()
-        self._target_timed_busy = share if crowded(share, target.n_threads) else None
+        self._target_timed_busy = crowding(window.others_share(), target.n_threads)
 
     def new_costs(self) -> CostModel:
         """An empty cost model for this target (verification split as the engine verifies)."""

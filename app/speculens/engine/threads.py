@@ -79,6 +79,11 @@ def crowded(share: float | None, threads: int, cpus: int | None = None) -> bool:
     return share * cpus > max(0, cpus - threads) + BUSY_CORES
 
 
+def crowding(share: float | None, threads: int) -> float | None:
+    """``share`` where it crowded llama.cpp's ``threads`` (:func:`crowded`), else ``None``."""
+    return share if crowded(share, threads) else None
+
+
 def _cpus() -> int:
     """The machine's CPUs, over which :class:`CpuWindow` gives its shares."""
     return psutil.cpu_count() or 1

@@ -876,9 +876,6 @@ class ChatPane(QWidget):
         """Take a turn that produced nothing back out: the conversation is as it was, the message back in the
         box (nothing the user typed is lost)."""
         conversation = turn.conversation
-        if turn.restored:  # the quit put the replaced answer back already (see save_now)
-            self._end_turn(turn)
-            return
         if turn.replaced is not None:  # a failed Regenerate keeps the answer it was to replace
             conversation.messages.append(turn.replaced)
         elif conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:

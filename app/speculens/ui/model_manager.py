@@ -749,10 +749,10 @@ class ModelManagerWindow(QMainWindow):
         loaded = self.models.loaded
         picked = (self.target_combo.currentData(), self.draft_combo.currentData())
         info = loaded.info if loaded is not None else None
+        style = ""
         if self.models.loading:  # the loaded pair's verdict would be of the models being replaced
             said = "Speed on this machine: measured when the load under way ends."
-            return f"<p>{html.escape(said)}</p>"
-        if (
+        elif (
             loaded is None
             or info is None
             or (loaded.settings.target_path, loaded.settings.draft_path) != picked
@@ -764,8 +764,7 @@ class ModelManagerWindow(QMainWindow):
                 "(Automatic, the default, or Draft model) times it against the target here; the Pair lab measures it "
                 "on your kind of text."
             )
-            return f"<p>{html.escape(said)}</p>"
-        if info.draft_idle:
+        elif info.draft_idle:
             fate = (
                 "It stays idle; prompt lookup and the n-gram cache still draft where the text repeats itself"
                 if self.models.store.settings.adaptive
@@ -775,12 +774,13 @@ class ModelManagerWindow(QMainWindow):
                 f"⚠ Speed on this machine (measured at load): {info.draft_idle}. {fate}. The Pair lab compares drafts "
                 "and strategies on your kind of text."
             )
-            return f"<p style='color:#d29922'>{html.escape(said)}</p>"
-        said = (
-            "✓ Speed on this machine (measured at load): the draft model can pay here; the adaptive controller drafts "
-            "with it where its drafts are likely right."
-        )
-        return f"<p>{html.escape(said)}</p>"
+            style = " style='color:#d29922'"
+        else:
+            said = (
+                "✓ Speed on this machine (measured at load): the draft model can pay here; the adaptive controller "
+                "drafts with it where its drafts are likely right."
+            )
+        return f"<p{style}>{html.escape(said)}</p>"
 
     def _on_use_pair_clicked(self) -> None:
         draft = self.draft_combo.currentData() or ""
