@@ -15,7 +15,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QLabel, QToolBar
 
 from fake_engine import FakeFactory, Script
-from gui_support import ARTIFACTS, make_window, pair_line, send
+from gui_support import ARTIFACTS, make_window, pair_line, send, wait_idle
 from speculens import paths
 from speculens.settings import load_settings
 from speculens.ui.conversations import ConversationStore
@@ -456,6 +456,36 @@ def test_closing_during_a_regenerate_keeps_the_answer_it_was_replacing(qtbot, ti
     (saved,) = saved_conversations()
     assert saved.partial is None  # its note kept too (a review's)
     assert saved.messages == [{"role": "user", "content": "the model"}, answer]
+
+
+def test_a_crash_during_a_regenerate_leaves_the_answer_it_was_replacing(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quit gave the replaced answer back, but the autosave of a running Regenerate wrote its fragment alone: a
+    crash or a kill then lost the whole answer it was replacing."""
+    import speculens.ui.chat_pane as chat_pane
+
+    factory = FakeFactory(Script(answer=["whole "] * 3))
+    window = make_window(qtbot, tiny, factory)
+    send(qtbot, window, "the model")
+    answer = window.chat.conversation.messages[-1]
+    monkeypatch.setattr(chat_pane, "AUTOSAVE_INTERVAL_S", 0.05)
+    factory.last.script.answer = ["word "] * 100_000
+    factory.last.script.step_s = 0.002
+    saves: list[int] = []
+    save = window.conversations.save
+    monkeypatch.setattr(window.conversations, "save", lambda c, touched=True: (saves.append(1), save(c, touched)))
+    window.chat.regenerate()
+    qtbot.waitUntil(lambda: len(saves) >= 2 and len(window.chat.turn.text) > 20, timeout=10_000)  # autosaved twice
+    window.conversations.flush()
+    path = window.chat.conversation.file(window.conversations.folder)
+    crashed = path.read_bytes()  # what a crash now would leave
+    window.stop()
+    wait_idle(qtbot, window)
+    window.conversations.flush()
+    path.write_bytes(crashed)
+    (saved,) = saved_conversations()
+    assert saved.partial is None and saved.messages == [{"role": "user", "content": "the model"}, answer]
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise")

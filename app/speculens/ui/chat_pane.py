@@ -286,14 +286,22 @@ class _Turn:
         self.seed: int | None = None
         self.request_id: int | None = None
         self.discarded = False  # its conversation was deleted: nothing of it is saved
-        # The answer Regenerate took out (the whole message, its note included), put back if this turn fails or
-        # the app quits during it; ``None`` once put back.
-        self.replaced: dict[str, str] | None = None
         self.restored = False  # put back by a quit (see ChatPane.save_now): the turn's end changes nothing more
         self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
         self.paused = False  # step mode holds it after a step
         self.events: list[Event] = []  # kept with the conversation, so the answer is shown again when it is opened
+
+    @property
+    def replaced(self) -> dict[str, str] | None:
+        """The answer Regenerate took out (the whole message, its note included), put back if this turn fails or
+        the app quits during it; ``None`` once put back. Kept as the conversation's :attr:`Conversation.replacing`,
+        so that every save meanwhile writes it, not the new answer's part."""
+        return self.conversation.replacing
+
+    @replaced.setter
+    def replaced(self, answer: dict[str, str] | None) -> None:
+        self.conversation.replacing = answer
 
     def on_records(self, records: Sequence[Record]) -> None:
         chunk = ""
@@ -321,7 +329,8 @@ class _Turn:
         if chunk:
             self.text += chunk
             self.pane._stream(self, chunk)
-            # Not once a quit has put a replaced answer back: this partial text is no longer the conversation's.
+            # Not once a quit has put a replaced answer back: this partial text is no longer the conversation's. During
+            # a Regenerate the file keeps the answer it replaces instead (Conversation.replacing).
             if not self.discarded and not self.restored and time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
                 self._last_save = time.monotonic()
                 self.conversation.partial = self.text
@@ -834,6 +843,7 @@ class ChatPane(QWidget):
             self._say_for_conversation("Stopped before the answer began; your message is back in the box.")
             return
         # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
+        turn.replaced = None  # the new answer takes its place, on disk too
         answer = {"role": "assistant", "content": finish.text}
         if finish.reason in (FinishReason.CANCELLED, FinishReason.MAX_TOKENS, FinishReason.CONTEXT):
             answer["note"] = finish.reason.words  # an answer cut short says so in the transcript and exports
@@ -876,8 +886,9 @@ class ChatPane(QWidget):
         """Take a turn that produced nothing back out: the conversation is as it was, the message back in the
         box (nothing the user typed is lost)."""
         conversation = turn.conversation
-        if turn.replaced is not None:  # a failed Regenerate keeps the answer it was to replace
-            conversation.messages.append(turn.replaced)
+        replaced, turn.replaced = turn.replaced, None
+        if replaced is not None:  # a failed Regenerate keeps the answer it was to replace
+            conversation.messages.append(replaced)
         elif conversation.messages and conversation.messages[-1] == {"role": "user", "content": turn.user_text}:
             conversation.messages.pop()
         if not conversation.messages and not conversation.renamed:  # the next message names it, not this one
@@ -888,10 +899,10 @@ class ChatPane(QWidget):
             self.store.save(conversation, touched=False)
         self._end_turn(turn)
         if conversation is self.conversation:
-            if turn.replaced is None and not self.input.toPlainText().strip():
+            if replaced is None and not self.input.toPlainText().strip():
                 self.input.setPlainText(turn.user_text)
             self._render()
-        elif turn.replaced is None and not self._unsent.get(conversation.id, "").strip():
+        elif replaced is None and not self._unsent.get(conversation.id, "").strip():
             self._unsent[conversation.id] = turn.user_text  # in its box when that conversation is opened again
 
     def _fail_turn(self, turn: _Turn, record: Record) -> None:

@@ -47,6 +47,9 @@ class Conversation:
         pair: the models it was held with, for the record.
         partial: an answer that was still streaming when the file was written (``None`` when complete).
         renamed: the user chose the title.
+        replacing: the answer a running Regenerate took out (``None`` otherwise). Until the new one ends, the file
+            keeps it in its place and no partial answer: a crash or a kill meanwhile leaves the conversation as it
+            was, as a quit does (a tour's quit found a whole answer gone for a fragment; a kill still lost it).
     """
 
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
@@ -57,6 +60,7 @@ class Conversation:
     pair: str = ""
     partial: str | None = None
     renamed: bool = False
+    replacing: dict[str, str] | None = None
 
     def file(self, folder: Path) -> Path:
         """The file it is saved to in ``folder``."""
@@ -80,8 +84,9 @@ class Conversation:
             "created": self.created,
             "updated": self.updated,
             "pair": self.pair,
-            "messages": self.messages,
-            "partial": self.partial,
+            # Copies: the document is written on another thread while the chat goes on.
+            "messages": [dict(m) for m in [*self.messages, *([self.replacing] if self.replacing else [])]],
+            "partial": self.partial if self.replacing is None else None,
             "renamed": self.renamed,
         }
 
@@ -162,9 +167,7 @@ class ConversationStore:
         if touched:
             conversation.updated = time.time()
         self._by_id[conversation.id] = conversation
-        snapshot = conversation.to_dict()
-        snapshot["messages"] = [dict(m) for m in conversation.messages]
-        self._executor.submit(self._write, conversation.file(self.folder), snapshot)
+        self._executor.submit(self._write, conversation.file(self.folder), conversation.to_dict())
         self._changed()
 
     def rename(self, conversation: Conversation, title: str) -> None:
