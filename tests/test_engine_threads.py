@@ -3,6 +3,8 @@ when they stop, and nothing tried on a quiet machine."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from speculens.engine.threads import ThreadGovernor
@@ -209,7 +211,7 @@ def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, caps
     # Every layer on a GPU: the CPUs' other users do not hold its kernels back (a review's).
     from speculens.engine.backend import LlamaBackend
     from speculens.engine.config import GenerationConfig, ModelConfig
-    from speculens.engine.events import FinishEvent
+    from speculens.engine.events import FinishEvent, StepEvent
     from speculens.engine.session import SpeculativeEngine
 
     share[0] = 0.9
@@ -219,3 +221,14 @@ def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, caps
             events = engine.generate("the model", GenerationConfig(max_tokens=4))
             (finish,) = [e for e in events if isinstance(e, FinishEvent)]
             assert finish.others_share == 0.9 and finish.crowded is not offloaded
+        # Held between its steps (Teach's step mode waits for the user there): what other programs did meanwhile did
+        # not slow it, and it is not said to have been slowed.
+        monkeypatch.setattr(LlamaBackend, "offloads_all", property(lambda self: False))
+        for hold, told in ((0.0, True), (1.5, False)):
+            finish = None
+            for event in engine.generate("the model", GenerationConfig(max_tokens=4)):
+                if isinstance(event, StepEvent) and event.step == 1:
+                    time.sleep(hold)
+                elif isinstance(event, FinishEvent):
+                    finish = event
+            assert finish is not None and (finish.others_share == 0.9) is told and finish.crowded is told

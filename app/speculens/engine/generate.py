@@ -39,6 +39,12 @@ from speculens.engine.threads import CpuWindow, ThreadGovernor, crowded
 from speculens.engine.verify import Verdict, verify_greedy, verify_rejection, verify_sample_compare
 from speculens.errors import InvalidInputError
 
+# How long a consumer may hold an answer between its steps, in all (Teach's step mode waits for the user there), before
+# the share of the CPUs other programs took while it decoded is no longer told (see generate): beyond this many seconds
+# and this share of the decoding's own time, the share would be as much the pauses' as the answer's.
+HELD_WITHOUT_SHARE_S = 1.0
+HELD_SHARE = 0.25
+
 
 class _Stats:
     """Mutable running totals; frozen into :class:`RunningStats` for each event."""
@@ -265,7 +271,7 @@ class _Loop:
         )
 
         # Other programs' use of the CPUs while the answer decodes (the prompt's evaluation left out, as from its rate).
-        window = CpuWindow()
+        window, opened = CpuWindow(), time.perf_counter()
         history = list(prompt)
         answer: list[int] = []
         text = TextAssembler(config.stop)
@@ -418,7 +424,10 @@ class _Loop:
             if model is not None:
                 model.end(history)
         text.flush()
-        share = window.others_share()
+        # Teach's step mode holds the answer between steps, for as long as the user reads: what other programs did
+        # meanwhile did not slow it. An answer held for long between its steps is given no share at all.
+        held = time.perf_counter() - opened - stats.elapsed_s
+        share = window.others_share() if held <= max(HELD_WITHOUT_SHARE_S, HELD_SHARE * stats.elapsed_s) else None
         threads = self.threads.full if self.threads is not None else target.n_threads
         # With every layer on a GPU, the CPUs' other users do not hold llama.cpp's kernels back (the governor and the
         # flash-attention timing leave a GPU alone too): the share is kept, not taken for a slowed answer.
