@@ -281,8 +281,9 @@ class FinishEvent:
         text: the whole answer.
         tokens: the answer's token ids (without an end-of-generation token).
         stats: final totals.
-        others_share: the share of the CPUs other programs used while it decoded (``None``: unknown, or too short
-            to tell; see :class:`~speculens.engine.threads.CpuWindow`).
+        others_share: the share of the CPUs other programs used while it decoded (``None``: unknown, too short to
+            tell (see :class:`~speculens.engine.threads.CpuWindow`), or held at its steps for long by its consumer,
+            as Teach's step mode holds it, so that the share would be of the pauses as much as of the answer).
         crowded: they took time llama.cpp's threads needed (:func:`~speculens.engine.threads.crowded`), so its
             speed is below what this machine can do: a tour's answer read 7.0 tokens/s where the same message ran
             at 25 a minute later, with no word of why.

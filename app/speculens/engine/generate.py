@@ -39,11 +39,12 @@ from speculens.engine.threads import CpuWindow, ThreadGovernor, crowded
 from speculens.engine.verify import Verdict, verify_greedy, verify_rejection, verify_sample_compare
 from speculens.errors import InvalidInputError
 
-# How long a consumer may hold an answer between its steps, in all (Teach's step mode waits for the user there), before
-# the share of the CPUs other programs took while it decoded is no longer told (see generate): beyond this many seconds
-# and this share of the decoding's own time, the share would be as much the pauses' as the answer's.
-HELD_WITHOUT_SHARE_S = 1.0
+# The most a consumer may hold an answer at its steps (Teach's step mode waits for the user there), as a share of the
+# decoding's own time, before the share of the CPUs other programs took meanwhile is no longer told (see generate):
+# beyond it the share would be the pauses' as much as the answer's. A slack of HELD_SLACK_S seconds covers consumers
+# that take a few milliseconds a step.
 HELD_SHARE = 0.25
+HELD_SLACK_S = 0.05
 
 
 class _Stats:
@@ -271,7 +272,8 @@ class _Loop:
         )
 
         # Other programs' use of the CPUs while the answer decodes (the prompt's evaluation left out, as from its rate).
-        window, opened = CpuWindow(), time.perf_counter()
+        window = CpuWindow()
+        held = 0.0  # seconds the consumer held the generator at its steps
         history = list(prompt)
         answer: list[int] = []
         text = TextAssembler(config.stop)
@@ -399,7 +401,7 @@ class _Loop:
                     tokens_decoded,
                     verify_calls,
                 )
-            yield StepEvent(
+            event = StepEvent(
                 step=stats.n_steps,
                 n_draft_max=plan.n_draft if plan is not None else (n_max if self.free or model else 0),
                 drafted=drafted,
@@ -417,17 +419,20 @@ class _Loop:
                 threads=target.n_threads,
                 thread_trial=thread_trial,
             )
+            suspended = time.perf_counter()
+            yield event
+            held += time.perf_counter() - suspended
 
+        # Read before the sources' end, which may write a file. Teach's step mode holds the answer at its steps for as
+        # long as the user reads: what other programs did meanwhile did not slow it, so an answer held for long is given
+        # no share at all.
+        share = window.others_share() if held <= HELD_SHARE * stats.elapsed_s + HELD_SLACK_S else None
         if begun:
             for drafter in self.free:
                 drafter.end(history)
             if model is not None:
                 model.end(history)
         text.flush()
-        # Teach's step mode holds the answer between steps, for as long as the user reads: what other programs did
-        # meanwhile did not slow it. An answer held for long between its steps is given no share at all.
-        held = time.perf_counter() - opened - stats.elapsed_s
-        share = window.others_share() if held <= max(HELD_WITHOUT_SHARE_S, HELD_SHARE * stats.elapsed_s) else None
         threads = self.threads.full if self.threads is not None else target.n_threads
         # With every layer on a GPU, the CPUs' other users do not hold llama.cpp's kernels back (the governor and the
         # flash-attention timing leave a GPU alone too): the share is kept, not taken for a slowed answer.

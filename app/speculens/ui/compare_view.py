@@ -79,7 +79,7 @@ def verdict_html(c: Comparison) -> str:
     after a warning where other programs kept the CPUs busy during it."""
     if c.busy is None:
         return _verdict(c)
-    plain, speculative = (f"{s:.0%}" if s is not None else "not measured (too short)" for s in c.others_share)
+    plain, speculative = (f"{s:.0%}" if s is not None else "not measured" for s in c.others_share)
     return (
         f"<span style='color:#d29922'><b>⚠ Other programs used the CPUs during this comparison</b></span> "
         f"({plain} of the CPUs during plain decoding, {speculative} during speculation): they can slow one half more "
