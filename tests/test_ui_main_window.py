@@ -19,6 +19,7 @@ from gui_support import ARTIFACTS, make_window, pair_line, send, wait_idle
 from speculens import paths
 from speculens.settings import load_settings
 from speculens.ui.conversations import ConversationStore
+from speculens.ui.main_window import MainWindow
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")]
 
@@ -458,11 +459,11 @@ def test_closing_during_a_regenerate_keeps_the_answer_it_was_replacing(qtbot, ti
     assert saved.messages == [{"role": "user", "content": "the model"}, answer]
 
 
-def test_a_crash_during_a_regenerate_leaves_the_answer_it_was_replacing(
+def regenerating(
     qtbot, tiny, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A quit gave the replaced answer back, but the autosave of a running Regenerate wrote its fragment alone: a
-    crash or a kill then lost the whole answer it was replacing."""
+) -> tuple[MainWindow, dict[str, str], list[int], float]:
+    """A window whose conversation's answer is being regenerated (a long answer, autosaved every 50 ms), the answer
+    it replaces, a list that grows at each save of a conversation, and the conversation's date before."""
     import speculens.ui.chat_pane as chat_pane
 
     factory = FakeFactory(Script(answer=["whole "] * 3))
@@ -470,22 +471,89 @@ def test_a_crash_during_a_regenerate_leaves_the_answer_it_was_replacing(
     send(qtbot, window, "the model")
     answer = window.chat.conversation.messages[-1]
     monkeypatch.setattr(chat_pane, "AUTOSAVE_INTERVAL_S", 0.05)
+    window.store.update(max_tokens=100_000)
     factory.last.script.answer = ["word "] * 100_000
     factory.last.script.step_s = 0.002
     saves: list[int] = []
     save = window.conversations.save
     monkeypatch.setattr(window.conversations, "save", lambda c, touched=True: (saves.append(1), save(c, touched)))
+    updated = window.chat.conversation.updated
+    time.sleep(0.01)  # a save now would give it another date
     window.chat.regenerate()
-    qtbot.waitUntil(lambda: len(saves) >= 2 and len(window.chat.turn.text) > 20, timeout=10_000)  # autosaved twice
+    return window, answer, saves, updated
+
+
+def test_a_crash_during_a_regenerate_leaves_the_answer_it_was_replacing(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quit gave the replaced answer back, but the autosave of a running Regenerate wrote its fragment alone: a
+    crash or a kill then lost the whole answer it was replacing."""
+    window, answer, saves, updated = regenerating(qtbot, tiny, monkeypatch)
+    turn = window.chat.turn
+    assert turn is not None
+    qtbot.waitUntil(lambda: len(saves) >= 2 and len(turn.text) > 20, timeout=10_000)  # autosaved twice
     window.conversations.flush()
     path = window.chat.conversation.file(window.conversations.folder)
     crashed = path.read_bytes()  # what a crash now would leave
-    window.stop()
+    window.stop()  # the user's Stop: the new answer, cut short, takes the old one's place
     wait_idle(qtbot, window)
     window.conversations.flush()
+    (stopped,) = saved_conversations()
+    assert stopped.messages[0] == {"role": "user", "content": "the model"} and len(stopped.messages) == 2
+    assert stopped.messages[1]["content"].startswith("word word") and stopped.messages[1]["note"] == "stopped"
     path.write_bytes(crashed)
     (saved,) = saved_conversations()
     assert saved.partial is None and saved.messages == [{"role": "user", "content": "the model"}, answer]
+    assert saved.updated == updated  # its date too: a crash moved nothing in the list
+
+
+def test_a_regenerate_stopped_by_opening_another_conversation_keeps_the_answer_it_was_replacing(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review's: a click on another conversation (or New chat, or a reload) stopped a Regenerate 20 tokens in, and the
+    whole answer it was replacing was gone for the fragment."""
+    window, answer, _saves, _updated = regenerating(qtbot, tiny, monkeypatch)
+    regenerated = window.chat.conversation
+    turn = window.chat.turn
+    assert turn is not None
+    qtbot.waitUntil(lambda: len(turn.text) > 20, timeout=10_000)
+    window.chat.new_chat()
+    wait_idle(qtbot, window)
+    assert regenerated.messages == [{"role": "user", "content": "the model"}, answer]
+    window.conversations.flush()
+    assert [c.messages for c in saved_conversations()] == [regenerated.messages]
+
+
+def test_quitting_just_after_a_regenerate_finished_keeps_the_new_answer(qtbot, tiny) -> None:
+    """A review's: a quit whose window had not yet heard of a finished Regenerate (its last records still waiting for
+    the next drain) took the new answer for a stopped one and put back the answer it had replaced."""
+    from speculens.ui.worker import RecordKind
+
+    factory = FakeFactory(Script(answer=["old "] * 3))
+    window = make_window(qtbot, tiny, factory)
+    send(qtbot, window, "the model")
+    factory.last.script.answer = ["new "] * 3
+    window.chat.regenerate()
+    deadline = time.monotonic() + 10
+    while not any(r.kind is RecordKind.FINISHED for r in list(window.worker._records)):  # no event loop: not drained
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    window.close()
+    (saved,) = saved_conversations()
+    assert saved.messages[-1]["content"] == "new new new " and "note" not in saved.messages[-1]
+
+
+def test_quitting_after_deleting_a_conversation_mid_answer_does_not_bring_it_back(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review's: the quit's save wrote a conversation deleted while its answer was still stopping back to disk."""
+    window, _answer, _saves, _updated = regenerating(qtbot, tiny, monkeypatch)
+    deleted = window.chat.conversation
+    window.conversations.delete(deleted)
+    window.chat.discard(deleted)
+    window.chat.save_now()  # the quit's, before the cancel has come back
+    window.conversations.flush()
+    assert saved_conversations() == []
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise")

@@ -287,6 +287,10 @@ class _Turn:
         self.request_id: int | None = None
         self.discarded = False  # its conversation was deleted: nothing of it is saved
         self.restored = False  # put back by a quit (see ChatPane.save_now): the turn's end changes nothing more
+        # Stopped by the app, not by the user's Stop: another conversation opened, the models reloading. A Regenerate so
+        # stopped gives back the answer it was replacing, as a quit does (a review's: a click on another conversation
+        # swapped a 300-token answer for a 20-token fragment).
+        self.by_app = False
         self.updated = conversation.updated  # its date before this turn, back if the turn is withdrawn
         self._last_save = time.monotonic()
         self.paused = False  # step mode holds it after a step
@@ -334,7 +338,8 @@ class _Turn:
             if not self.discarded and not self.restored and time.monotonic() - self._last_save >= AUTOSAVE_INTERVAL_S:
                 self._last_save = time.monotonic()
                 self.conversation.partial = self.text
-                self.pane.store.save(self.conversation)
+                # A Regenerate's file is the conversation as it was (Conversation.replacing), its date included.
+                self.pane.store.save(self.conversation, touched=self.replaced is None)
 
 
 class ChatPane(QWidget):
@@ -523,8 +528,11 @@ class ChatPane(QWidget):
         self.input.clear()
         self._start_turn(text)
 
-    def stop(self) -> None:
-        """Cancel the running turn (it stops within one speculation step)."""
+    def stop(self, by_user: bool = True) -> None:
+        """Cancel the running turn (it stops within one speculation step); ``by_user``: at the user's Stop (Esc), not
+        because the app needs it stopped (a Regenerate stopped so keeps what it wrote, see _Turn.by_app)."""
+        if self.turn is not None and not by_user:
+            self.turn.by_app = True
         if self.turn is not None and self.turn.request_id is not None:
             self.router.cancel(self.turn.request_id)
             self.status_changed.emit("Stopping…")
@@ -645,7 +653,7 @@ class ChatPane(QWidget):
         partial answer saved by a killed app is kept as the last answer."""
         running = self.turn.conversation if self.turn is not None else None
         if running is not None and running is not conversation:
-            self.stop()
+            self.stop(by_user=False)
         if conversation.partial and running is not conversation:
             # Killed or crashed (a quit keeps the answer whole): "the app closed" read wrong after a kill (a tour's).
             note = "interrupted: the app stopped during this answer"
@@ -688,7 +696,7 @@ class ChatPane(QWidget):
         seconds into one and found its whole 301-token answer gone for an 81-token fragment marked "stopped")."""
         self.closing = True
         turn = self.turn
-        if turn is None:
+        if turn is None or turn.discarded:  # a deleted conversation is not written back (a review's)
             return
         if turn.replaced is not None:  # saved back now: a worker that does not stop in time, or a kill, keeps it too
             turn.conversation.messages.append(turn.replaced)
@@ -841,6 +849,11 @@ class ChatPane(QWidget):
             self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
             self.turn_finished.emit(finish)
             self._say_for_conversation("Stopped before the answer began; your message is back in the box.")
+            return
+        if finish.reason is FinishReason.CANCELLED and turn.by_app and turn.replaced is not None:
+            self._withdraw_turn(turn)  # a Regenerate the app stopped: the answer it was replacing is back
+            self.turn_finished.emit(finish)
+            self._say_for_conversation("The Regenerate was stopped; the answer it was replacing is back.")
             return
         # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
         turn.replaced = None  # the new answer takes its place, on disk too

@@ -10,7 +10,6 @@ app loses at most a second of text.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import re
@@ -60,7 +59,7 @@ class Conversation:
     pair: str = ""
     partial: str | None = None
     renamed: bool = False
-    replacing: dict[str, str] | None = None
+    replacing: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
     def file(self, folder: Path) -> Path:
         """The file it is saved to in ``folder``."""
@@ -241,8 +240,3 @@ class ConversationStore:
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
-
-
-def copy_of(conversation: Conversation) -> Conversation:
-    """An independent copy (its message list can change without touching the original)."""
-    return dataclasses.replace(conversation, messages=[dict(m) for m in conversation.messages])

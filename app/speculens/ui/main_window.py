@@ -358,7 +358,7 @@ class MainWindow(QMainWindow):
         self.chat.turn_finished.connect(
             lambda _finish: self.compare_view.mark_outdated(self.chat.conversation.id, self.chat.finished_in.id)
         )
-        self.models.replacing.connect(self.stop)
+        self.models.replacing.connect(self._on_models_replacing)
         # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
         # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
         self.chat.conversation_opened.connect(self._on_conversation_opened)
@@ -388,6 +388,12 @@ class MainWindow(QMainWindow):
         if self.router.running:
             self.router.cancel()
             self.statusBar().showMessage("Stopping…")
+
+    def _on_models_replacing(self) -> None:
+        """A load replaces the models: whatever runs stops, a chat answer as stopped by the app (a Regenerate gives
+        back the answer it was replacing)."""
+        self.chat.stop(by_user=False)
+        self.stop()
 
     def escape(self) -> None:
         """Esc: stop what runs, or, with nothing running, cancel Edit last (its message and answer come back). Not
@@ -669,11 +675,13 @@ class MainWindow(QMainWindow):
         # reorders itself as answers come can land on another chat (a tour lost an answer at 20 tokens that way).
         running = self.chat.turn.conversation if self.chat.turn is not None else None
         if running is not None and running is not conversation:
+            regenerating = self.chat.turn is not None and self.chat.turn.replaced is not None
+            kept = "the answer it is regenerating is kept" if regenerating else "what it has written is kept"
             answer = QMessageBox.question(
                 self,
                 "Stop the answer?",
-                f"An answer is still being written in “{running.title}”.\n\nStop it (what it has written is kept) "
-                f"and open “{conversation.title}”?",
+                f"An answer is still being written in “{running.title}”.\n\nStop it ({kept}) and open "
+                f"“{conversation.title}”?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
                 QMessageBox.StandardButton.No,
             )
@@ -1045,6 +1053,9 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self.router.cancel()
+        # What the worker sent before the cancel first: an answer that had just finished is kept as finished, not
+        # saved as stopped (a Regenerate's would be taken back for the answer it replaced; a review's).
+        self.router.drain()
         self.chat.save_now()
         if not self.worker.close(timeout=60.0):
             log.error("the engine worker did not stop within 60 s")
