@@ -550,3 +550,12 @@ def test_the_lab_unloads_the_chat_s_models_only_where_memory_would_not_hold_both
     said = lab.memory_note.text()
     assert not lab.memory_note.isHidden() and "unloaded to leave the Pair lab room" in said and "GB" in said
     assert "load again with your next message" in main.statusBar().currentMessage()
+
+
+def test_tab_passes_the_lab_s_charts_by(lab) -> None:  # type: ignore[no-untyped-def]
+    """A keyboard tour's Tab landed in the lab's plots, which show no focus (the main window's charts pass it by)."""
+    import pyqtgraph as pg
+
+    start = lab.centralWidget()
+    takers = [w for w in start.findChildren(pg.GraphicsView) if w.focusPolicy() & Qt.FocusPolicy.TabFocus]
+    assert takers == [] and lab.speedup_plot.accessibleName().startswith("Speedup over plain")

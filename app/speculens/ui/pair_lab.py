@@ -363,6 +363,8 @@ class PairLabWindow(QMainWindow):
         self.sweep_plot.setLabel("left", "speedup ×")
         self.sweep_plot.addLegend(offset=(-10, 10))
         for plot in (self.speedup_plot, self.sweep_plot):
+            plot.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # Tab passes them by, as the main window's charts
+            plot.setAccessibleName(plot.getPlotItem().titleLabel.text)
             charts.add(plot)
         right.addWidget(charts, 2)
         splitter.addWidget(setup)
