@@ -410,6 +410,40 @@ def test_remove_from_library_asks_first_and_leaves_the_user_s_file(
         assert not manager.library_table.selectedIndexes()  # a second click removes nothing
 
 
+def test_removing_the_chosen_draft_says_so_frees_it_and_leaves_the_pair_without_it(
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
+) -> None:
+    """A tour removed the chosen draft (then the target): nothing said they were in use, and the window went on naming
+    them until a load failed on a file not found."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    copy = tmp_path / "mine.gguf"
+    shutil.copy(tiny.identical, copy)
+    manager.library.add(copy)
+    manager.refresh_library()
+    qtbot.waitUntil(lambda: any(e.path == copy for e in manager.entries), timeout=10_000)
+    models = manager.models
+    with qtbot.waitSignal(models.worker.models_loaded, timeout=30_000):
+        models.set_pair(str(tiny.target), str(copy))
+    qtbot.waitUntil(lambda: models.store.loaded is not None, timeout=10_000)
+    manager.library_table.selectRow(next(i for i, e in enumerate(manager.entries) if e.path == copy))
+    asked: list[str] = []
+
+    def reply() -> None:
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox)
+        asked.append(box.informativeText())
+        next(b for b in box.buttons() if b.text() == "Remove").click()
+
+    QTimer.singleShot(0, reply)
+    manager._on_remove_clicked()
+    assert asked and asked[0].startswith("It is the chosen draft") and "the loaded models are freed" in asked[0]
+    qtbot.waitUntil(lambda: all(e.path != copy for e in manager.entries), timeout=10_000)
+    settings = models.store.settings
+    assert settings.draft_path == "" and settings.target_path == str(tiny.target) and models.store.loaded is None
+
+
 def test_copies_of_one_file_are_told_apart_by_their_folder(
     qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
 ) -> None:

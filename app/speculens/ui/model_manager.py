@@ -451,24 +451,36 @@ class ModelManagerWindow(QMainWindow):
             )
             return
         ours = entry.path.resolve().is_relative_to(paths.models_dir().resolve())
+        # The chosen target or draft: said first, and the pair given up with it (a tour removed both, and the window
+        # went on naming them until a load failed on a file not found).
+        store = self.models.store
+        role = {store.settings.target_path: "target", store.settings.draft_path: "draft"}.get(str(entry.path))
+        loaded = store.loaded
+        in_memory = loaded is not None and str(entry.path) in (loaded.target_path, loaded.draft_path)
+        freed = ", and the loaded models are freed" if in_memory else ""
+        in_use = {
+            "target": f"It is the chosen target: the pair is left without one{freed}.\n\n",
+            "draft": "It is the chosen draft: the pair goes on without a draft model (prompt lookup and the n-gram "
+            f"cache still draft){freed}.\n\n",
+        }.get(role or "", "")
         box = QMessageBox(QMessageBox.Icon.Question, "Remove from library", f"Remove {entry.name} from the library?",
                           parent=self)  # fmt: skip
         delete = keep = None
         if entry.source.demo_key:
             box.setInformativeText(
-                f"Its file ({format_bytes(entry.size)}) is deleted; the demo model stays listed as not built, and "
-                "Use as target or Use as draft builds it again from its installed packages."
+                in_use + f"Its file ({format_bytes(entry.size)}) is deleted; the demo model stays listed as not built, "
+                "and Use as target or Use as draft builds it again from its installed packages."
             )
             delete = box.addButton("Remove and delete the file", QMessageBox.ButtonRole.DestructiveRole)
         elif ours:
             box.setInformativeText(
-                f"Its file ({format_bytes(entry.size)}) is in the Speculens models folder: delete it to free the "
-                "space, or keep it (Import file… adds it back)."
+                in_use + f"Its file ({format_bytes(entry.size)}) is in the Speculens models folder: delete it to free "
+                "the space, or keep it (Import file… adds it back)."
             )
             delete = box.addButton("Remove and delete the file", QMessageBox.ButtonRole.DestructiveRole)
             keep = box.addButton("Remove, keep the file", QMessageBox.ButtonRole.AcceptRole)
         else:
-            box.setInformativeText(f"The file stays where it is ({entry.path}); Import file… adds it back.")
+            box.setInformativeText(in_use + f"The file stays where it is ({entry.path}); Import file… adds it back.")
             keep = box.addButton("Remove", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -479,11 +491,21 @@ class ModelManagerWindow(QMainWindow):
         erase = clicked is delete
         news = f"{entry.name} removed" + (" and its file deleted." if erase else ".")
         self.library_table.clearSelection()
-        self.tasks.run(
-            lambda: self.library.remove(entry.id, delete_file=erase),
-            lambda _r: self.refresh_library(news),
-            self._show_error,
-        )
+
+        def remove(_why: str = "") -> None:
+            self.tasks.run(
+                lambda: self.library.remove(entry.id, delete_file=erase),
+                lambda _r: self.refresh_library(news),
+                self._show_error,
+            )
+
+        if role:
+            store.update(**{f"{role}_path": ""})
+        if in_memory:  # freed first: a file loaded by llama.cpp cannot be deleted on Windows
+            self.models.worker.models_unloaded.connect(remove, Qt.ConnectionType.SingleShotConnection)
+            self.models.unload()
+        else:
+            remove()
 
     def _on_use_target_clicked(self) -> None:
         self._pick_in_pair_tab(self._selected_entry(), self.target_combo)
