@@ -460,6 +460,19 @@ def test_copies_of_one_file_are_told_apart_by_their_folder(
     twins = [label for label in labels if " — in " in label]
     assert len(twins) == 2 and len(set(twins)) == 2
     assert any(display_path(copy.parent) in label for label in twins)
+    # And in the suggested drafts: two copies of a smaller draft (a tour's five identical lines).
+    from speculens.models.synthetic import TinyModelSpec, write_tiny_model
+
+    for where in "ab":
+        (tmp_path / where).mkdir()
+        manager.library.add(write_tiny_model(tmp_path / where / "small.gguf", TinyModelSpec(n_layer=1, name="small")))
+    manager.refresh_library()
+    qtbot.waitUntil(lambda: len(manager.entries) == before + 3, timeout=10_000)
+    manager.target_combo.setCurrentIndex(manager.target_combo.findData(str(tiny.target)))
+    lines = manager.suggestions
+    qtbot.waitUntil(lambda: lines.count() and lines.item(0).text() != "Looking for drafts…", timeout=10_000)
+    suggested = [lines.item(i).text() for i in range(lines.count()) if "(in your library)" in lines.item(i).text()]
+    assert len(suggested) == 2 and len(set(suggested)) == 2, [lines.item(i).text() for i in range(lines.count())]
 
 
 def test_a_metadata_name_that_disagrees_with_the_file_name_shows_both(tiny, tmp_path: Path) -> None:

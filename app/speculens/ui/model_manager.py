@@ -649,11 +649,15 @@ class ModelManagerWindow(QMainWindow):
             if self.target_combo.currentData() != target:
                 return  # the user picked another target meanwhile
             self.suggestions.clear()
+            by_path = {e.path: e for e in self.entries}
             for s in suggestions:
                 where = "download from the hub" if s.source != "library" else (
                     "in your library, not built yet" if str(s.path) in self._unbuilt else "in your library"
                 )
-                item = QListWidgetItem(f"{s.title} ({where})")
+                # A library model as the lists name it: copies of one file told apart (a tour's five identical lines).
+                entry = by_path.get(s.path) if s.source == "library" else None
+                title = entry_label(entry, self.entries) if entry is not None else s.title
+                item = QListWidgetItem(f"{title} ({where})")
                 item.setToolTip(s.reason)
                 item.setData(Qt.ItemDataRole.UserRole, s)
                 self.suggestions.addItem(item)
