@@ -190,6 +190,7 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     # How much it is used, liked and kept up (the fake hub's figures), to choose between look-alikes.
     assert repos.item(0).text().endswith("\n5 downloads · 1 like · updated 2025-01-02"), repos.item(0).text()
     manager.repo_list.setCurrentRow(0)
+    assert manager.message.text() == "Listing the files of speculens-test/Tiny-GGUF…"  # meanwhile (a tour's)
     qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
     assert manager.file_table.item(0, 0).text() == "tiny-target-F32.gguf"
     # Nothing selected, nothing to download: the button waits (clicked, it replaced the hub's last error).
@@ -301,7 +302,10 @@ def test_a_resumed_download_keeps_its_row_and_a_finished_one_shows_its_model(
     finally:
         hub_module.HubClient._transfer = real  # type: ignore[method-assign]
     qtbot.waitUntil(lambda: manager.download_table.cellWidget(first.row, 5).text() == "Resume", timeout=5_000)
-    manager.download_table.cellWidget(first.row, 5).click()  # Resume
+    with qtbot.waitSignal(manager.download_ended, timeout=20_000) as ended:  # said in the main window too
+        manager.download_table.cellWidget(first.row, 5).click()  # Resume
+        assert manager.message.text().startswith("Downloading tiny-target-F32.gguf")  # not "…was cancelled"
+    assert ended.args == ["tiny-target-F32.gguf downloaded, checked and added to the library."]
     again = manager.downloads[-1]
     assert again is not first and again.row == first.row and manager.download_table.rowCount() == 1
     qtbot.waitUntil(lambda: again.state == "done", timeout=20_000)
@@ -314,6 +318,10 @@ def test_a_resumed_download_keeps_its_row_and_a_finished_one_shows_its_model(
     assert button.text() == "Show in library"
     button.click()
     assert manager.tabs.currentIndex() == 0 and manager._selected_entry().path == Path(again.message)
+    # The same file once more: not "added", which a tour read under an unchanged count.
+    with qtbot.waitSignal(manager.download_ended, timeout=20_000) as ended:
+        manager.start_download("speculens-test/Tiny-GGUF", "tiny-target-F32.gguf")
+    assert ended.args == ["tiny-target-F32.gguf was downloaded already: checked, and in the library."]
 
 
 def test_a_download_left_unfinished_is_offered_again_after_a_restart(

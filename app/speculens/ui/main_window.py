@@ -453,6 +453,7 @@ class MainWindow(QMainWindow):
             manager = ModelManagerWindow(self.models, self)
             manager.pair_lab_requested.connect(self.open_pair_lab)
             manager.downloads_changed.connect(self._on_downloads_changed)
+            manager.download_ended.connect(self.statusBar().showMessage)
             self._manager = manager
         manager.show()
         manager.raise_()

@@ -171,11 +171,14 @@ class ModelManagerWindow(QMainWindow):
         pair_lab_requested(): the user wants the pair lab (the main window opens it).
         downloads_changed(str): how the running downloads stand ("Downloading x.gguf: 37%"), "" when none runs:
             the main window shows it, so a download goes on being seen with this window closed.
+        download_ended(str): a download ended, in a sentence (done, or why it failed): the main window says it too
+            (a tour closed this window during a download and never learnt that it had finished).
     """
 
     pair_chosen = Signal(str, str)
     pair_lab_requested = Signal()
     downloads_changed = Signal(str)
+    download_ended = Signal(str)
 
     def __init__(self, models: ModelController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -969,6 +972,7 @@ class ModelManagerWindow(QMainWindow):
                 for col, text in enumerate((f.filename + parts, _format_bytes(f.size), f.quant or "–")):
                     self.file_table.setItem(row, col, QTableWidgetItem(text))
 
+        self._say(f"Listing the files of {repo_id}…")  # not the last repository's count (a tour waited 3 s on it)
         self.tasks.run(lambda: self.hub.list_files(repo_id), done, self._show_error)
 
     def _relist_files(self) -> None:
@@ -1049,13 +1053,21 @@ class ModelManagerWindow(QMainWindow):
             download.state = "done"
             download.message = str(result.path)
             self._update_download_row(download)
-            self.refresh_library(f"{filename} downloaded, checked and added to the library.")
+            # Not "added" for a file the library had (a tour's count stayed the same under that word).
+            known = any(e.path == result.path for e in self.entries)
+            news = f"{filename} " + (
+                "was downloaded already: checked, and in the library." if known
+                else "downloaded, checked and added to the library."
+            )
+            self.refresh_library(news)
+            self.download_ended.emit(news)
 
         def failed(message: str) -> None:
             # Said on the message line too: a tour saw only "Failed" under a full bar, and an older error there.
             if download.state != "cancelled":
                 download.state = "failed"
                 self._show_error(message)  # "Downloading F from R: why, and what to do"
+                self.download_ended.emit(message)
             else:
                 self._say(f"The download of {filename} was cancelled: Resume continues where it stopped.")
             download.message = message
@@ -1064,6 +1076,7 @@ class ModelManagerWindow(QMainWindow):
         self.tasks.run(body, done, failed)
         self._download_timer.start()
         self.tabs.setCurrentIndex(3)
+        self._say(f"Downloading {filename} from {repo_id}…")  # not the last cancel's "Resume continues…" (a tour's)
         return download
 
     def _list_interrupted_downloads(self) -> None:
