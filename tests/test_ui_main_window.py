@@ -1188,3 +1188,24 @@ def test_tab_leaves_the_message_box_and_passes_what_shows_no_focus(qtbot, tiny) 
     silent = [w for w in chain if isinstance(w, pg.GraphicsView | _Scroll)]  # a frame or a chart: no focus to see
     assert silent == [], [type(w).__name__ for w in silent]
     assert window.chat.send_button in chain and window.conversation_list.list in chain
+
+
+def test_a_draft_file_that_cannot_draft_for_the_target_is_refused_before_any_load(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tour's mismatched draft went in through Models ▸ Open a draft file… unasked, and the next answer waited half
+    a minute for a reload that then refused it."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from speculens.ui import main_window as main_window_module
+
+    window = make_window(qtbot, tiny, FakeFactory(), load=False)
+    before = window.store.settings.draft_path
+    said: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: said.append(text))
+    for chosen in (tiny.mismatch, tiny.identical):
+        monkeypatch.setattr(main_window_module.file_dialogs, "open_file", lambda *_a, c=chosen: c)
+        window._on_open_draft_triggered()
+    qtbot.waitUntil(lambda: bool(said) and window.store.settings.draft_path == str(tiny.identical), timeout=10_000)
+    assert len(said) == 1 and f"{tiny.mismatch.name} is not set as the draft" in said[0]
+    assert "Tokenizer mismatch" in said[0] and before != str(tiny.mismatch)

@@ -60,6 +60,7 @@ from speculens.ui.worker import EngineWorker, Lane
 from speculens.words import upper_first
 
 if TYPE_CHECKING:
+    from speculens.models.compat import PairReport
     from speculens.ui.model_manager import ModelManagerWindow
 
 log = logging.getLogger(__name__)
@@ -484,9 +485,37 @@ class MainWindow(QMainWindow):
             self.models.set_pair(str(path), self.store.settings.draft_path or None, load=False)
 
     def _on_open_draft_triggered(self) -> None:
+        """Choose a draft file, once checked against the chosen target: a tour's mismatched draft went in unasked,
+        and the next answer waited half a minute for a reload that then refused it (the pair picker refuses such a
+        pair before anything loads)."""
+        from speculens.models.compat import check_pair
+
         path = file_dialogs.open_file(self, Kind.MODELS, "Choose a draft model", "GGUF models (*.gguf)")
-        if path:
-            self.store.update(draft_path=str(path))
+        target = self.store.settings.target_path
+        if not path or not target:
+            if path:
+                self.store.update(draft_path=str(path))
+            return
+        n_ctx = self.store.settings.n_ctx
+
+        def checked(report: PairReport) -> None:
+            if self.store.settings.target_path != target:
+                return  # another target meanwhile: its pair is checked as any pair is
+            if report.compatible:
+                self.store.update(draft_path=str(path))
+                return
+            QMessageBox.warning(
+                self,
+                "Not a draft for this target",
+                f"{path.name} is not set as the draft for {Path(target).name}.\n\n{report.headline}\n\nModels ▸ "
+                "Models… (Ctrl+M), Pair, suggests drafts that fit this target.",
+            )
+
+        self.statusBar().showMessage(f"Checking {path.name} against {Path(target).name}…")
+        self.models.tasks.run(lambda: check_pair(Path(target), path, n_ctx=n_ctx), checked, self._draft_unreadable)
+
+    def _draft_unreadable(self, message: str) -> None:
+        QMessageBox.warning(self, "Cannot use this draft", message)
 
     def _on_compare_exact_requested(self) -> None:
         """Compare's "Switch to bit-exact verification": reload, then run the same comparison again (a tour was
