@@ -1209,3 +1209,17 @@ def test_a_draft_file_that_cannot_draft_for_the_target_is_refused_before_any_loa
     qtbot.waitUntil(lambda: bool(said) and window.store.settings.draft_path == str(tiny.identical), timeout=10_000)
     assert len(said) == 1 and f"{tiny.mismatch.name} is not set as the draft" in said[0]
     assert "Tokenizer mismatch" in said[0] and before != str(tiny.mismatch)
+
+
+def test_a_load_takes_an_answer_s_no_model_failure_off_the_live_panel(qtbot, tiny) -> None:
+    """A tour read "No model is loaded: choose a target model…" in the live panel under "Loaded in 15.8 s."."""
+    from speculens.ui.worker import Lane, Record, RecordKind
+
+    window = make_window(qtbot, tiny, FakeFactory(), load=False)
+    failure = "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M)."
+    window.live_panel.on_records([Record(7, Lane.CHAT, RecordKind.QUEUED), Record(7, Lane.CHAT, RecordKind.FAILED,
+                                                                                   message=failure)])
+    assert window.live_panel.status.text() == failure
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.load_models()
+    assert window.live_panel.status.text() == "No answer yet."

@@ -142,6 +142,7 @@ class LivePanel(QWidget):
         self._figures_due = 0.0  # when the legend and the figures may change again (see FIGURES_S)
         self._saved_ids = itertools.count(-1, -1)  # request ids of answers shown from their kept events
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
+        self._failed: str | None = None  # what the last failed answer said, while it is shown
 
     def clear(self, description: str = "No answer yet.") -> None:
         """Forget the shown answer: tokens, charts, figures (a new chat, another conversation). The rest of
@@ -161,6 +162,13 @@ class LivePanel(QWidget):
         self.on_records(records)
         self.status.setText(f"The last answer, as it was generated. {self.status.text()}")
         return records
+
+    def models_loaded(self, *_result: object) -> None:
+        """Models were loaded: the failure of an answer that found none (or the last load failed) no longer holds (a
+        tour read "No model is loaded: choose a target model…" here under "Loaded in 15.8 s.")."""
+        if self._failed is not None and self.status.text() == self._failed:
+            self.status.setText("No answer yet.")
+        self._failed = None
 
     def _reset(self, description: str, sampled: bool = False) -> None:
         self.view.clear_tokens(sampled)
@@ -221,6 +229,7 @@ class LivePanel(QWidget):
                 self.finish(event)
             elif record.kind is RecordKind.FAILED:
                 self.status.setText(record.message)
+                self._failed = record.message
                 self._figures_due = 0.0
             elif record.kind is RecordKind.PAUSED:
                 self._figures_due = 0.0  # a paused step is read figure by figure

@@ -360,6 +360,7 @@ class MainWindow(QMainWindow):
             lambda _finish: self.compare_view.mark_outdated(self.chat.conversation.id, self.chat.finished_in.id)
         )
         self.models.replacing.connect(self._on_models_replacing)
+        self.worker.models_loaded.connect(self.live_panel.models_loaded)
         # Whichever way another conversation is opened (New chat button, Ctrl+N, the list), the live panel,
         # its charts and figures forget the old answer, and the rest of a stopping answer is not shown.
         self.chat.conversation_opened.connect(self._on_conversation_opened)
