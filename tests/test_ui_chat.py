@@ -311,7 +311,8 @@ def test_the_app_opens_where_it_was_left(qtbot, tiny) -> None:
 def test_the_line_under_the_answer_keeps_its_height_while_the_next_answer_runs(qtbot, tiny) -> None:
     """From four lines to "Generating…" and back, the figures line moved the docks below it at every answer (a tour's,
     at 1024×740)."""
-    declined = Script(step_s=0.05, n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))  # a long line: why
+    # A long line, why nothing was drafted (said under an answer of 16 steps or more).
+    declined = Script(answer=["word "] * 16, step_s=0.02, n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))
     window = fake_window(qtbot, tiny, FakeFactory(declined))
     window.resize(1024, 740)
     send(qtbot, window, "first")
@@ -798,7 +799,7 @@ def test_an_answer_slowed_by_other_programs_says_so_beside_its_speed(qtbot, tiny
 
 def test_an_answer_that_drafted_nothing_says_speculation_would_not_pay(qtbot, tiny) -> None:
     """The draft model chosen, the controller declining it at every step: the figures say why, not just '0 / 0'."""
-    declined = Script(n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))
+    declined = Script(answer=["word "] * 16, n_draft_max=0, expected_speedup=(1.0, 0.4, 0.55, 0.3))
     window = fake_window(qtbot, tiny, FakeFactory(declined))
     finish = send(qtbot, window, "hello")
     assert finish.stats.n_drafted == 0

@@ -334,17 +334,18 @@ def test_the_status_says_why_a_loaded_draft_model_never_drafted(panel: LivePanel
 def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_too() -> None:
     """From a new-user tour of the demo pair: the line under an answer that drafted nothing blamed prompt lookup's
     drafts, and never said that the draft model it had loaded could not pay on this machine."""
-    weighed = [
-        replace(KNOWN_STEPS[2], considered="lookup", expected_speedup=(1.0, 0.9)),
-        replace(KNOWN_STEPS[2], considered="draft", expected_speedup=(1.0, 0.21)),
-    ]
+    lookup = replace(KNOWN_STEPS[2], considered="lookup", expected_speedup=(1.0, 0.9))
+    draft = replace(KNOWN_STEPS[2], considered="draft", expected_speedup=(1.0, 0.21))
+    weighed, drafted = [lookup, draft] * 8, [draft] * 16  # 16 steps: an answer long enough to say why
+    # Under a short answer, no paragraph of reasons: a two-token "Hello!" read two lines of them (seen under Xvfb).
+    assert drafts_phrase("lookup+ngram-cache+draft", weighed[:15], 0, 0) == "nothing drafted"
     phrase = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0)
     assert "prompt lookup's drafts, scored against the answer as it came, were not right often enough" in phrase
     assert phrase.endswith(
         "; the draft model sat out (on its own it would have run at ×0.21 of plain decoding at best; untick Adaptive "
         "in Settings to watch it draft anyway)"
     )
-    alone = drafts_phrase("draft", weighed[1:], 0, 0)  # its own reason, said once
+    alone = drafts_phrase("draft", drafted, 0, 0)  # its own reason, said once
     assert alone.count("draft model would not pay") == 1
     # Not given a long prompt whose reading it could not win back: that is why, not its rate with the catch-up.
     unread = drafts_phrase("lookup+ngram-cache+draft", weighed, 0, 0, unread=2764)
@@ -353,7 +354,7 @@ def test_an_answer_that_drafted_nothing_says_why_the_loaded_draft_model_did_not_
         "this answer)"
     )
     assert "×0.21" not in unread
-    alone = drafts_phrase("draft", weighed[1:], 0, 0, unread=2764)  # its rate counted the catch-up on all of it
+    alone = drafts_phrase("draft", drafted, 0, 0, unread=2764)  # its rate counted the catch-up on all of it
     assert alone == (
         "nothing drafted; the draft model sat out (reading 2,764 prompt tokens would have cost it more than it could "
         "save on this answer)"

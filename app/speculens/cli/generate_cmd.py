@@ -44,6 +44,7 @@ from speculens.engine.config import (
 )
 from speculens.engine.drafters.ngram_table import NgramTable, NgramTableError
 from speculens.engine.events import (
+    SHORT_ANSWER_STEPS,
     FinishEvent,
     FinishReason,
     Origin,
@@ -348,17 +349,12 @@ def draft_model_idle(
     )
 
 
-SHORT_ANSWER_STEPS = 16  # answers of fewer steps get no "nothing drafted" note (see free_sources_idle)
-
-
 def free_sources_idle(start: StartEvent | None, steps: list[StepEvent], adaptive: bool) -> str:
     """A line saying why the adaptive controller verified no free source's draft in an answer where nothing was
     drafted, in the app's words (the draft model's part is :func:`draft_model_idle`'s): a tour's `-s ngram-map`
     printed n_drafted = 0 and nothing of why (``--no-adaptive`` drafted 358 tokens, 13% accepted, at half plain
     decoding's speed). Empty otherwise."""
-    # A short answer had little to copy from and few steps to draft in: the note under a one-token "OK" in --chat was
-    # noise (a CLI tour's).
-    if len(steps) < SHORT_ANSWER_STEPS:
+    if len(steps) < SHORT_ANSWER_STEPS:  # a one-token "OK" in --chat (a CLI tour's)
         return ""
     declined = free_sources_declined(steps) if adaptive and start is not None else None
     if declined is None:

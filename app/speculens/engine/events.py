@@ -347,6 +347,12 @@ SOURCE_NAMES = {
 }
 
 
+# Answers of fewer steps get no word on why nothing was drafted, in the app's figures and the CLI's notes alike: a short
+# answer has little to copy from and few steps to draft in, and a paragraph of reasons under a two-token "Hello!" was
+# noise (a CLI tour's, then the window's under Xvfb).
+SHORT_ANSWER_STEPS = 16
+
+
 def best_weighed(step: StepEvent, best: tuple[float, str] | None) -> tuple[float, str] | None:
     """The best expected rate over plain decoding of any draft the adaptive controller weighed in an answer, and
     its source: ``best`` (so far) updated with one more step's."""

@@ -23,6 +23,7 @@ from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextCharFormat, QTextCurso
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QToolTip, QWidget
 
 from speculens.engine.events import (
+    SHORT_ANSWER_STEPS,
     SOURCE_NAMES,
     best_weighed,
     draft_model_sat_out,
@@ -119,6 +120,8 @@ def drafts_phrase(
     if n_drafted:
         acceptance = f"acceptance {percent(n_accepted, n_drafted)} ({n_accepted} of {n_drafted} drafted)"
         return acceptance + by + draft_model_idle(strategy, steps, unread)
+    if strategy != "none" and len(steps) < SHORT_ANSWER_STEPS:
+        return "nothing drafted"
     best = None
     for step in steps:
         # A draft model kept from the prompt was weighed with its catch-up on all of it: "×0.01 at best" beside the
