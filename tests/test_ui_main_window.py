@@ -460,10 +460,11 @@ def test_closing_during_a_regenerate_keeps_the_answer_it_was_replacing(qtbot, ti
 
 
 def regenerating(
-    qtbot, tiny, monkeypatch: pytest.MonkeyPatch
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch, **changes: object
 ) -> tuple[MainWindow, dict[str, str], list[int], float]:
     """A window whose conversation's answer is being regenerated (a long answer, autosaved every 50 ms), the answer
-    it replaces, a list that grows at each save of a conversation, and the conversation's date before."""
+    it replaces, a list that grows at each save of a conversation, and the conversation's date before; ``changes``:
+    settings changed before the Regenerate."""
     import speculens.ui.chat_pane as chat_pane
 
     factory = FakeFactory(Script(answer=["whole "] * 3))
@@ -471,9 +472,9 @@ def regenerating(
     send(qtbot, window, "the model")
     answer = window.chat.conversation.messages[-1]
     monkeypatch.setattr(chat_pane, "AUTOSAVE_INTERVAL_S", 0.05)
-    window.store.update(max_tokens=100_000)
-    factory.last.script.answer = ["word "] * 100_000
-    factory.last.script.step_s = 0.002
+    window.store.update(max_tokens=100_000, **changes)
+    factory.script.answer = factory.last.script.answer = ["word "] * 100_000  # the loaded engine's, and a reload's
+    factory.script.step_s = factory.last.script.step_s = 0.002
     saves: list[int] = []
     save = window.conversations.save
     monkeypatch.setattr(window.conversations, "save", lambda c, touched=True: (saves.append(1), save(c, touched)))
@@ -522,6 +523,25 @@ def test_a_regenerate_stopped_by_opening_another_conversation_keeps_the_answer_i
     assert regenerated.messages == [{"role": "user", "content": "the model"}, answer]
     window.conversations.flush()
     assert [c.messages for c in saved_conversations()] == [regenerated.messages]
+
+
+@pytest.mark.parametrize("how", ["the Stop button", "Esc after a reload"])
+def test_a_regenerate_the_user_stops_keeps_what_it_wrote(
+    qtbot, tiny, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A review's: the Stop button's click passed False as the stop's first argument, and a send that started a reload
+    marked its own answer as stopped by the app: either way the user's Stop gave the old answer back and dropped the
+    new text."""
+    changes = {"n_ctx": 1024} if how == "Esc after a reload" else {}
+    window, answer, _saves, _updated = regenerating(qtbot, tiny, monkeypatch, **changes)
+    qtbot.waitUntil(lambda: window.chat.turn is not None and len(window.chat.turn.text) > 20, timeout=10_000)
+    if how == "the Stop button":
+        window.chat.stop_button.click()
+    else:
+        window.escape()
+    wait_idle(qtbot, window)
+    last = window.chat.conversation.messages[-1]
+    assert last != answer and last["content"].startswith("word word") and last["note"] == "stopped"
 
 
 def test_quitting_just_after_a_regenerate_finished_keeps_the_new_answer(qtbot, tiny) -> None:

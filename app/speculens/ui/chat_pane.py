@@ -528,12 +528,14 @@ class ChatPane(QWidget):
         self.input.clear()
         self._start_turn(text)
 
-    def stop(self, by_user: bool = True) -> None:
+    def stop(self, *, by_user: bool = True) -> None:
         """Cancel the running turn (it stops within one speculation step); ``by_user``: at the user's Stop (Esc), not
-        because the app needs it stopped (a Regenerate stopped so keeps what it wrote, see _Turn.by_app)."""
-        if self.turn is not None and not by_user:
-            self.turn.by_app = True
+        because the app needs it stopped (a Regenerate stopped so keeps what it wrote, see _Turn.by_app). Keyword-only:
+        the Stop button's ``clicked`` passes ``checked`` (False) to a slot's first argument (a review's)."""
         if self.turn is not None and self.turn.request_id is not None:
+            # Only a turn that runs: one still being sent may start a load that replaces the models, and that is no
+            # stop of it (a review's: its later Esc gave the old answer back).
+            self.turn.by_app = self.turn.by_app or not by_user
             self.router.cancel(self.turn.request_id)
             self.status_changed.emit("Stopping…")
 
@@ -846,14 +848,22 @@ class ChatPane(QWidget):
             self.turn_finished.emit(finish)
             return
         if finish.reason is FinishReason.CANCELLED and not finish.text:
+            regenerating = turn.replaced is not None
             self._withdraw_turn(turn)  # stopped before a word was said: no empty answer in the history
             self.turn_finished.emit(finish)
-            self._say_for_conversation("Stopped before the answer began; your message is back in the box.")
+            if not turn.discarded:
+                self._say_for_conversation(
+                    "Stopped before the new answer began; the answer it was to replace is kept." if regenerating
+                    else "Stopped before the answer began; your message is back in the box."
+                )
             return
-        if finish.reason is FinishReason.CANCELLED and turn.by_app and turn.replaced is not None:
-            self._withdraw_turn(turn)  # a Regenerate the app stopped: the answer it was replacing is back
+        # A Regenerate the app stopped (another conversation opened, a reload, the quit): the answer it was replacing is
+        # back. The quit counts though its cancel came before save_now (see MainWindow.closeEvent; a review's).
+        if finish.reason is FinishReason.CANCELLED and (turn.by_app or self.closing) and turn.replaced is not None:
+            self._withdraw_turn(turn)
             self.turn_finished.emit(finish)
-            self._say_for_conversation("The Regenerate was stopped; the answer it was replacing is back.")
+            if not turn.discarded:
+                self._say_for_conversation("The Regenerate was stopped; the answer it was replacing is back.")
             return
         # FinishEvent.text is authoritative: step chunks may hold back a possible stop-string tail.
         turn.replaced = None  # the new answer takes its place, on disk too

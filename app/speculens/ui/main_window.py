@@ -1083,6 +1083,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self._closing = True
+        self.chat.closing = True  # a chat answer the cancel ends now ends as stopped by the quit (see save_now)
         self.router.cancel()
         # What the worker sent before the cancel first: an answer that had just finished is kept as finished, not
         # saved as stopped (a Regenerate's would be taken back for the answer it replaced; a review's).
