@@ -198,8 +198,11 @@ def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, caps
 
     share = [0.0]
 
+    order: list[str] = []  # when the share is read, and when the sources end
+
     class Window:
         def others_share(self) -> float | None:
+            order.append("share")
             return share[0]
 
     monkeypatch.setattr(generate_module, "CpuWindow", Window)
@@ -227,7 +230,7 @@ def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, caps
         from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 
         monkeypatch.setattr(LlamaBackend, "offloads_all", property(lambda self: False))
-        monkeypatch.setattr(NgramCacheDrafter, "end", lambda self, history: time.sleep(0.3))
+        monkeypatch.setattr(NgramCacheDrafter, "end", lambda self, history: order.append("end"))
         monkeypatch.setattr(generate_module, "HELD_SLACK_S", 0.2)
         for hold, told in ((0.0, True), (0.1, True), (0.3, False)):
             finish = None
@@ -237,3 +240,4 @@ def test_an_answer_decoded_beside_a_busy_program_says_so(tiny, monkeypatch, caps
                 elif isinstance(event, FinishEvent):
                     finish = event
             assert finish is not None and (finish.others_share == 0.9) is told and finish.crowded is told, hold
+            assert order[-2:] == ["share", "end"] or not told  # read before the cache writes its file (a review's)

@@ -1223,12 +1223,22 @@ def test_a_draft_file_that_cannot_draft_for_the_target_is_refused_before_any_loa
     before = window.store.settings.draft_path
     said: list[str] = []
     monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: said.append(text))
-    for chosen in (tiny.mismatch, tiny.identical):
-        monkeypatch.setattr(main_window_module.file_dialogs, "open_file", lambda *_a, c=chosen: c)
+
+    def choose(path: Path) -> None:
+        monkeypatch.setattr(main_window_module.file_dialogs, "open_file", lambda *_a: path)
         window._on_open_draft_triggered()
-    qtbot.waitUntil(lambda: bool(said) and window.store.settings.draft_path == str(tiny.identical), timeout=10_000)
+
+    choose(tiny.mismatch)
+    qtbot.waitUntil(lambda: bool(said), timeout=10_000)
+    assert window.store.settings.draft_path == before  # kept
     assert len(said) == 1 and f"{tiny.mismatch.name} is not set as the draft" in said[0]
-    assert "Tokenizer mismatch" in said[0] and before != str(tiny.mismatch)
+    assert "Tokenizer mismatch" in said[0]
+    # Two files chosen one after the other: the last one counts, whichever check ends first (a review's).
+    choose(tiny.mismatch)
+    choose(tiny.identical)
+    qtbot.waitUntil(lambda: window.store.settings.draft_path == str(tiny.identical), timeout=10_000)
+    qtbot.wait(200)
+    assert len(said) == 1 and window.store.settings.draft_path == str(tiny.identical)
 
 
 def test_a_load_takes_an_answer_s_no_model_failure_off_the_live_panel(qtbot, tiny) -> None:
@@ -1236,10 +1246,18 @@ def test_a_load_takes_an_answer_s_no_model_failure_off_the_live_panel(qtbot, tin
     from speculens.ui.worker import Lane, Record, RecordKind
 
     window = make_window(qtbot, tiny, FakeFactory(), load=False)
-    failure = "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M)."
-    window.live_panel.on_records([Record(7, Lane.CHAT, RecordKind.QUEUED), Record(7, Lane.CHAT, RecordKind.FAILED,
-                                                                                   message=failure)])
-    assert window.live_panel.status.text() == failure
+    window.store.update(target_path="")
+    window.chat.input.setPlainText("hello")
+    window.chat.send()
+    qtbot.waitUntil(lambda: window.live_panel.status.text().startswith("No model is loaded"), timeout=10_000)
+    wait_idle(qtbot, window)
+    window.store.update(target_path=str(tiny.target))
     with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
         window.load_models()
-    assert window.live_panel.status.text() == "No answer yet."
+    assert window.live_panel.status.text() == "Models loaded."
+    # Another failure stays said: a load has nothing to do with it.
+    window.live_panel.on_records([Record(7, Lane.CHAT, RecordKind.QUEUED),
+                                  Record(7, Lane.CHAT, RecordKind.FAILED, message="The engine failed.")])
+    with qtbot.waitSignal(window.worker.models_loaded, timeout=30_000):
+        window.load_models()
+    assert window.live_panel.status.text() == "The engine failed."

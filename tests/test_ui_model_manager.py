@@ -419,7 +419,7 @@ def test_remove_from_library_asks_first_and_leaves_the_user_s_file(
 
 
 def test_removing_the_chosen_draft_says_so_frees_it_and_leaves_the_pair_without_it(
-    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path
+    qtbot, manager: ModelManagerWindow, tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tour removed the chosen draft (then the target): nothing said they were in use, and the window went on naming
     them until a load failed on a file not found."""
@@ -444,10 +444,18 @@ def test_removing_the_chosen_draft_says_so_frees_it_and_leaves_the_pair_without_
         asked.append(box.informativeText())
         next(b for b in box.buttons() if b.text() == "Remove").click()
 
+    freed_first: list[bool] = []  # whether the models were freed when the entry went (its file, on Windows)
+    remove = manager.library.remove
+    monkeypatch.setattr(manager.library, "remove", lambda *a, **k: (
+        freed_first.append(models.worker._engine is None), remove(*a, **k)))
     QTimer.singleShot(0, reply)
     manager._on_remove_clicked()
     assert asked and asked[0].startswith("It is the chosen draft") and "the loaded models are freed" in asked[0]
+    manager.library_table.selectRow(next(i for i, e in enumerate(manager.entries) if e.path == copy))
+    manager._on_remove_clicked()  # again while the models are freed: said, not asked nor removed twice
+    assert manager.message.text().endswith("is removed as soon as the loaded models are freed.") and len(asked) == 1
     qtbot.waitUntil(lambda: all(e.path != copy for e in manager.entries), timeout=10_000)
+    assert freed_first == [True]
     settings = models.store.settings
     assert settings.draft_path == "" and settings.target_path == str(tiny.target) and models.store.loaded is None
 
@@ -477,10 +485,14 @@ def test_copies_of_one_file_are_told_apart_by_their_folder(
     manager.refresh_library()
     qtbot.waitUntil(lambda: len(manager.entries) == before + 3, timeout=10_000)
     manager.target_combo.setCurrentIndex(manager.target_combo.findData(str(tiny.target)))
-    lines = manager.suggestions
-    qtbot.waitUntil(lambda: lines.count() and lines.item(0).text() != "Looking for drafts…", timeout=10_000)
-    suggested = [lines.item(i).text() for i in range(lines.count()) if "(in your library)" in lines.item(i).text()]
-    assert len(suggested) == 2 and len(set(suggested)) == 2, [lines.item(i).text() for i in range(lines.count())]
+    manager._on_target_combo_changed()  # suggested afresh, with both copies in the library
+
+    def suggested() -> list[str]:
+        lines = manager.suggestions
+        return [lines.item(i).text() for i in range(lines.count()) if "(in your library)" in lines.item(i).text()]
+
+    qtbot.waitUntil(lambda: len(suggested()) == 2, timeout=10_000)
+    assert len(set(suggested())) == 2, suggested()
 
 
 def test_a_metadata_name_that_disagrees_with_the_file_name_shows_both(tiny, tmp_path: Path) -> None:

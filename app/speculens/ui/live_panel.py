@@ -25,7 +25,7 @@ from speculens.engine.events import (
 )
 from speculens.ui.charts import RunSeries
 from speculens.ui.token_view import TokenLegend, TokenView, drafting_from, drafts_phrase
-from speculens.ui.worker import Lane, Record, RecordKind
+from speculens.ui.worker import NO_MODEL_LOADED, Lane, Record, RecordKind
 from speculens.words import and_list, percent
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class LivePanel(QWidget):
         self._figures_due = 0.0  # when the legend and the figures may change again (see FIGURES_S)
         self._saved_ids = itertools.count(-1, -1)  # request ids of answers shown from their kept events
         self._dropped: set[int] = set()  # requests cleared away: their late records are not shown
-        self._failed: str | None = None  # what the last failed answer said, while it is shown
+        self._no_model = False  # the status shows an answer's failure for want of loaded models
 
     def clear(self, description: str = "No answer yet.") -> None:
         """Forget the shown answer: tokens, charts, figures (a new chat, another conversation). The rest of
@@ -164,11 +164,11 @@ class LivePanel(QWidget):
         return records
 
     def models_loaded(self, *_result: object) -> None:
-        """Models were loaded: the failure of an answer that found none (or the last load failed) no longer holds (a
-        tour read "No model is loaded: choose a target model…" here under "Loaded in 15.8 s.")."""
-        if self._failed is not None and self.status.text() == self._failed:
-            self.status.setText("No answer yet.")
-        self._failed = None
+        """Models were loaded: an answer's failure for want of them no longer holds (a tour read "No model is loaded:
+        choose a target model…" here under "Loaded in 15.8 s."). The last answer's tokens, if any, stay."""
+        if self._no_model:
+            self.status.setText("Models loaded.")
+        self._no_model = False
 
     def _reset(self, description: str, sampled: bool = False) -> None:
         self.view.clear_tokens(sampled)
@@ -179,6 +179,7 @@ class LivePanel(QWidget):
         self.legend.set_counts(self.view.counts)
         self._figures_due = 0.0
         self.status.setText(description)
+        self._no_model = False
 
     def on_records(self, records: Sequence[Record]) -> None:
         """Show a chat turn's records (one timer tick's worth)."""
@@ -229,7 +230,7 @@ class LivePanel(QWidget):
                 self.finish(event)
             elif record.kind is RecordKind.FAILED:
                 self.status.setText(record.message)
-                self._failed = record.message
+                self._no_model = record.message == NO_MODEL_LOADED
                 self._figures_due = 0.0
             elif record.kind is RecordKind.PAUSED:
                 self._figures_due = 0.0  # a paused step is read figure by figure

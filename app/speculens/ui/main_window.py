@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._compared: list[dict[str, str]] = []  # the last comparison's messages
         self._compared_in = ""  # the id of the conversation those messages are of
+        self._draft_check: object | None = None  # the last draft file Open a draft file… checks (see there)
         # run again once bit-exact is loaded: the messages and their conversation's id
         self._compare_again: tuple[list[dict[str, str]], str] | None = None
         self._pages: dict[str, QDialog] = {}  # the Help pages open, by title
@@ -492,31 +493,42 @@ class MainWindow(QMainWindow):
         from speculens.models.compat import check_pair
 
         path = file_dialogs.open_file(self, Kind.MODELS, "Choose a draft model", "GGUF models (*.gguf)")
-        target = self.store.settings.target_path
+        settings = self.store.settings
+        target, draft = settings.target_path, settings.draft_path
         if not path or not target:
             if path:
                 self.store.update(draft_path=str(path))
             return
-        n_ctx = self.store.settings.n_ctx
+        n_ctx = settings.n_ctx
+        token = self._draft_check = object()  # only the last file chosen is acted on (a review's)
+
+        def current() -> bool:
+            """Nothing chose otherwise meanwhile: another file here, another target or draft elsewhere."""
+            s = self.store.settings
+            return self._draft_check is token and (s.target_path, s.draft_path) == (target, draft)
 
         def checked(report: PairReport) -> None:
-            if self.store.settings.target_path != target:
-                return  # another target meanwhile: its pair is checked as any pair is
-            if report.compatible:
+            if not current():
+                self.statusBar().clearMessage()
+            elif report.compatible:
                 self.store.update(draft_path=str(path))
-                return
-            QMessageBox.warning(
-                self,
-                "Not a draft for this target",
-                f"{path.name} is not set as the draft for {Path(target).name}.\n\n{report.headline}\n\nModels ▸ "
-                "Models… (Ctrl+M), Pair, suggests drafts that fit this target.",
-            )
+                self.statusBar().showMessage(f"{path.name} is the draft: {report.headline}")
+            else:
+                self.statusBar().clearMessage()
+                QMessageBox.warning(
+                    self,
+                    "Not a draft for this target",
+                    f"{path.name} is not set as the draft for {Path(target).name}.\n\n{report.headline}\n\n"
+                    "Models ▸ Models… (Ctrl+M), Pair, suggests drafts that fit this target.",
+                )
+
+        def unreadable(message: str) -> None:
+            self.statusBar().clearMessage()
+            if current():
+                QMessageBox.warning(self, "Cannot check this draft", f"{path.name} was not set as the draft: {message}")
 
         self.statusBar().showMessage(f"Checking {path.name} against {Path(target).name}…")
-        self.models.tasks.run(lambda: check_pair(Path(target), path, n_ctx=n_ctx), checked, self._draft_unreadable)
-
-    def _draft_unreadable(self, message: str) -> None:
-        QMessageBox.warning(self, "Cannot use this draft", message)
+        self.models.tasks.run(lambda: check_pair(Path(target), path, n_ctx=n_ctx), checked, unreadable)
 
     def _on_compare_exact_requested(self) -> None:
         """Compare's "Switch to bit-exact verification": reload, then run the same comparison again (a tour was

@@ -195,6 +195,7 @@ class ModelManagerWindow(QMainWindow):
         self._pending_pick: tuple[Any, QComboBox] | None = None  # a demo model assembled to be picked
         self._unbuilt: dict[str, Any] = {}  # demo models listed in the pair picker, not built yet, by path
         self._building: set[str] = set()  # those being built now
+        self._removing: set[str] = set()  # library entries removed once the loaded models are freed
         self.downloads: list[Download] = []
         self.report: Any = None
         self._speed_shown = ""  # the speed line under the report (see _speed_here)
@@ -454,18 +455,19 @@ class ModelManagerWindow(QMainWindow):
             )
             return
         ours = entry.path.resolve().is_relative_to(paths.models_dir().resolve())
+        if entry.id in self._removing:  # waiting for the models to be freed: a second Remove would find no entry
+            self._say(f"{entry.name} is removed as soon as the loaded models are freed.")
+            return
         # The chosen target or draft: said first, and the pair given up with it (a tour removed both, and the window
         # went on naming them until a load failed on a file not found).
-        store = self.models.store
-        role = {store.settings.target_path: "target", store.settings.draft_path: "draft"}.get(str(entry.path))
-        loaded = store.loaded
-        in_memory = loaded is not None and str(entry.path) in (loaded.target_path, loaded.draft_path)
-        freed = ", and the loaded models are freed" if in_memory else ""
-        in_use = {
-            "target": f"It is the chosen target: the pair is left without one{freed}.\n\n",
-            "draft": "It is the chosen draft: the pair goes on without a draft model (prompt lookup and the n-gram "
-            f"cache still draft){freed}.\n\n",
-        }.get(role or "", "")
+        roles, in_memory = self._in_use(entry)
+        freed = ", and the loaded models are freed (an answer running stops)" if in_memory else ""
+        in_use = (
+            "It is the chosen target: the pair is left without one" if "target" in roles
+            else "It is the chosen draft: the pair goes on without a draft model (prompt lookup and the n-gram cache "
+            "still draft)" if roles else ""
+        )
+        in_use += f"{freed}.\n\n" if in_use else ""
         box = QMessageBox(QMessageBox.Icon.Question, "Remove from library", f"Remove {entry.name} from the library?",
                           parent=self)  # fmt: skip
         delete = keep = None
@@ -495,20 +497,47 @@ class ModelManagerWindow(QMainWindow):
         news = f"{entry.name} removed" + (" and its file deleted." if erase else ".")
         self.library_table.clearSelection()
 
-        def remove(_why: str = "") -> None:
-            self.tasks.run(
-                lambda: self.library.remove(entry.id, delete_file=erase),
-                lambda _r: self.refresh_library(news),
-                self._show_error,
-            )
+        def removed(_result: object) -> None:
+            self._removing.discard(entry.id)
+            self.refresh_library(news)
 
-        if role:
-            store.update(**{f"{role}_path": ""})
-        if in_memory:  # freed first: a file loaded by llama.cpp cannot be deleted on Windows
+        def failed(message: str) -> None:
+            self._removing.discard(entry.id)
+            self._show_error(message)
+
+        def remove(_why: str = "") -> None:
+            self.tasks.run(lambda: self.library.remove(entry.id, delete_file=erase), removed, failed)
+
+        roles, in_memory = self._in_use(entry)  # again: a load may have begun or ended while the question was open
+        if roles:
+            self.models.store.update(**{f"{role}_path": "" for role in roles})
+        self._removing.add(entry.id)
+        if in_memory:  # freed first: a file llama.cpp maps cannot be deleted on Windows
+            self.models.cancel_loading()
             self.models.worker.models_unloaded.connect(remove, Qt.ConnectionType.SingleShotConnection)
             self.models.unload()
+            self._say(f"Freeing the loaded models, then removing {entry.name}…")
         else:
             remove()
+
+    def _in_use(self, entry: Any) -> tuple[list[str], bool]:
+        """Whether a library entry is the chosen target and/or draft (its roles), and whether its file may be open in
+        the loaded models, or in a load under way. Paths are compared resolved: a file opened through a link names
+        the entry's file by another path (a review's)."""
+        path = entry.path.resolve()
+        settings = self.models.store.settings
+
+        def same(chosen: str) -> bool:
+            return bool(chosen) and Path(chosen).resolve() == path
+
+        roles = [role for role, chosen in (("target", settings.target_path), ("draft", settings.draft_path))
+                 if same(chosen)]  # fmt: skip
+        loaded = self.models.loaded
+        in_memory = self.models.loading or self.models.preparing_demo or (
+            loaded is not None
+            and (same(loaded.settings.target_path) or (bool(loaded.info.draft) and same(loaded.settings.draft_path)))
+        )
+        return roles, in_memory
 
     def _on_use_target_clicked(self) -> None:
         self._pick_in_pair_tab(self._selected_entry(), self.target_combo)
@@ -1054,7 +1083,7 @@ class ModelManagerWindow(QMainWindow):
             download.message = str(result.path)
             self._update_download_row(download)
             # Not "added" for a file the library had (a tour's count stayed the same under that word).
-            known = any(e.path == result.path for e in self.entries)
+            known = any(e.path == Path(result.path).resolve() for e in self.entries)
             news = f"{filename} " + (
                 "was downloaded already: checked, and in the library." if known
                 else "downloaded, checked and added to the library."
@@ -1064,7 +1093,7 @@ class ModelManagerWindow(QMainWindow):
 
         def failed(message: str) -> None:
             # Said on the message line too: a tour saw only "Failed" under a full bar, and an older error there.
-            if download.state != "cancelled":
+            if download.state != "cancelled" and not download.cancel.is_set():
                 download.state = "failed"
                 self._show_error(message)  # "Downloading F from R: why, and what to do"
                 self.download_ended.emit(message)

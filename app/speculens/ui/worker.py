@@ -527,11 +527,7 @@ class EngineWorker(QObject):
             self._record(job, lane, RecordKind.FINISHED, event=stopped)
             return stopped
         if self._engine is None:
-            message = (
-                "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M); if one is chosen, its load "
-                "failed (the message about it says why)."
-            )
-            self._record(job, lane, RecordKind.FAILED, message=message)
+            self._record(job, lane, RecordKind.FAILED, message=NO_MODEL_LOADED)
             return None
         self._gate.clear()
         finish: FinishEvent | None = None
@@ -611,3 +607,10 @@ def gui_threads() -> int:
 
     n = default_threads()
     return n if n <= 2 else n - 1
+
+
+# Why an answer could not start: the live panel takes it away once models load (LivePanel.models_loaded).
+NO_MODEL_LOADED = (
+    "No model is loaded: choose a target model (Models ▸ Models…, Ctrl+M); if one is chosen, its load failed (the "
+    "message about it says why)."
+)
