@@ -207,6 +207,9 @@ def test_hub_search_list_and_download_with_progress(qtbot, fake_hub, manager: Mo
     assert "of" in bar.format()
     assert manager.download_table.item(download.row, 4).text() == "Done"
     qtbot.waitUntil(lambda: any(e.path == Path(download.message) for e in manager.entries), timeout=10_000)
+    manager._relist_files()  # the repository's files again: the one downloaded is marked (a tour fetched one twice)
+    qtbot.waitUntil(lambda: manager.file_table.rowCount() == 1, timeout=10_000)
+    assert manager.file_table.item(0, 0).text() == "tiny-target-F32.gguf — in your library"
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support")

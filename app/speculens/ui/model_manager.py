@@ -996,9 +996,12 @@ class ModelManagerWindow(QMainWindow):
             self._say(f"{repo_id}: {some}." + (" Select one, then Download (or Enter)." if files else ""))
             self._hub_files = files
             self.file_table.setRowCount(len(files))
+            # Files this repository gave the library already are marked (a tour downloaded one a second time).
+            have = {e.source.filename for e in self.entries if e.source.repo == repo_id and e.source.filename}
             for row, f in enumerate(files):
                 parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
-                for col, text in enumerate((f.filename + parts, _format_bytes(f.size), f.quant or "–")):
+                mine = " — in your library" if f.filename in have else ""
+                for col, text in enumerate((f.filename + parts + mine, _format_bytes(f.size), f.quant or "–")):
                     self.file_table.setItem(row, col, QTableWidgetItem(text))
 
         self._say(f"Listing the files of {repo_id}…")  # not the last repository's count (a tour waited 3 s on it)
