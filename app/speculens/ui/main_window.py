@@ -495,9 +495,10 @@ class MainWindow(QMainWindow):
         path = file_dialogs.open_file(self, Kind.MODELS, "Choose a draft model", "GGUF models (*.gguf)")
         settings = self.store.settings
         target, draft = settings.target_path, settings.draft_path
-        if not path or not target:
-            if path:
-                self.store.update(draft_path=str(path))
+        if not path:
+            return
+        if not target:  # nothing to check it against: the pair is checked once a target is chosen
+            self.store.update(draft_path=str(path))
             return
         n_ctx = settings.n_ctx
         token = self._draft_check = object()  # only the last file chosen is acted on (a review's)

@@ -461,13 +461,16 @@ class ModelManagerWindow(QMainWindow):
         # The chosen target or draft: said first, and the pair given up with it (a tour removed both, and the window
         # went on naming them until a load failed on a file not found).
         roles, in_memory = self._in_use(entry)
-        freed = ", and the loaded models are freed (an answer running stops)" if in_memory else ""
-        in_use = (
-            "It is the chosen target: the pair is left without one" if "target" in roles
-            else "It is the chosen draft: the pair goes on without a draft model (prompt lookup and the n-gram cache "
-            "still draft)" if roles else ""
-        )
-        in_use += f"{freed}.\n\n" if in_use else ""
+        in_use = ""
+        if "target" in roles:
+            in_use = "It is the chosen target: the pair is left without one"
+        elif roles:
+            in_use = (
+                "It is the chosen draft: the pair goes on without a draft model (prompt lookup and the n-gram cache "
+                "still draft)"
+            )
+        if in_use:
+            in_use += (", and the loaded models are freed (an answer running stops)" if in_memory else "") + ".\n\n"
         box = QMessageBox(QMessageBox.Icon.Question, "Remove from library", f"Remove {entry.name} from the library?",
                           parent=self)  # fmt: skip
         delete = keep = None
