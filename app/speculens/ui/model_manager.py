@@ -123,7 +123,10 @@ class _ElideStart(QStyledItemDelegate):
 
 SOURCE_COLUMN = 6
 SOURCE_WIDTH = 220  # pixels at most for the Source column (see _show_library)
-LOCATION_WIDTH = 260  # the library's Location column at least, where its paths are that long (then it scrolls)
+# The library's Location column at least, where its paths are that long (then the table scrolls sideways). At 260 the
+# demo pair's rows pushed the Status column out of the Models window on a 1366x768 screen; 180 still shows a path's
+# last 26 characters or so, and the tooltip has it whole.
+LOCATION_WIDTH = 180
 
 
 def entry_label(entry: Any, entries: list[Any]) -> str:
