@@ -176,6 +176,21 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert wrong.returncode == 1 and "not the same prompt" in wrong.stderr
+    # The run names the cost model it decoded with, and replay takes it, not the newest: after a bit-exact run (its own
+    # costs) a tour's replay of a fast run was modelled on the bit-exact costs.
+    assert start["costs"].endswith(".json")
+    exact = subprocess.run(
+        [*CLI, "generate", "-m", tiny.target, "--exact", "-s", "lookup", "-n", "4", "hello"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert exact.returncode == 0, exact.stderr
+    again = subprocess.run(
+        [*CLI, "replay", "--events", events, "-m", tiny.target, "-s", "lookup", prompt],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert re.search(rf"costs: \S*{re.escape(start['costs'])} \(the recorded run's; ", again.stderr), again.stderr
+    assert again.stdout == out.stdout  # the same figures as before the other run
 
 
 def test_a_draft_ends_at_an_end_of_generation_token_and_bad_requests_are_refused() -> None:

@@ -14,6 +14,7 @@ import select
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
@@ -284,11 +285,18 @@ def summary(
 
 
 def consume(
-    events: object, out: IO[str], color: bool, log: IO[str] | None, models: ModelConfig | None = None
+    events: object,
+    out: IO[str],
+    color: bool,
+    log: IO[str] | None,
+    models: ModelConfig | None = None,
+    costs: Callable[[], Path | None] | None = None,
 ) -> tuple[FinishEvent, StartEvent | None, ThreadTally, dict[str, tuple[int, int]], list[StepEvent]]:
     """Print a generation's text as it streams; return its finish (and start) event, its steps by thread count,
     the tokens each source drafted and had accepted, and its steps. The log's start event names ``models``' files,
-    as the app's JSON export does (the draft only where the answer's sources had it)."""
+    as the app's JSON export does (the draft only where the answer's sources had it), and the file of the target's
+    costs the answer decoded with (``costs``, asked when it starts: the flash-attention setting is chosen by then), for
+    ``replay``."""
     start: StartEvent | None = None
     finish: FinishEvent | None = None
     threads = ThreadTally()
@@ -301,6 +309,8 @@ def consume(
             if isinstance(event, StartEvent) and models is not None:
                 draft = models.draft if event.uses_draft_model else None
                 record.update(target=models.target.name, draft=draft.name if draft else None)
+            if isinstance(event, StartEvent) and costs is not None and (costs_file := costs()) is not None:
+                record["costs"] = costs_file.name
             log.write(json.dumps(record) + "\n")
         if isinstance(event, StartEvent):
             start = event
@@ -633,7 +643,7 @@ def run(args: argparse.Namespace) -> int:
                 # what was generated, and an events file that ends with its finish event (a tour's could not be
                 # replayed). Exit 130, as an interrupted command.
                 with interrupt_sets(cancel):
-                    consumed = consume(events, sys.stdout, args.color, log, models)
+                    consumed = consume(events, sys.stdout, args.color, log, models, lambda: engine.costs_file)
                 if not consumed[0].text.endswith("\n"):
                     sys.stdout.write("\n")
                 _say_figures(consumed, config.adaptive, load_said=bool(load_idle))
@@ -658,7 +668,7 @@ def run(args: argparse.Namespace) -> int:
                     # Ctrl+C stops this answer (kept in the conversation as far as it went) and, at a terminal,
                     # gives the prompt back, as llama.cpp's interactive mode does; at the prompt it quits.
                     with interrupt_sets(cancel):
-                        consumed = consume(events, sys.stdout, args.color, log, models)
+                        consumed = consume(events, sys.stdout, args.color, log, models, lambda: engine.costs_file)
                     answered = True
                 except PromptError as exc:  # this message only: the conversation goes on, and the exit status says
                     print(f"error: {exc} (the conversation goes on without this message)", file=sys.stderr)

@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--costs",
         type=Path,
-        help="a saved cost model (.json); default: the newest saved for this target in "
-        f"{paths.costs_dir()}",
+        help="a saved cost model (.json); default: the one the recorded run decoded with (its events name it), "
+        f"else the newest saved for this target in {paths.costs_dir()}",
     )
     p.add_argument(
         "-s", "--strategy", choices=STRATEGIES, default="auto", help="draft-free sources (default: auto, both)"
@@ -94,6 +94,8 @@ class Recorded:
         sampled: whether it sampled (temperature above 0).
         target: its target model's file name, where the file says (``generate --events`` writes it).
         passes: its target passes, and ``seconds`` its decoding time, as it ran.
+        costs: the file name of the target's saved costs it decoded with, where the file says (``generate --events``
+            writes it): thread counts, GPU layers, flash-attention settings and bit-exact mode each keep their own.
     """
 
     n_prompt: int
@@ -105,6 +107,7 @@ class Recorded:
     target: str | None
     passes: int
     seconds: float
+    costs: str | None = None
 
 
 def _recorded(path: Path) -> Recorded:
@@ -124,7 +127,7 @@ def _recorded(path: Path) -> Recorded:
                     if event.get("drafted") and not event.get("probe") and event.get("source"):
                         drafted[str(event["source"])] = None
                 elif kind == "finish" and start is not None:
-                    target = start.get("target")
+                    target, costs = start.get("target"), start.get("costs")
                     return Recorded(
                         n_prompt=int(start["n_prompt"]),
                         answer=[int(t) for t in event["tokens"]],
@@ -135,6 +138,7 @@ def _recorded(path: Path) -> Recorded:
                         target=target if isinstance(target, str) else None,
                         passes=int(event["stats"]["n_steps"]),
                         seconds=float(event["stats"]["elapsed_s"]),
+                        costs=costs if isinstance(costs, str) and costs else None,
                     )
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise ValueError(f"{path.name}, line {number}: not an event of 'generate --events' ({exc})") from exc
@@ -191,7 +195,16 @@ def run(args: argparse.Namespace) -> int:
                   "tokens as a greedy run's, so its figures are of this one sample, not of sampling",
                   file=sys.stderr)  # fmt: skip
         target = resolve(args.target)
-        costs_path, others = (args.costs, 0) if args.costs else _newest_costs(target)
+        # The run's own cost model, where its events name it and it is still there: the newest one was a bit-exact
+        # run's after a fast one (a tour's replay read x0.974 on it, x1.019 on the costs the run decoded with).
+        own = paths.costs_dir() / recorded.costs if recorded.costs else None
+        if args.costs:
+            costs_path, others, whose = args.costs, 0, ""
+        elif own is not None and own.is_file():
+            costs_path, others, whose = own, 0, "the recorded run's; "
+        else:
+            costs_path, others = _newest_costs(target)
+            whose = "the newest; " if recorded.costs is None else "the newest: the recorded run's is gone; "
         costs = json.loads(costs_path.read_text(encoding="utf-8"))
         if not isinstance(costs, dict):
             raise ValueError(f"{costs_path.name} is not a saved cost model")
@@ -253,8 +266,8 @@ def run(args: argparse.Namespace) -> int:
     # plain decoding at three times the recorded run's time, and nothing showed it.
     print(f"recorded: {len(recorded.answer)} tokens in {recorded.passes} target passes, {recorded.seconds:.2f} s "
           f"as it ran ({'sampled' if recorded.sampled else 'greedy'})", file=sys.stderr)  # fmt: skip
-    print(f"costs: {costs_path} (timed when it was saved: a busy machine's read slow; --costs chooses another)",
-          file=sys.stderr)  # fmt: skip
+    print(f"costs: {costs_path} ({whose}timed when it was saved: a busy machine's read slow; --costs chooses "
+          "another)", file=sys.stderr)  # fmt: skip
     if others:
         print(f"({others} other saved cost models of this target: choose one with --costs)", file=sys.stderr)
     return 0

@@ -426,6 +426,13 @@ class SpeculativeEngine:
         return CostModel(split=self.target.split if self.config.exact else None)
 
     @property
+    def costs_file(self) -> Path | None:
+        """The file the target's verification costs are kept in for the settings of the moment (its flash-attention
+        setting included, which a generation may switch): ``generate --events`` names it, so that ``replay`` models the
+        run on the costs it ran with (``None`` without a costs folder)."""
+        return self._verify_costs_path()
+
+    @property
     def fingerprint(self) -> str:
         """The target vocabulary's fingerprint (keys the n-gram files)."""
         return self.target.vocab.fingerprint()
