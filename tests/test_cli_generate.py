@@ -149,6 +149,20 @@ def test_chat_reads_turns_from_stdin(tiny: TinyModels) -> None:
     assert len(out.stdout.splitlines()) >= 2
 
 
+def test_a_prompt_given_with_chat_is_its_first_message(tiny: TinyModels, tmp_path: Path) -> None:
+    """A README walk's `--chat "My name is Ada."` with a question piped in: the PROMPT was dropped without a word."""
+    out = cli("generate", "-m", tiny.target, "-s", "none", "-n", "8", "--chat", "first message", input="second\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("n_drafted") == 2  # both answered, the PROMPT first
+    events = tmp_path / "events.jsonl"
+    alone = cli("generate", "-m", tiny.target, "-s", "none", "-n", "8", "--chat", "--events", events, "only", input="")
+    assert alone.returncode == 0 and alone.stderr.count("n_drafted") == 1
+    assert sum('"type": "finish"' in line for line in events.read_text().splitlines()) == 1
+    (tmp_path / "p.txt").write_text("from a file")
+    both = cli("generate", "-m", tiny.target, "-f", tmp_path / "p.txt", "and a PROMPT")
+    assert both.returncode == 2 and "error: give a PROMPT or -f FILE, not both" in both.stderr
+
+
 def test_a_chat_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(tiny: TinyModels) -> None:
     turns = "hello\n" + "word " * 400 + "\nhow are you\n"
     out = cli("generate", "-m", tiny.target, "-s", "lookup", "-n", "8", "--ctx", "256", "--chat", input=turns)

@@ -167,7 +167,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "prompt",
         nargs="?",
-        help="the prompt (omit with --chat or -f): a message the target answers in its chat template, unless it is "
+        help="the prompt (or -f; with --chat, the conversation's first message, optional): a message the target "
+        "answers in its chat template, unless it is "
         "already written in that template or --raw is given; one trailing newline is dropped, as llama.cpp's tools "
         "drop it from a prompt file, so a file given to both gives both the same prompt",
     )
@@ -177,7 +178,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue the prompt as it is, without the chat template (a completion, as llama-completion does)",
     )
-    p.add_argument("--chat", action="store_true", help="interactive multi-turn chat on stdin/stdout")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="interactive multi-turn chat on stdin/stdout (a PROMPT or -f FILE is its first message)",
+    )
     p.add_argument("--color", action="store_true", help="colour accepted/rejected drafts (terminal)")
     p.add_argument("--events", type=Path, help="write every step as a JSON line to this file")
     p.set_defaults(func=run)
@@ -564,7 +569,10 @@ def as_flag(message: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``."""
-    if not args.chat and (args.prompt is None) == (args.file is None):
+    if args.prompt is not None and args.file is not None:
+        print("error: give a PROMPT or -f FILE, not both", file=sys.stderr)
+        return 2
+    if not args.chat and args.prompt is None and args.file is None:
         print("error: give a PROMPT or -f FILE, or --chat for an interactive conversation", file=sys.stderr)
         return 2
     try:
@@ -655,8 +663,16 @@ def run(args: argparse.Namespace) -> int:
             interactive = sys.stdin.isatty()
             history = line_editing() if interactive else None
             failed = answered = False
+            # A PROMPT or -f FILE is the first message (a README walk's was dropped without a word, and the answer
+            # was to its second).
+            first = prompt
             while True:
-                line = read_message(history=history) if interactive else sys.stdin.readline()
+                if first is not None:
+                    line, first = first, None
+                    if interactive:
+                        print(f"> {line}", file=sys.stderr if not sys.stdout.isatty() else sys.stdout)
+                else:
+                    line = read_message(history=history) if interactive else sys.stdin.readline()
                 if not line:
                     return 1 if failed else 0
                 if not line.strip():
