@@ -423,6 +423,20 @@ def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
     assert cli("--prompts", "nope").returncode == 2
     seed = cli("--seed", "-1")  # generate's "a new seed" crashed bench with a traceback after the models loaded
     assert seed.returncode == 2 and "--seed must be 0 or more" in seed.stderr and "Traceback" not in seed.stderr
+    none = cli("--repeat", "0")  # measured nothing, wrote an empty table and exited 0 (a README walk's)
+    assert none.returncode == 2 and "--repeat must be 1 or more" in none.stderr
+
+
+def test_a_setting_that_drafted_nothing_has_no_acceptance() -> None:
+    """A README walk read "accept 0%" for lookup on a chat where it drafted nothing: every draft rejected, it said."""
+    from speculens.engine.bench import overall
+
+    idle = summarise_runs([result(10.0), result(11.0)], [result(10.0)])
+    assert idle.acceptance is None
+    assert overall("lookup", [idle], None).acceptance is None
+    rejected = result(10.0, n_drafted=4, n_accepted=0, drafted_by_position=(4,), accepted_by_position=(0,))
+    drafted = summarise_runs([rejected])
+    assert drafted.acceptance == 0.0  # drafted, all rejected: that is 0%
 
 
 def test_the_suite_is_written_chat_formatted_for_llama_cpps_tools(tiny: TinyModels, tmp_path: Path) -> None:

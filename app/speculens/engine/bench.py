@@ -241,7 +241,8 @@ class Summary:
             varied between runs of the same answer. A speedup that spreads while its passes do not was the
             machine's speed moving under the same steps (the same greedy answer is the same work), not the
             controller following the noise.
-        acceptance: accepted / drafted over all runs.
+        acceptance: accepted / drafted over all runs (``None``: nothing was drafted, which 0% would read as every
+            draft rejected).
         mean_accepted_length: tokens emitted per target pass.
         acceptance_by_position: per draft position ``j``, the share of tokens drafted there that were
             accepted (a token at ``j`` is accepted only when the ones before it were).
@@ -263,7 +264,7 @@ class Summary:
     speedup_spread: float | None
     passes_median: float
     passes_spread: float
-    acceptance: float
+    acceptance: float | None
     mean_accepted_length: float
     acceptance_by_position: tuple[float, ...]
     draft_share: float
@@ -326,7 +327,7 @@ def summarise_runs(runs: Sequence[RunResult], plain: Sequence[RunResult] | None 
         speedup_spread=speedup_spread,
         passes_median=statistics.median(passes),
         passes_spread=_spread(passes),
-        acceptance=accepted / drafted if drafted else 0.0,
+        acceptance=accepted / drafted if drafted else None,
         mean_accepted_length=sum(r.n_generated + r.n_ended for r in runs) / steps if steps else 0.0,
         acceptance_by_position=tuple(by_pos),
         draft_share=sum(r.draft_s for r in runs) / elapsed if elapsed > 0 else 0.0,
@@ -348,7 +349,7 @@ class OverallSummary:
         speedup_min: the worst prompt's speedup.
         speedup_max: the best prompt's speedup.
         tps_median_of_medians: median over prompts of the median tokens per second.
-        acceptance: accepted / drafted over every run.
+        acceptance: accepted / drafted over every run (``None``: nothing was drafted).
         overhead_share_max: the largest per-prompt overhead share.
         identical_all: every output on every prompt equals plain decoding's.
         n_prompts: prompts summarised.
@@ -366,7 +367,7 @@ class OverallSummary:
     speedup_min: float | None
     speedup_max: float | None
     tps_median_of_medians: float
-    acceptance: float
+    acceptance: float | None
     overhead_share_max: float
     identical_all: bool | None
     n_prompts: int
@@ -375,7 +376,7 @@ class OverallSummary:
     passes_spread_median: float = 0.0
 
 
-def overall(label: str, summaries: Sequence[Summary], acceptance: float = 0.0) -> OverallSummary:
+def overall(label: str, summaries: Sequence[Summary], acceptance: float | None = None) -> OverallSummary:
     """Combine one setting's per-prompt summaries.
 
     Args:
@@ -447,7 +448,7 @@ class BenchResults:
         ids = self.complete()
         runs = [r for i in ids for r in self.runs[i][label]]
         drafted = sum(r.n_drafted for r in runs)
-        acceptance = sum(r.n_accepted for r in runs) / drafted if drafted else 0.0
+        acceptance = sum(r.n_accepted for r in runs) / drafted if drafted else None
         return overall(label, [self.summary(i, label) for i in ids], acceptance)
 
 
