@@ -119,6 +119,11 @@ def test_color_shows_a_rejected_drafts_line_breaks_instead_of_making_them() -> N
     said = _render_colored(step, "utf-8")
     assert "\n" not in said and "⏎⇥" in said and " y" in said
     assert "\\n\\t" in _render_colored(step, "cp1252")  # a console that cannot write ⏎
+    # A rejected special token (no text: the end of the turn) is marked, not an empty pair of colour codes (a walk's).
+    end = StepEvent(1, 1, (DraftToken(2, b"", None, None, False),), (EmittedToken(9, b" y", Origin.CORRECTION),), " y",
+                    1.0, 2.0, 0.1, RunningStats())  # fmt: skip
+    assert "\033[9;31m∅\033[0m" in _render_colored(end, "utf-8")
+    assert "[special]" in _render_colored(end, "cp1252")
 
 
 def test_errors_are_one_clear_line_and_a_failure_status(tiny: TinyModels, tmp_path: Path) -> None:

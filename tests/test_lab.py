@@ -238,6 +238,7 @@ def test_the_cli_ranks_and_writes_json_and_csv(tiny: TinyModels, tmp_path: Path)
     assert doc["schema"] == "speculens-lab/1" and set(doc["kinds"]["chat"]) == {"none", "lookup"}
     assert table.read_text(encoding="utf-8").splitlines()[0].startswith("kind,candidate,tokens_per_second")
     assert doc["kinds"]["chat"]["none"]["drafted"] == 0
+    assert f"wrote {out}" in proc.stderr and f"wrote {table}" in proc.stderr  # said, as bench says its file
     bad = subprocess.run(
         [sys.executable, "-m", "speculens.cli", "lab", "-m", str(tiny.target), "--only", "nope"],
         capture_output=True,

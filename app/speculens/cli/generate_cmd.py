@@ -399,26 +399,30 @@ def _say_figures(
 
 
 @functools.cache
-def _marks(encoding: str) -> tuple[str, str]:
-    """How a rejected draft's line break and tab are shown in ``encoding``: ⏎ and ⇥, or ``\\n`` and ``\\t`` where it
-    cannot write them (a console code page: Windows' cp1252, say)."""
+def _marks(encoding: str) -> tuple[str, str, str]:
+    """How a rejected draft's line break, tab and special token (no text: the end of the answer, say) are shown in
+    ``encoding``: ⏎, ⇥ and ∅ (the app's mark), or ``\\n``, ``\\t`` and ``[special]`` where it cannot write them (a
+    console code page: Windows' cp1252, say)."""
     try:
-        "⏎⇥".encode(encoding)
+        "⏎⇥∅".encode(encoding)
     except (UnicodeEncodeError, LookupError):
-        return "\\n", "\\t"
-    return "⏎", "⇥"
+        return "\\n", "\\t", "[special]"
+    return "⏎", "⇥", "∅"
 
 
 def _render_colored(event: StepEvent, encoding: str | None = None) -> str:
     """A step's text with its drafts coloured, for a terminal writing ``encoding`` (stdout's by default)."""
-    newline, tab = _marks(encoding or sys.stdout.encoding or "ascii")
+    newline, tab, special = _marks(encoding or sys.stdout.encoding or "ascii")
     parts: list[str] = []
     for e in event.emitted:
         if e.origin is not Origin.ACCEPTED:
             # A rejected draft is not text of the answer: its line breaks and tabs are shown, not made (a tour's
-            # struck-through newline broke a function's lines apart), as in the app's Live tokens.
+            # struck-through newline broke a function's lines apart), as in the app's Live tokens; a special token,
+            # which has no text, is marked (a walk's rejected end-of-turn token showed as nothing between the colour
+            # codes).
             parts.extend(
-                _RED_STRIKE + d.piece.decode("utf-8", errors="replace").replace("\n", newline).replace("\t", tab)
+                _RED_STRIKE
+                + (d.piece.decode("utf-8", errors="replace").replace("\n", newline).replace("\t", tab) or special)
                 + _RESET
                 for d in event.drafted
                 if not d.accepted

@@ -133,10 +133,13 @@ def run(args: argparse.Namespace) -> int:
     print(report(result))
     if not args.no_save:
         print(f"saved to {save(result, target)}", file=sys.stderr)
+    # Said as bench says its file (a README walk's lab wrote lab.json without a word).
     if args.json:
         write_json_atomic(args.json, result.to_document())
+        print(f"wrote {args.json}", file=sys.stderr)
     if args.csv:
         write_bytes_atomic(args.csv, result.to_csv().encode("utf-8"))
+        print(f"wrote {args.csv}", file=sys.stderr)
     if result.cancelled:
         print("interrupted: the results above are what was measured before the stop", file=sys.stderr)
         return 130
