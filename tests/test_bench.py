@@ -429,11 +429,8 @@ def test_bench_cli_refuses_bad_requests(tiny: TinyModels) -> None:
 
 def test_a_setting_that_drafted_nothing_has_no_acceptance() -> None:
     """A README walk read "accept 0%" for lookup on a chat where it drafted nothing: every draft rejected, it said."""
-    from speculens.engine.bench import overall
-
     idle = summarise_runs([result(10.0), result(11.0)], [result(10.0)])
     assert idle.acceptance is None
-    assert overall("lookup", [idle], None).acceptance is None
     rejected = result(10.0, n_drafted=4, n_accepted=0, drafted_by_position=(4,), accepted_by_position=(0,))
     drafted = summarise_runs([rejected])
     assert drafted.acceptance == 0.0  # drafted, all rejected: that is 0%

@@ -166,6 +166,15 @@ def test_a_prompt_given_with_chat_is_its_first_message(tiny: TinyModels, tmp_pat
     (tmp_path / "p.txt").write_text("from a file")
     both = cli("generate", "-m", tiny.target, "-f", tmp_path / "p.txt", "and a PROMPT")
     assert both.returncode == 2 and "error: give a PROMPT or -f FILE, not both" in both.stderr
+    from_file = cli("generate", "-m", tiny.target, "-s", "none", "-n", "8", "--chat", "-f", tmp_path / "p.txt",
+                    input="")  # fmt: skip
+    assert from_file.returncode == 0 and from_file.stderr.count("n_drafted") == 1
+    # A review's: a prompt written in the chat template (bench --write-prompts) would be nested in it; --raw has no
+    # place in a conversation.
+    formatted = cli("generate", "-m", tiny.target, "--chat", "<|im_start|>user\nhi<|im_end|>\n", input="")
+    assert formatted.returncode == 2 and "holds the chat template's special tokens" in formatted.stderr
+    raw = cli("generate", "-m", tiny.target, "--chat", "--raw", input="")
+    assert raw.returncode == 2 and "choose one" in raw.stderr
 
 
 def test_a_chat_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(tiny: TinyModels) -> None:

@@ -189,8 +189,14 @@ def test_the_cli_replays_a_generate_runs_events(tiny: TinyModels, tmp_path: Path
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
-    assert re.search(rf"costs: \S*{re.escape(start['costs'])} \(the recorded run's; ", again.stderr), again.stderr
+    own = rf"costs: \S*{re.escape(start['costs'])} \(the recorded run's settings'"
+    assert re.search(own, again.stderr), again.stderr
     assert again.stdout == out.stdout  # the same figures as before the other run
+    # Events without the name (older ones) take the newest; a name that is not one of this target's cost files, or
+    # would leave the costs folder, is not read (a review's).
+    assert "(the newest; " in replayed("old.jsonl", {"costs": None})
+    for name in ("../elsewhere.json", f"{tiny.target.stem}-draft-0123456789abcdef0123.json"):
+        assert "is not in this costs folder" in replayed("bad.jsonl", {"costs": name})
 
 
 def test_a_draft_ends_at_an_end_of_generation_token_and_bad_requests_are_refused() -> None:

@@ -64,6 +64,8 @@ def test_import_list_and_resolve_by_id(capsys: pytest.CaptureFixture[str], tiny,
     assert "1 model file is missing (moved or deleted): mine. " in out and "models remove mine" in out
     rc, _, err = run(capsys, "info", "mine")
     assert rc == 1 and "its file is missing" in err
+    rc, out, _ = run(capsys, "remove", "mine")  # as the advice says; "its file stays at" would not be true
+    assert rc == 0 and "its file was already gone" in out
 
 
 def test_scan(capsys: pytest.CaptureFixture[str], tiny, tmp_path: Path) -> None:

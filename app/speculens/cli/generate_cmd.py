@@ -168,7 +168,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "prompt",
         nargs="?",
         help="the prompt (or -f; with --chat, the conversation's first message, optional): a message the target "
-        "answers in its chat template, unless it is "
+        "answers in its chat template, unless (without --chat) it is "
         "already written in that template or --raw is given; one trailing newline is dropped, as llama.cpp's tools "
         "drop it from a prompt file, so a file given to both gives both the same prompt",
     )
@@ -576,6 +576,10 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None and args.file is not None:
         print("error: give a PROMPT or -f FILE, not both", file=sys.stderr)
         return 2
+    if args.chat and args.raw:  # a conversation is in the chat template, turn by turn
+        print("error: --raw continues a text as it is; --chat sends messages in the chat template: choose one",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if not args.chat and args.prompt is None and args.file is None:
         print("error: give a PROMPT or -f FILE, or --chat for an interactive conversation", file=sys.stderr)
         return 2
@@ -670,11 +674,21 @@ def run(args: argparse.Namespace) -> int:
             # A PROMPT or -f FILE is the first message (a README walk's was dropped without a word, and the answer
             # was to its second).
             first = prompt
+            # A review's: a prompt file written in the template would be nested in it.
+            target = engine.target
+            if first is not None and target.tokenize(first, parse_special=True) != target.tokenize(first):
+                print("error: with --chat the PROMPT is the first message: this one holds the chat template's special "
+                      "tokens (give the message itself, or leave --chat out)", file=sys.stderr)  # fmt: skip
+                return 2
             while True:
                 if first is not None:
                     line, first = first, None
                     if interactive:
                         print(f"> {line}", file=sys.stderr if not sys.stdout.isatty() else sys.stdout)
+                        readline = sys.modules.get("readline")
+                        if readline is not None and history is not None:  # Up recalls it, as a typed message
+                            readline.add_history(line)
+                            history.add(line)
                 else:
                     line = read_message(history=history) if interactive else sys.stdin.readline()
                 if not line:

@@ -227,6 +227,8 @@ def run_remove(args: argparse.Namespace) -> int:
         _emit({"removed": entry.id, "file_deleted": delete, "path": str(entry.path)})
     elif delete:
         print(f"removed {entry.id}: {entry.name}, and deleted its file ({format_bytes(entry.size)})")
+    elif not entry.path.exists():  # a missing entry forgotten, as `models list` advises: there is no file to keep
+        print(f"removed {entry.id}: {entry.name} (its file was already gone from {entry.path})")
     else:
         print(f"removed {entry.id}: {entry.name}; its file stays at {entry.path} (models import adds it back)")
     return EXIT_OK

@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--costs",
         type=Path,
-        help="a saved cost model (.json); default: the one the recorded run decoded with (its events name it), "
+        help="a saved cost model (.json); default: the one of the recorded run's settings, as last saved (its events "
+        "name it), "
         f"else the newest saved for this target in {paths.costs_dir()}",
     )
     p.add_argument(
@@ -145,15 +146,21 @@ def _recorded(path: Path) -> Recorded:
     raise ValueError(f"{path.name} holds no whole generation (a start and a finish event)")
 
 
+def _is_target_costs(path: Path, target: Path) -> bool:
+    """Whether ``path`` is named as a saved cost model of ``target``'s verification (not a draft model's costs, nor
+    its flash-attention measurement): the model's name, a dash and a 20-digit hexadecimal key."""
+    stem, key = path.stem, path.stem[-20:]
+    return (path.suffix == ".json" and stem == f"{target.stem[:40]}-{key}"
+            and all(c in "0123456789abcdef" for c in key))  # fmt: skip
+
+
 def _newest_costs(target: Path) -> tuple[Path, int]:
     """The most recently saved cost model of this target, and how many others there are (other thread counts,
     GPU layers, flash-attention settings or bit-exact mode each keep their own; a draft model's costs and the
     flash-attention measurement are in files of their own)."""
     folder = paths.costs_dir()
-    found = sorted(
-        (p for p in folder.glob(f"{target.stem[:40]}-*.json") if p.stem == f"{target.stem[:40]}-{p.stem[-20:]}"),
-        key=lambda p: p.stat().st_mtime,
-    )
+    found = sorted((p for p in folder.glob(f"{target.stem[:40]}-*.json") if _is_target_costs(p, target)),
+                   key=lambda p: p.stat().st_mtime)  # fmt: skip
     if not found:
         raise FileNotFoundError(f"no saved costs for {target.name} in {folder}: run 'generate' with it once")
     return found[-1], len(found) - 1
@@ -197,14 +204,18 @@ def run(args: argparse.Namespace) -> int:
         target = resolve(args.target)
         # The run's own cost model, where its events name it and it is still there: the newest one was a bit-exact
         # run's after a fast one (a tour's replay read x0.974 on it, x1.019 on the costs the run decoded with).
-        own = paths.costs_dir() / recorded.costs if recorded.costs else None
+        # Only a file name of this target's cost models is taken from the events (a review's: "../x" or an absolute
+        # path would have left the costs folder, and a draft model's or another target's file would have been read).
+        named = Path(recorded.costs).name if recorded.costs else ""
+        own = paths.costs_dir() / named if _is_target_costs(Path(named), target) else None
         if args.costs:
             costs_path, others, whose = args.costs, 0, ""
         elif own is not None and own.is_file():
-            costs_path, others, whose = own, 0, "the recorded run's; "
+            costs_path, others, whose = own, 0, "the recorded run's settings', as last saved; "
         else:
             costs_path, others = _newest_costs(target)
-            whose = "the newest; " if recorded.costs is None else "the newest: the recorded run's is gone; "
+            whose = ("the newest; " if recorded.costs is None
+                     else f"the newest: the recorded run's ({named}) is not in this costs folder; ")  # fmt: skip
         costs = json.loads(costs_path.read_text(encoding="utf-8"))
         if not isinstance(costs, dict):
             raise ValueError(f"{costs_path.name} is not a saved cost model")

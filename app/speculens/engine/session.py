@@ -429,8 +429,12 @@ class SpeculativeEngine:
     def costs_file(self) -> Path | None:
         """The file the target's verification costs are kept in for the settings of the moment (its flash-attention
         setting included, which a generation may switch): ``generate --events`` names it, so that ``replay`` models the
-        run on the costs it ran with (``None`` without a costs folder)."""
-        return self._verify_costs_path()
+        run on the costs it ran with (``None`` without a costs folder, or when the model file cannot be read now: moved
+        during a chat, say)."""
+        try:
+            return self._verify_costs_path()
+        except OSError:
+            return None
 
     @property
     def fingerprint(self) -> str:
