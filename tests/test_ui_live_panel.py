@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QTextCursor
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QTextCursor, QTextDocument
 
 from speculens.engine.events import (
     DraftToken,
@@ -529,6 +529,14 @@ def test_teach_curve_is_the_controllers_estimate_and_agrees_with_its_choice(qtbo
     assert "Plain step: speculation would not pay" in text and "×0.93" in text and "proposed 6 tokens" in text
     assert re.search(r"would not pay\. [A-Z]", text)  # the next sentence starts as one
     assert "untick Adaptive in Settings" in text and "example rename a new chat offers" in text  # to see one draft
+    # Under a strategy without prompt lookup the rename drafts nothing either: the hint says to choose one that has it
+    # (a teacher's tour read the plain hint while running the rename with the draft model alone).
+    from speculens.ui.teach_panel import explain_step
+
+    assert "strategy has no prompt lookup" not in text
+    alone = QTextDocument()
+    alone.setHtml(explain_step(step, "draft"))
+    assert "choose the Automatic or Prompt lookup strategy" in alone.toPlainText()
 
 
 def test_a_hidden_teach_panel_draws_its_curve_when_shown_or_at_the_answers_end(qtbot) -> None:

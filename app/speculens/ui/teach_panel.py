@@ -95,16 +95,25 @@ def explain_step(event: StepEvent, strategy: str | None = None, sampled: bool = 
             if offered
             else "With"
         )
-        # How to see a draft verified: a tour stepped through 15 plain steps of a question and never saw one.
+        # How to see a draft verified: a tour stepped through 15 plain steps of a question and never saw one. Under
+        # a strategy without prompt lookup the rename would not draft either (a teacher's tour read the hint while
+        # running that very example with the draft model alone).
+        lookup_used = strategy is None or "lookup" in strategy.split("+")
+        rewrite = (
+            "answer a rewrite such as the example rename a new chat offers (Ctrl+N), whose copied lines prompt lookup "
+            "drafts for free"
+            if lookup_used
+            else "choose the <i>Automatic</i> or <i>Prompt lookup</i> strategy and answer a rewrite such as the "
+            "example rename a new chat offers (Ctrl+N): this answer's strategy has no prompt lookup, which drafts its "
+            "copied lines for free"
+        )
         parts.append(
             f"<p><b>Plain step: speculation would not pay.</b> {proposal} the costs measured on this machine "
             f"and the acceptance learnt so far, the best draft length is expected to run at ×{best:.2f} of "
             "plain decoding, so the adaptive controller decoded plainly. The target generated one token by "
             f"itself: {alone}. Proposals are still compared with the target's tokens afterwards, so the "
             "controller keeps learning for free.</p><p style='color:gray'>To watch drafts being verified here, untick "
-            "<i>Adaptive</i> in Settings (a draft model then drafts every step, paying or not), or answer a rewrite "
-            "such as the example rename a new chat offers (Ctrl+N), whose copied lines prompt lookup drafts for "
-            "free.</p>"
+            f"<i>Adaptive</i> in Settings (a draft model then drafts every step, paying or not), or {rewrite}.</p>"
         )
     elif n == 0 and best is not None:
         source = SOURCE_NAMES.get(event.considered or "", "the drafter")
