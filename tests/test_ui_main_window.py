@@ -910,6 +910,21 @@ def test_help_lists_every_menu_shortcut(qtbot, tiny) -> None:
     assert "Ctrl+Shift+Y" in text and "Copy the last answer" in text
 
 
+def test_full_screen_for_a_projector_and_back_and_not_kept(qtbot, tiny) -> None:
+    """A teacher's tour pressed F11 for the class to see and nothing happened."""
+    window = make_window(qtbot, tiny, load=False)
+    key = window.full_screen_action.shortcut().toString()
+    assert key and key in window.shortcuts_html()
+    window.full_screen_action.trigger()
+    qtbot.waitUntil(window.isFullScreen)
+    assert window.full_screen_action.isChecked()
+    window._save_layout()  # as at quitting: the next start opens as a window
+    assert not window.isFullScreen() and not window.full_screen_action.isChecked()
+    window.full_screen_action.trigger()
+    window.full_screen_action.trigger()
+    assert not window.isFullScreen() and not window.full_screen_action.isChecked()
+
+
 def test_the_last_answer_is_copied_from_the_keyboard(qtbot, tiny) -> None:
     from PySide6.QtGui import QGuiApplication
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -320,6 +320,13 @@ class MainWindow(QMainWindow):
         # The plots themselves: they take focus by a click or this key only (Tab passes them).
         self._add(go, "C&harts", lambda: self.go_to("Charts", self.charts.graphics), "Ctrl+5")
         view_menu.addSeparator()
+        # For a projector (a teacher's tour pressed F11 and nothing happened): the system's key (Ctrl+Cmd+F on a Mac),
+        # F11 where the platform names none (X11 without a desktop's theme).
+        self.full_screen_action = self._add(view_menu, "&Full screen", self.toggle_full_screen)
+        self.full_screen_action.setShortcuts(
+            QKeySequence.keyBindings(QKeySequence.StandardKey.FullScreen) or [QKeySequence("F11")]
+        )
+        self.full_screen_action.setCheckable(True)
         self._add(view_menu, "&Reset layout", self._on_reset_layout_triggered)
 
         help_menu = menu.addMenu("&Help")
@@ -1044,6 +1051,15 @@ class MainWindow(QMainWindow):
             f"Conversations: {html.escape(str(paths.conversations_dir()))}</p>",
         )
 
+    def toggle_full_screen(self) -> None:
+        """Full screen, or back to the window as it was (maximised or not)."""
+        self.setWindowState(self.windowState() ^ Qt.WindowState.WindowFullScreen)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.WindowStateChange:  # F11, the window manager, or quitting from full screen
+            self.full_screen_action.setChecked(self.isFullScreen())
+
     def _restore_layout(self) -> None:
         store = file_dialogs.window_state()
         geometry = store.value("geometry")
@@ -1057,6 +1073,8 @@ class MainWindow(QMainWindow):
 
     def _save_layout(self) -> None:
         store = file_dialogs.window_state()
+        if self.isFullScreen():  # the next start opens as a window: full screen is for the moment (a projector)
+            self.setWindowState(self.windowState() & ~Qt.WindowState.WindowFullScreen)
         store.setValue("geometry", self.saveGeometry())
         store.setValue("state", self.saveState(STATE_VERSION))
         store.setValue("conversation", self.chat.conversation.id)
