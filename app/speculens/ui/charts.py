@@ -37,7 +37,10 @@ PAINT_BUDGET = 0.05
 # refreshes in an answer of 18 s, against 22 in 20 s), and the rest goes to llama.cpp.
 PAINT_BUDGET_NO_SPARE_CORE = 0.015
 ROLLING_STEPS = 16
-RATE_TOP = 1.05  # the top of the rate axes (acceptance), a little above 1 so that a rate of 1 shows
+# The top of the rate axes (acceptance): above 1, so that a rate of 1 shows, and far enough above it for the label
+# "1.0" to fit inside the axis, which pyqtgraph requires of a gridded axis's labels (at 1.05 a teacher's tour read rates
+# of 100% on axes labelled up to 0.8).
+RATE_TOP = 1.12
 MIN_POSITIONS = 4  # the acceptance-by-position plot is at least this many positions wide
 # A draft position tried fewer times than this is drawn faint: a rate of 1 from one drafted token is no finding.
 FEW_SAMPLES = 5
@@ -414,7 +417,7 @@ class ChartsPanel(QWidget):
             "rate",
             "step",
         )
-        self.accept_plot.setYRange(0, 1.05)
+        self.accept_plot.setYRange(0, RATE_TOP)
         self.accept_step = self.accept_plot.plot(
             pen=None,
             symbol="o",
@@ -449,7 +452,7 @@ class ChartsPanel(QWidget):
         )
 
         self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by position", "rate", "position in the draft")
-        self.position_plot.setYRange(0, 1.05)
+        self.position_plot.setYRange(0, RATE_TOP)
         for plot in (self.accept_plot, self.position_plot):  # rates: a zoom out cannot show 2.8 (a tour's)
             plot.getViewBox().setLimits(yMax=RATE_TOP)
         self.position_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=(*BAR_GREEN, 170))
