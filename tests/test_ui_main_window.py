@@ -910,6 +910,20 @@ def test_help_lists_every_menu_shortcut(qtbot, tiny) -> None:
     assert "Ctrl+Shift+Y" in text and "Copy the last answer" in text
 
 
+def test_step_mode_from_the_keyboard_and_f10_says_when_it_is_off(qtbot, tiny) -> None:
+    """A teacher's tour needed the mouse for step mode, and its F10 with step mode off did nothing, silently."""
+    window = make_window(qtbot, tiny, load=False)
+    assert not window.teach_panel.step_mode.isChecked()
+    window.next_step_action.trigger()
+    assert "Step mode is off: Ctrl+F10" in window.statusBar().currentMessage()
+    key = window.step_mode_action.shortcut().toString()
+    assert key == "Ctrl+F10" and key in window.shortcuts_html()
+    window.step_mode_action.trigger()
+    assert window.teach_panel.step_mode.isChecked() and window.step_mode_action.isChecked()
+    window.teach_panel.step_mode.setChecked(False)  # ticked off in the panel: the menu's tick follows
+    assert not window.step_mode_action.isChecked()
+
+
 def test_full_screen_for_a_projector_and_back_and_not_kept(qtbot, tiny) -> None:
     """A teacher's tour pressed F11 for the class to see and nothing happened."""
     window = make_window(qtbot, tiny, load=False)

@@ -293,7 +293,13 @@ class MainWindow(QMainWindow):
         self._add(chat_menu, "&Edit last message", self.chat.edit_last, "Ctrl+E")
         self._add(chat_menu, "Cop&y the last answer", self.chat.copy_answer, "Ctrl+Shift+Y")  # a button alone before
         self._add(chat_menu, "&Compare plain vs speculative", self.chat.compare, "Ctrl+Shift+C")
-        self.next_step_action = self._add(chat_menu, "Next &step (Teach)", self.teach_panel.next_button.click, "F10")
+        self.next_step_action = self._add(chat_menu, "Next &step (Teach)", self.next_step, "F10")
+        # A teacher at a lectern turns step mode on from the keyboard too (a tour's needed the mouse for it).
+        self.step_mode_action = self._add(
+            chat_menu, "Step &mode (Teach)", self.teach_panel.step_mode.toggle, "Ctrl+F10"
+        )
+        self.step_mode_action.setCheckable(True)
+        self.teach_panel.step_mode.toggled.connect(self.step_mode_action.setChecked)
 
         models_menu = menu.addMenu("&Models")
         models_menu.addAction(self.manager_action)
@@ -1050,6 +1056,17 @@ class MainWindow(QMainWindow):
             f"<p>Settings: {html.escape(str(paths.settings_file()))}<br>"
             f"Conversations: {html.escape(str(paths.conversations_dir()))}</p>",
         )
+
+    def next_step(self) -> None:
+        """Teach's Next step; with step mode off, what to do instead (a teacher's tour pressed F10 and nothing
+        happened, nor was anything said)."""
+        if self.teach_panel.next_button.isEnabled():
+            self.teach_panel.next_button.click()
+        elif not self.teach_panel.step_mode.isChecked():
+            self.statusBar().showMessage(
+                "Step mode is off: Ctrl+F10 (or Teach ▸ Step mode) pauses the next answer after every step, and F10 "
+                "runs each next step."
+            )
 
     def toggle_full_screen(self) -> None:
         """Full screen, or back to the window as it was (maximised or not)."""
