@@ -111,7 +111,12 @@ def as_message(model: LlamaBackend, text: str) -> bool:
     question is answered rather than continued: when the model has a template and the prompt holds none of its
     special-token texts. A prompt already in the chat format (``<|im_start|>user ...``, as ``bench --write-prompts``
     writes them and llama.cpp's ``llama-completion`` reads them) is used as it is, as is any prompt with ``--raw``."""
-    return model.chat_template() is not None and model.tokenize(text, parse_special=True) == model.tokenize(text)
+    return model.chat_template() is not None and not holds_special_tokens(model, text)
+
+
+def holds_special_tokens(model: LlamaBackend, text: str) -> bool:
+    """Whether ``text`` holds any of the model's special-token texts (``<|im_start|>``: written in its chat format)."""
+    return model.tokenize(text, parse_special=True) != model.tokenize(text)
 
 
 def resolve(spec: str) -> Path:

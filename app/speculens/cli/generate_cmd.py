@@ -25,6 +25,7 @@ from speculens.atomic import write_bytes_atomic
 from speculens.cli import (
     as_message,
     folder_missing,
+    holds_special_tokens,
     in_words,
     interrupt_sets,
     interruptible_load,
@@ -675,8 +676,7 @@ def run(args: argparse.Namespace) -> int:
             # was to its second).
             first = prompt
             # A review's: a prompt file written in the template would be nested in it.
-            target = engine.target
-            if first is not None and target.tokenize(first, parse_special=True) != target.tokenize(first):
+            if first is not None and holds_special_tokens(engine.target, first):
                 print("error: with --chat the PROMPT is the first message: this one holds the chat template's special "
                       "tokens (give the message itself, or leave --chat out)", file=sys.stderr)  # fmt: skip
                 return 2
