@@ -119,6 +119,23 @@ def test_greedy_output_equals_plain_decoding(
         assert accepted > 0.1 * drafted  # close models and a map of the answers do get drafts accepted
 
 
+def test_the_start_says_what_the_cost_model_expects_a_pass_to_cost_with_a_fixed_draft_length_too(family: dict) -> None:
+    """Teach's curve with Adaptive off draws on these (a teacher's tour never saw it: no plain step was timed)."""
+    from speculens.engine.events import StartEvent
+
+    target = next(family["folder"].glob("tiny-target-*.gguf"))
+    draft = next(family["folder"].glob("tiny-draft-perturbed*.gguf"))
+    with SpeculativeEngine(ModelConfig(target, draft, n_ctx=512)) as engine:  # timed at load (not bit-exact)
+        config = GenerationConfig(strategy=Strategy.DRAFT, n_draft=4, p_min=0.0, max_tokens=8, adaptive=False)
+        start = next(e for e in engine.generate(PROMPTS[0], config) if isinstance(e, StartEvent))
+        engine.costs.verify.at(start.n_prompt)
+        expected = engine.costs.verify.curve(5)
+        assert expected is not None and len(start.verify_ms) == 5
+        assert start.verify_ms == pytest.approx(tuple(1e3 * expected[1:]), abs=1e-3) and min(start.verify_ms) > 0
+        plain = replace(config, strategy=Strategy.NONE)
+        assert next(e for e in engine.generate(PROMPTS[0], plain) if isinstance(e, StartEvent)).verify_ms == ()
+
+
 def test_perturbed_draft_is_partially_accepted(family: dict) -> None:
     engine = family["engines"]["perturbed"]
     config = GenerationConfig(strategy=Strategy.DRAFT, n_draft=16, p_min=0.0, max_tokens=N_TOKENS, adaptive=False)

@@ -135,7 +135,8 @@ def test_events_kept_as_json_come_back_as_they_were() -> None:
                      expected_speedup=(1.0, 1.4), considered="lookup", threads=2)  # fmt: skip
     ran = RunSettings(0.8, 40, 0.95, 0.05, 8, 0, 0.75, True, 256, ("\n\n",))  # what chose a sampled answer's tokens
     ended = FinishEvent(FinishReason.CANCELLED, "AlBeXcEeFfYbZt\n", tuple(range(8)), stats(4, 8, 7, 4), 0.5, True)
-    events = [StartEvent(12, 10, 0.05, "auto", 7, flash_attn=True, settings=ran), *KNOWN_STEPS, half, ended]
+    start = StartEvent(12, 10, 0.05, "auto", 7, flash_attn=True, settings=ran, verify_ms=(30.0, 55.5))
+    events = [start, *KNOWN_STEPS, half, ended]
     kept = json.loads(json.dumps([event_to_dict(x, exact=True) for x in events]))
     assert [event_from_dict(x) for x in kept] == events
     assert event_to_dict(half)["drafted"][0]["piece"] == "\\xe2\\x82"  # the exports' spelling is unchanged
@@ -654,6 +655,63 @@ def test_the_fallback_curve_uses_the_measured_draft_and_verification_costs() -> 
     curve = series.speedup_curve(8)
     assert curve is not None and series.alpha == 1.0
     assert curve[0] == pytest.approx(1.0) and max(curve[1:]) < 1.0
+
+
+def fixed_length_steps(n_draft: int, accepted: int, verify_ms: float, draft_ms: float) -> list[StepEvent]:
+    """An answer with Adaptive off: every step drafts ``n_draft`` and keeps ``accepted`` (no plain step timed), from
+    step 2 (the first step's pending token comes with the prompt: its pass is a batch of ``n_draft``)."""
+    steps, running = [], RunningStats()
+    for i in range(2, 8):
+        running = RunningStats(
+            n_steps=i, n_generated=running.n_generated + accepted + 1, n_drafted=running.n_drafted + n_draft,
+            n_accepted=running.n_accepted + accepted, elapsed_s=0.1 * i,
+            draft_s=running.draft_s + n_draft * draft_ms / 1e3, verify_s=running.verify_s + verify_ms / 1e3,
+        )  # fmt: skip
+        drafts = tuple(d("Ab", j < accepted) for j in range(n_draft))
+        emitted = (*(e("Ab", A) for _ in range(accepted)), e("Zt", Origin.BONUS if accepted == n_draft else C))
+        steps.append(StepEvent(i, n_draft, drafts, emitted, "", n_draft * draft_ms, verify_ms, 0.1, running))
+    return steps
+
+
+def test_with_a_fixed_draft_length_the_curve_takes_the_costs_measured_at_load() -> None:
+    """A teacher's tour: Adaptive off, the draft model drafting every step, and the curve never appeared ("once this
+    answer has timed a plain step"), though the costs were measured at load."""
+    series = RunSeries()
+    series.add(fixed_length_steps(4, 4, verify_ms=180.0, draft_ms=10.0))
+    assert series.speedup_curve(8) is None  # no plain step timed, no costs from the start
+    series.costs_ms = (30.0, 45.0, 60.0, 75.0, 90.0)  # a pass over 5 tokens: 3 single steps at load
+    costs = series.verify_ms(9)
+    assert costs is not None and not costs[1]
+    # This answer's passes of 5 took 180 ms, twice what the table said: the machine is slower now, so all scale.
+    assert costs[0][:5] == pytest.approx([60.0, 90.0, 120.0, 150.0, 180.0]) and costs[0][8] == pytest.approx(300.0)
+    curve = series.speedup_curve(8)
+    assert curve is not None and series.alpha == 1.0
+    assert curve[4] == pytest.approx(5 * 60.0 / (4 * 10.0 + 180.0))
+    series.add([StepEvent(8, 0, (), (e("Zt", Origin.TARGET),), "", 0.0, 50.0, 0.1, series.stats)])  # type: ignore[arg-type]
+    assert series.verify_ms(9)[1]  # type: ignore[index]  # a plain step timed: the answer's own costs
+
+
+def test_the_teach_curve_says_why_it_is_below_one_at_full_acceptance(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A teacher's tour saw the curve under ×1 for k = 4-11 at α = 1.00, with nothing to say why."""
+    from speculens.ui.teach_panel import TeachPanel
+
+    series = RunSeries()
+    series.costs_ms = (30.0, 60.0, 80.0, 100.0, 120.0)
+    series.add(fixed_length_steps(4, 4, verify_ms=120.0, draft_ms=15.0))
+    teach = TeachPanel(series)
+    qtbot.addWidget(teach)
+    teach.set_n_draft(4)
+    text = teach.curve_label.text()
+    assert text.startswith("From the costs measured at load") and "α = 1.00" in text
+    # 4 × 15 ms of drafting and a 120 ms pass: 180 ms, six plain steps of 30 ms for at most five tokens.
+    assert "drafting 4 (60 ms) and verifying 5 take 180 ms, as long as 6.0 plain steps of 30 ms" in text
+    assert "more than the 5 tokens a pass gives with every draft accepted" in text
+    cheap = RunSeries()
+    cheap.costs_ms = series.costs_ms
+    cheap.add(fixed_length_steps(4, 4, verify_ms=120.0, draft_ms=1.0))
+    teach.series = cheap
+    teach.update_curve()
+    assert "Marked: k = 4, ×1.21" in teach.curve_label.text() and "plain steps of" not in teach.curve_label.text()
 
 
 def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:

@@ -187,6 +187,9 @@ class StartEvent:
             lookup, the n-gram cache and the draft model" beside a toolbar saying "draft idle: cannot pay here").
         exact: the target verified in bit-exact mode (``None``: not known, an answer kept before it was); the
             exports say it from here, not from the models loaded when they are made (a review's).
+        verify_ms: the target's verification time in ms for 1, 2, … tokens at the prompt's context, as the session's
+            cost model expected it when the answer began (measured on this machine at load and in earlier answers;
+            empty where nothing was measured, or for plain decoding).
     """
 
     n_prompt: int
@@ -200,6 +203,7 @@ class StartEvent:
     settings: RunSettings | None = None
     draft_idle: bool = False
     exact: bool | None = None
+    verify_ms: tuple[float, ...] = ()
 
     @property
     def uses_draft_model(self) -> bool:
@@ -486,7 +490,13 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
     kind = data["type"]
     if kind == "start":
-        return StartEvent(**{**known(StartEvent, data), "settings": run_settings(data.get("settings"))})
+        return StartEvent(
+            **{
+                **known(StartEvent, data),
+                "settings": run_settings(data.get("settings")),
+                "verify_ms": tuple(data.get("verify_ms", ())),
+            }
+        )
     if kind == "finish":
         return FinishEvent(
             FinishReason(data["reason"]),

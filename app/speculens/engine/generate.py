@@ -137,7 +137,8 @@ def generate(
     if config.adaptive and drafters:
         names = [d.name for d in drafters]
         controller = AdaptiveController(config.n_draft, names, costs, config.n_draft_min)
-    return _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact, threads).run(prompt)
+    loop = _Loop(target, list(drafters), model, config, rng, cancel, limit, controller, exact, threads, costs)
+    return loop.run(prompt)
 
 
 def end_at_eog(draft: Draft, eog: frozenset[int]) -> Draft:
@@ -186,8 +187,10 @@ class _Loop:
         controller: AdaptiveController | None,
         exact: bool,
         threads: ThreadGovernor | None = None,
+        costs: CostModel | None = None,
     ) -> None:
         self.target = target
+        self.costs = costs
         self.free = [d for d in drafters if d is not model]
         self.model = model
         self.config = config
@@ -227,6 +230,17 @@ class _Loop:
         offer = offers[plan.source or ""]
         draft = Draft(offer.tokens[: plan.n_draft], confidence=offer.confidence, source=plan.source)
         return draft, plan, len(offer.tokens)
+
+    def _verify_ms(self, context: int) -> tuple[float, ...]:
+        """What the session's cost model expects a verification of 1, 2, … ``n_draft + 1`` tokens to take at this
+        context, in ms (empty: nothing measured yet, or plain decoding). Teach draws its curve from these when the
+        answer itself times no plain step (a fixed draft length: a tour's curve never appeared)."""
+        costs = self.costs if self.controller is None else self.controller.costs
+        if costs is None or not (self.free or self.model):
+            return ()
+        costs.verify.at(context)
+        curve = costs.verify.curve(self.config.n_draft + 1)
+        return () if curve is None else tuple(round(float(s) * 1e3, 3) for s in curve[1:])
 
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
         target, model, controller, config = self.target, self.model, self.controller, self.config
@@ -268,7 +282,7 @@ class _Loop:
         idle = model is not None and controller is not None and not controller.could_pay()
         yield StartEvent(
             len(prompt), n_evaluated, elapsed, name, sampling.seed, flash, sampled, unread, config.described(), idle,
-            self.exact,
+            self.exact, self._verify_ms(len(prompt)),
         )
 
         # Other programs' use of the CPUs while the answer decodes (the prompt's evaluation left out, as from its rate).

@@ -61,6 +61,8 @@ class RunSeries:
         probes: ``(step, draft length)`` of the steps in which the controller speculated only to re-measure.
         rejected_steps: steps in which a draft token was rejected.
         stats: the latest running totals.
+        costs_ms: the target's verification times (ms, 1, 2, … tokens) the session's cost model expected when the
+            answer began (:attr:`speculens.engine.events.StartEvent.verify_ms`).
     """
 
     def __init__(self) -> None:
@@ -75,6 +77,7 @@ class RunSeries:
         self.rejected_steps = 0
         self.stats: RunningStats | None = None
         self.batch_ms: dict[int, list[float]] = {}  # verification time by batch size (drafts + 1)
+        self.costs_ms: tuple[float, ...] = ()  # the cost model's verification times at the start (StartEvent.verify_ms)
         self.version = 0  # bumped on every change (never reset), so a plot knows whether to redraw
         self.cleared = 0  # bumped by every clear (a new answer), so a plot knows its ranges are the last answer's
 
@@ -130,30 +133,55 @@ class RunSeries:
             return None
         return (stats.draft_s / stats.n_drafted) / (stats.verify_s / stats.n_steps)
 
+    def verify_ms(self, n_max: int) -> tuple[np.ndarray, bool] | None:
+        """The verification time in ms of a pass over 1, 2, … ``n_max`` tokens, and whether it is this answer's own.
+
+        Once the answer has timed a plain step and a speculative one: the medians of its passes by size (linear
+        between measured sizes, the last measured slope beyond them). Before that, or with a fixed draft length
+        (no plain step at all: a tour's Teach curve never appeared): the session's cost model at the answer's start
+        (:attr:`costs_ms`, measured at load), scaled to the passes this answer has timed, as a machine's speed
+        drifts. ``None`` when neither is known.
+        """
+        sizes = sorted(self.batch_ms)
+        n = np.arange(1, n_max + 1, dtype=float)
+        if 1 in self.batch_ms and len(sizes) >= 2:
+            ms = np.array([float(np.median(self.batch_ms[s])) for s in sizes])
+            slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])
+            return np.where(n > sizes[-1], ms[-1] + slope * (n - sizes[-1]), np.interp(n, sizes, ms)), True
+        table = np.asarray(self.costs_ms, dtype=float)
+        if len(table) < 2 or not sizes:
+            return None
+        ratios = [float(np.median(self.batch_ms[s])) / table[s - 1] for s in sizes if s <= len(table) and table[s - 1]]
+        scale = float(np.median(ratios)) if ratios else 1.0
+        slope = table[-1] - table[-2]
+        inside = np.interp(n, np.arange(1, len(table) + 1), table)
+        own = np.where(n > len(table), table[-1] + slope * (n - len(table)), inside)
+        return scale * own, False
+
+    @property
+    def draft_ms(self) -> float:
+        """The time to draft one token in this answer, in ms (0 before any draft, and for draft-free sources)."""
+        stats = self.stats
+        return 1e3 * stats.draft_s / stats.n_drafted if stats is not None and stats.n_drafted else 0.0
+
     def speedup_curve(self, k_max: int) -> np.ndarray | None:
-        """Expected speedup over plain decoding for a fixed draft length ``k = 0..k_max``, from what this
-        answer measured: the acceptance α, the draft time per token, and the verification time of each batch
-        size (linear between measured sizes, the last measured slope beyond them). ``None`` until a plain
-        step and a speculative one have been timed.
+        """Expected speedup over plain decoding for a fixed draft length ``k = 0..k_max``, from the acceptance α
+        this answer measured, its draft time per token, and the verification time of each batch size
+        (:meth:`verify_ms`). ``None`` until a speculative step has been timed and the costs are known.
 
         ``E[tokens | k] = (1 − α^{k+1}) / (1 − α)`` (Leviathan, Kalman & Matias 2023, eq. 1) over
         ``k · draft + verify(k + 1)``, against one token per ``verify(1)``. ``None`` too where a timing of 0 ms
         makes it infinite or undefined.
         """
         alpha = self.alpha
-        stats = self.stats
-        sizes = sorted(self.batch_ms)
-        if alpha is None or stats is None or 1 not in self.batch_ms or len(sizes) < 2:
+        costs = self.verify_ms(k_max + 1)
+        if alpha is None or self.stats is None or costs is None:
             return None
-        ms = np.array([float(np.median(self.batch_ms[n])) for n in sizes])
-        n = np.arange(1, k_max + 2, dtype=float)
-        slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])
-        verify = np.where(n > sizes[-1], ms[-1] + slope * (n - sizes[-1]), np.interp(n, sizes, ms))
-        draft_ms = 1e3 * stats.draft_s / stats.n_drafted if stats.n_drafted else 0.0
-        k = n - 1.0
+        verify = costs[0]
+        k = np.arange(k_max + 1, dtype=float)
         tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1.0)) / (1.0 - alpha)
         with np.errstate(divide="ignore", invalid="ignore"):
-            curve = tokens * ms[0] / (k * draft_ms + verify)
+            curve = tokens * verify[0] / (k * self.draft_ms + verify)
         # A step timed at 0 ms (a clock too coarse) leaves no curve, rather than NaN points, whose bounds warn from
         # inside Qt's paint (see refresh: under the tests' warnings-as-errors that crashed PySide).
         return curve if np.isfinite(curve).all() else None

@@ -240,6 +240,7 @@ class LivePanel(QWidget):
         """Clear the last answer for this one, at its first step or its end (see ``_start``)."""
         if self._start is not None:
             self._reset(self.status.text(), self._start.sampled)  # what the start said ("prompt of … tokens …")
+            self.series.costs_ms = self._start.verify_ms
             self.events.append(self._start)
             self._start = None
 

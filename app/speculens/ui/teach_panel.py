@@ -486,6 +486,7 @@ class TeachPanel(QWidget):
                 "acceptance it has learnt."
             )
             mark = step.n_draft_max
+            extra = ""
             if len(speedup) - 1 < self._k_seen:
                 lead += f", at most k = {len(speedup) - 1} here"
                 how += (
@@ -494,25 +495,35 @@ class TeachPanel(QWidget):
                 )
             self._k_seen = max(self._k_seen, len(speedup) - 1)
         else:
-            curve = self.series.speedup_curve(max(MAX_GAMMA, self.n_draft))
-            if curve is None:
+            k_max = max(MAX_GAMMA, self.n_draft)
+            curve = self.series.speedup_curve(k_max)
+            costs = self.series.verify_ms(k_max + 1)
+            if curve is None or costs is None:
                 self.curve.setData([], [])
                 self.marker.setData([], [])
                 self.curve_label.setToolTip("")
                 self.curve_plot.setToolTip("")
                 self.curve_label.setText(
-                    "The curve appears once this answer has timed a plain step and a speculative one: it is "
-                    "computed from the costs measured here, never from acceptance alone."
+                    "The curve appears once this answer has timed a speculative step and the costs of a pass are "
+                    "known: it is computed from the costs measured here, never from acceptance alone."
                 )
                 return
             speedup = curve
             alpha = self.series.alpha or 0.0
-            lead = f"This answer's measurements (α = {alpha:.2f})"
-            how = (
-                f"Expected speedup by draft length: Leviathan et al.'s formula with this answer's measurements: "
-                f"acceptance α = {alpha:.2f}, the draft time per token and the verification time of each batch size."
+            verify, own = costs
+            where = (
+                "this answer's measurements"
+                if own
+                else "the costs measured at load (scaled to this answer's passes) and this answer's acceptance"
             )
-            mark = self.n_draft
+            lead = f"From {where} (α = {alpha:.2f})"
+            how = (
+                f"Expected speedup by draft length: Leviathan et al.'s formula with acceptance α = {alpha:.2f}, the "
+                f"draft time per token and the verification time of each batch size, from {where}."
+            )
+            mark = min(self.n_draft, len(speedup) - 1)
+            extra = self._why_below_one(mark, float(speedup[mark]), alpha, verify)
+        k = np.arange(len(speedup), dtype=float)
         k = np.arange(len(speedup), dtype=float)
         # k is a count of tokens: whole-number ticks only (a 2-point curve got ticks at 0.2, 0.4, …), about eight
         # over the axis's whole range, which can be longer than this step's curve (a label at every k of 1 to 34
@@ -531,9 +542,27 @@ class TeachPanel(QWidget):
         self.marker.setData([mark], [speedup[mark]])
         best = int(np.argmax(speedup))
         verdict = f"best: k = {best}, ×{speedup[best]:.2f}" if best > 0 else "plain decoding (k = 0) is fastest here"
-        self.curve_label.setText(f"{lead}. Marked: k = {mark}, ×{speedup[mark]:.2f}; {verdict}.")
+        self.curve_label.setText(f"{lead}. Marked: k = {mark}, ×{speedup[mark]:.2f}; {verdict}.{extra}")
         self.curve_label.setToolTip(how)
         self.curve_plot.setToolTip(how)
+
+    def _why_below_one(self, k: int, rate: float, alpha: float, verify: np.ndarray) -> str:
+        """Why the curve is below ×1 at the marked length ``k``, in the costs that make it so (a teacher's tour saw
+        it there at α = 1.00 with nothing to say why); empty where it is not."""
+        if k < 1 or rate >= 1.0 or verify[0] <= 0:
+            return ""
+        draft = k * self.series.draft_ms
+        steps = (draft + float(verify[k])) / float(verify[0])
+        drafting = f"drafting {k} ({draft:.0f} ms) and verifying {k + 1}" if draft else f"verifying {k + 1}"
+        ceiling = (
+            f"more than the {k + 1} tokens a pass gives with every draft accepted"
+            if steps > k + 1
+            else f"more than the {rate * steps:.1f} tokens a pass gives on average at α = {alpha:.2f}"
+        )
+        return (
+            f" At k = {k}, {drafting} take{'s' if not draft else ''} {draft + float(verify[k]):.0f} ms, as long as "
+            f"{steps:.1f} plain steps of {verify[0]:.0f} ms: {ceiling}."
+        )
 
     def _on_step_mode_toggled(self, on: bool) -> None:
         if not on:
