@@ -732,6 +732,15 @@ def test_a_draft_model_without_the_adaptive_controller_is_not_said_to_be_idle(qt
     assert any(f"×0.89 of plain decoding, {drafts}p_min 0.75)." in m for m in said), said
     window.store.update(adaptive=True)  # now the controller keeps it idle, and the toolbar says so
     assert "draft idle: cannot pay here" in pair_line(window)
+    # And Settings, beside the Adaptive box that keeps it idle (a teacher's tour chose this strategy to show drafting,
+    # saw none, and found only the toolbar's word for it).
+    note = window.settings_panel.idle_note
+    assert not note.isHidden() and "×0.89 of plain decoding (measured at load)" in note.text()
+    assert "Untick Adaptive" in note.text()
+    window.store.update(adaptive=False)
+    assert note.isHidden()
+    window.store.update(adaptive=True, strategy="auto")  # Automatic drafts from free sources: nothing to warn of
+    assert note.isHidden()
 
 
 def test_a_message_after_a_setting_that_needs_a_reload_reloads_first(qtbot, tiny) -> None:

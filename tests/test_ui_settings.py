@@ -70,6 +70,23 @@ def test_panel_edits_go_to_the_store_and_only_loading_fields_flag_a_reload(qtbot
     assert panel.reload_note.isHidden()
 
 
+def test_restore_defaults_brings_back_every_value_but_the_files_and_words_chosen(qtbot, store: SettingsStore) -> None:
+    """A teacher's tour changed a dozen values for a demo and found no way back but remembering each default."""
+    panel = SettingsPanel(store)
+    qtbot.addWidget(panel)
+    assert not panel.restore_button.isEnabled()  # nothing to restore
+    store.update(
+        strategy="draft", n_draft=4, adaptive=False, p_min=0.0, temperature=0.8, n_ctx=8192, exact=True,
+        draft_path="/d.gguf", ngram_map_path="/m.npz", system_prompt="Be brief.",
+    )  # fmt: skip
+    assert panel.restore_button.isEnabled()
+    qtbot.mouseClick(panel.restore_button, Qt.MouseButton.LeftButton)
+    kept = Settings(target_path="/t.gguf", draft_path="/d.gguf", ngram_map_path="/m.npz", system_prompt="Be brief.")
+    assert store.settings == kept
+    assert panel.strategy.currentData() == "auto" and panel.adaptive.isChecked() and panel.n_ctx.value() == kept.n_ctx
+    assert not panel.restore_button.isEnabled()
+
+
 @pytest.mark.qt_log_ignore("This plugin does not support (raise|propagateSizeHints)")  # the tooltip, shown
 def test_a_number_typed_beyond_a_field_s_range_is_brought_to_its_nearer_end(qtbot, store: SettingsStore) -> None:
     """Qt's spin boxes refuse the keystroke that leaves the range: 9999 read 9, and 5 in p_min was undone."""

@@ -575,6 +575,7 @@ class MainWindow(QMainWindow):
         # cannot use is left out by the automatic strategy, and said so (a tour read "map" over answers without it).
         info = models.loaded.info if models.loaded is not None else None
         self.settings_panel.set_loaded_vocab(info.vocab_fingerprint if info is not None else "")
+        self.settings_panel.set_draft_idle(info.draft_idle if info is not None and not models.loading else None)
         map_unusable = self.settings_panel.map_unusable
         free = "lookup, n-gram cache" + (", map" if s.ngram_map_path and not map_unusable else "")
         if map_unusable and strategy is Strategy.AUTO:

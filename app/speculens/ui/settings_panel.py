@@ -8,6 +8,7 @@ boxes ignore the mouse wheel unless they have focus, so scrolling the panel neve
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -232,6 +233,10 @@ class SettingsPanel(QWidget):
         # The n-gram map strategy with no map chosen, said by the field (a tour found it only in the toolbar).
         self.map_needed = _note("N-gram map needed", WARNING)
         self.map_needed.setText("The n-gram map strategy drafts from a map: Browse… for one, or Build… one.")
+        # The draft model strategy with a draft model that cannot pay here, Adaptive ticked: it never drafts, and only
+        # the toolbar said "draft idle" (a teacher's tour chose the strategy to show drafting and saw none).
+        self.idle_note = _note("Draft model idle", WARNING)
+        self._draft_idle: str | None = None
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("optional system message for the chat")
         self.system_prompt.setMaximumHeight(60)
@@ -258,6 +263,7 @@ class SettingsPanel(QWidget):
         form.addRow("", map_buttons)
         form.addRow(self.map_error)
         form.addRow(self.map_needed)
+        form.addRow(self.idle_note)
         sampling = QGroupBox("Sampling")
         form = QFormLayout(sampling)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -275,10 +281,22 @@ class SettingsPanel(QWidget):
         self.advice = _note("Settings advice", WARNING)
         form.addRow(self.advice)
 
+        # Back to where a new user starts, but for the choices of files and words (a teacher's tour, having changed
+        # a dozen values for a demo, found no way back but remembering each default).
+        self.restore_button = QPushButton("Restore defaults")
+        self.restore_button.setToolTip(
+            "Set every value here back to its default; the models, the n-gram map and the system message are kept"
+        )
+        self.restore_button.clicked.connect(self._on_restore_clicked)
+        restore_row = QHBoxLayout()
+        restore_row.addStretch(1)
+        restore_row.addWidget(self.restore_button)
+
         body = QWidget()
         column = QVBoxLayout(body)
         for box in (speculation, sampling, loading):
             column.addWidget(box)
+        column.addLayout(restore_row)
         column.addStretch(1)
         scroll = scrolled(body, self)  # the panel follows the dock's width (notes wrap), never scrolls sideways
         self.scroll_area = scroll
@@ -417,6 +435,34 @@ class SettingsPanel(QWidget):
         self._update_reload_note()
         self._update_flash_note()
         self._update_advice(s)
+        self._update_idle_note(s)
+        self.restore_button.setEnabled(self._restored(s) != s)
+
+    @staticmethod
+    def _restored(s: Settings) -> Settings:
+        """``s`` with its defaults back, but for the files and words chosen (see :attr:`restore_button`)."""
+        return Settings(
+            target_path=s.target_path, draft_path=s.draft_path, ngram_map_path=s.ngram_map_path,
+            system_prompt=s.system_prompt,
+        )  # fmt: skip
+
+    def _on_restore_clicked(self) -> None:
+        self.store.update(**dataclasses.asdict(self._restored(self.store.settings)))
+
+    def set_draft_idle(self, reason: str | None) -> None:
+        """Why the loaded draft model cannot pay on this machine (``None``: it can, or none is loaded)."""
+        self._draft_idle = reason
+        self._update_idle_note(self.store.settings)
+
+    def _update_idle_note(self, s: Settings) -> None:
+        shown = bool(self._draft_idle) and s.strategy == Strategy.DRAFT.value and s.adaptive and bool(s.draft_path)
+        if shown:
+            self.idle_note.setText(
+                f"{upper_first(self._draft_idle or '')} (measured at load): with Adaptive ticked this strategy decodes "
+                "plainly and the draft model never drafts. Untick Adaptive to watch it draft every step (slower here), "
+                "or choose Automatic, which drafts from prompt lookup and the n-gram cache where they pay."
+            )
+        self.idle_note.setVisible(shown)
 
     def _read(self) -> dict[str, object]:
         n_draft = self.n_draft.value()
