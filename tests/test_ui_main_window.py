@@ -929,6 +929,7 @@ def test_step_mode_from_the_keyboard_and_f10_says_when_it_is_off(qtbot, tiny) ->
     assert key == "Ctrl+F10" and key in window.shortcuts_html()
     window.step_mode_action.trigger()
     assert window.teach_panel.step_mode.isChecked() and window.step_mode_action.isChecked()
+    assert window.statusBar().currentMessage().startswith("Step mode is on")  # not F10's "is off" left standing
     window.teach_panel.step_mode.setChecked(False)  # ticked off in the panel: the menu's tick follows
     assert not window.step_mode_action.isChecked()
 

@@ -300,6 +300,7 @@ class MainWindow(QMainWindow):
         )
         self.step_mode_action.setCheckable(True)
         self.teach_panel.step_mode.toggled.connect(self.step_mode_action.setChecked)
+        self.teach_panel.step_mode.toggled.connect(self._say_step_mode)
 
         models_menu = menu.addMenu("&Models")
         models_menu.addAction(self.manager_action)
@@ -1068,6 +1069,15 @@ class MainWindow(QMainWindow):
                 "Step mode is off: Ctrl+F10 (or Teach ▸ Step mode) pauses the next answer after every step, and F10 "
                 "runs each next step."
             )
+
+    def _say_step_mode(self, on: bool) -> None:
+        """Say what step mode now does (F10's "Step mode is off" stayed in the status bar after a tour's Ctrl+F10
+        had turned it on)."""
+        self.statusBar().showMessage(
+            "Step mode is on: answers pause after every step, and F10 runs the next one."
+            if on
+            else "Step mode is off: answers run to their end."
+        )
 
     def toggle_full_screen(self) -> None:
         """Full screen, or back to the window as it was (maximised or not)."""
