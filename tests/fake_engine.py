@@ -113,8 +113,8 @@ class FakeEngine:
         seed = config.sampling.seed if config.sampling.seed is not None else 1000 + len(self.requests)
         if self.script.prompt_s:
             time.sleep(self.script.prompt_s)
-        yield StartEvent(n_prompt, n_prompt, 0.001, str(config.strategy), seed=seed, sampled=not config.sampling.greedy,
-                         exact=self.config.exact)  # fmt: skip
+        yield StartEvent(n_prompt, n_prompt, max(0.001, self.script.prompt_s), str(config.strategy), seed=seed,
+                         sampled=not config.sampling.greedy, exact=self.config.exact)  # fmt: skip
         stats = RunningStats()
         text = ""
         tokens: list[int] = []

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QScrollBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import fake_window, send, wait_idle
+from speculens.engine.events import FinishEvent, StartEvent
 from speculens.engine.suite import load_suite
 from speculens.ui.chat_pane import DROPPED_NOTE, close_fences, close_inline_code, render_transcript, sent
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
@@ -787,11 +788,16 @@ def test_the_figures_say_when_another_program_took_threads_away(qtbot, tiny) -> 
 
 def test_an_answer_slowed_by_other_programs_says_so_beside_its_speed(qtbot, tiny) -> None:
     """A tour's answer read 7.0 tokens/s, the same message 25 a minute later, and nothing said why."""
-    factory = FakeFactory(Script(answer=["word "] * 6, others_shares=(0.62, 0.05)))
+    factory = FakeFactory(Script(answer=["word "] * 6, others_shares=(0.62, 0.05), prompt_s=0.1))
     window = fake_window(qtbot, tiny, factory)
     send(qtbot, window, "busy machine")
     slowed = "(slowed: other programs used 62% of the CPUs meanwhile)"
     assert slowed in window.chat.figures.text() and slowed in window.live_panel.status.text()
+    # And the time it took, the prompt's reading apart (a teacher's stopwatch could not find where 5.8 s went).
+    start, finish = window.live_panel.events[0], window.live_panel.events[-1]
+    assert isinstance(start, StartEvent) and isinstance(finish, FinishEvent)
+    took = f" · {finish.stats.elapsed_s:.1f}\u00a0s (+{start.prompt_s:.1f}\u00a0s prompt) · "
+    assert start.prompt_s >= 0.05 and took in window.chat.figures.text(), window.chat.figures.text()
     window.chat.new_chat()
     send(qtbot, window, "quiet machine")
     assert "slowed" not in window.chat.figures.text() and "slowed" not in window.live_panel.status.text()
