@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QApplication, QLabel, QToolBar
 
 from fake_engine import FakeFactory, Script
 from gui_support import ARTIFACTS, make_window, pair_line, send, wait_idle
 from speculens import paths
 from speculens.settings import load_settings
+from speculens.ui.charts import SLIDE
 from speculens.ui.conversations import ConversationStore
 from speculens.ui.main_window import MainWindow
 
@@ -293,12 +294,18 @@ def test_exports_write_html_json_csv_png_with_the_seed(qtbot, tiny, tmp_path: Pa
     # from measured timings (prompt lookup drafted in some runs).
     sources = set(events[0]["strategy"].split("+"))
     assert all(r["source"] in sources for r in rows if int(r["drafted"]))
+    before = window.charts.graphics.size()
     png = QImage(str(window.export_png(tmp_path / "c.png")))
-    # Above the charts, what they measured (a tour found a bare chart): the PNG is taller than the plots; and at two
-    # pixels a point at least (a tour's 1264×228 was small for a report).
-    size = window.charts.graphics.size()
-    assert png.width() == round(2 * size.width()) and png.height() > 2 * size.height() + 10
-    assert len({png.pixel(x, png.height() - 40) for x in range(0, png.width(), 7)}) > 3  # the plots are drawn there
+    # A slide's shape, 16:9, at two pixels a point (a tour's 1264×228 was small for a report, a teacher's 2732×440
+    # strip of four small plots hard to fit on a slide), the plots two by two under what they measured.
+    assert (png.width(), png.height()) == (2 * SLIDE[0], 2 * SLIDE[1])
+    assert window.charts.graphics.size() == before  # the window's charts stay as they were
+    for x, y in ((0.25, 0.4), (0.25, 0.85)):  # tokens/s above, draft lengths below: two by two
+        row = round(y * png.height())
+        xs = range(round((x - 0.2) * png.width()), round((x + 0.2) * png.width()), 5)
+        assert len({png.pixel(px, row) for px in xs}) > 2, (x, y)
+    top = {png.pixel(px, 4) for px in range(0, png.width(), 9)}
+    assert top == {QColor("white").rgb()}  # the caption's white band above the plots
     # A conversation opened again shows its last answer again, token by token, and exports it so.
     conversation = window.chat.conversation
     window.new_chat()

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 REFRESH_MS = 33
 EXPORT_SCALE = 2.0  # pixels a point in an exported chart (see LiveCharts.grab_png)
+# An exported chart's size in points, its caption included: a 16:9 slide's shape, the plots two by two (a teacher's
+# tour exported the window's row of four as a 2732×440 strip, hard to fit on a slide, its plots small).
+SLIDE = (960, 540)
 # The charts may take at most this share of a core: painting four plots in software costs 10-30 ms, and
 # while the GUI paints it takes a core from llama.cpp's threads, whose barriers then wait for it. Measured in
 # the window on 2 cores, both for llama.cpp, demo target: 20-22 tokens/s with a quarter of the GUI thread
@@ -402,9 +405,10 @@ class ChartsPanel(QWidget):
         parent: the Qt parent.
     """
 
-    def __init__(self, series: RunSeries, parent: QWidget | None = None) -> None:
+    def __init__(self, series: RunSeries, parent: QWidget | None = None, columns: int = 4) -> None:
         super().__init__(parent)
         self.series = series
+        self.columns = columns
         self._drawn = -1
         self._cleared = 0  # the series' clear the ranges are fitted to
         # Antialiased lines cost several times more to paint in software, and the engine wants every core.
@@ -420,8 +424,7 @@ class ChartsPanel(QWidget):
 
         self.speed_plot = _plot(
             self.graphics,
-            0,
-            0,
+            *divmod(0, columns),
             _title("Tokens/s over time", ("rolling", "#3884ff"), ("average", "#9467bd")),
             "tokens/s",
             "seconds",
@@ -439,8 +442,7 @@ class ChartsPanel(QWidget):
 
         self.accept_plot = _plot(
             self.graphics,
-            0,
-            1,
+            *divmod(1, columns),
             _title("Acceptance per step", ("per step", "#2ea043"), ("rolling", "#2ea043")),
             "rate",
             "step",
@@ -458,8 +460,7 @@ class ChartsPanel(QWidget):
 
         self.length_plot = _plot(
             self.graphics,
-            0,
-            2,
+            *divmod(2, columns),
             _title(
                 "Draft length, tokens per pass",
                 ("tokens per pass", "#3884ff"),
@@ -479,7 +480,9 @@ class ChartsPanel(QWidget):
             pen=None, symbol="t1", symbolSize=7, symbolBrush="#d29922", symbolPen=None, name="probe"
         )
 
-        self.position_plot = _plot(self.graphics, 0, 3, "Acceptance by position", "rate", "position in the draft")
+        self.position_plot = _plot(
+            self.graphics, *divmod(3, columns), "Acceptance by position", "rate", "position in the draft"
+        )
         self.position_plot.setYRange(0, RATE_TOP)
         for plot in (self.accept_plot, self.position_plot):  # rates: a zoom out cannot show 2.8 (a tour's)
             plot.getViewBox().setLimits(yMax=RATE_TOP)
@@ -632,16 +635,48 @@ class ChartsPanel(QWidget):
         self._next_refresh = now + max(REFRESH_MS / 1000, cost / self.budget)
 
     def grab_png(self, caption: str = "") -> QPixmap:
-        """The plots as an image (for export), under ``caption`` (see :func:`captioned`), at least
-        :data:`EXPORT_SCALE` pixels a point: a screen's 1264×228 was small for a report (a tour's)."""
+        """The plots as an image for a slide or a report: two by two, :data:`SLIDE` points in all with ``caption``
+        above them (see :func:`captioned`), at :data:`EXPORT_SCALE` pixels a point or the screen's ratio if more.
+        Drawn by a copy of the panel laid out for it, off screen: the window's stays as it is."""
         self.refresh()
-        view = self.graphics
-        ratio = max(EXPORT_SCALE, view.devicePixelRatioF())
-        picture = QPixmap(view.size() * ratio)
-        picture.setDevicePixelRatio(ratio)
-        picture.fill(view.palette().color(view.backgroundRole()))
-        QWidget.render(view, picture)  # the widget's own render: QGraphicsView's paints a scene rect into a painter
+        ratio = max(EXPORT_SCALE, self.graphics.devicePixelRatioF())
+        width, height = SLIDE
+        slide = ChartsPanel(self.series, columns=2)
+        try:
+            slide._timer.stop()
+            slide.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen)
+            slide.resize(width, height - math.ceil(caption_height(caption, round(width * ratio), ratio) / ratio))
+            slide.show()  # laid out, never on screen
+            slide.refresh()
+            view = slide.graphics
+            picture = QPixmap(view.size() * ratio)
+            picture.setDevicePixelRatio(ratio)
+            picture.fill(self.graphics.palette().color(self.graphics.backgroundRole()))
+            QWidget.render(view, picture)  # the widget's own render: QGraphicsView's paints a scene rect into a painter
+        finally:
+            slide.close()
+            slide.deleteLater()
         return captioned(picture, caption)
+
+
+def _caption_font(ratio: float) -> QFont:
+    font = QFont()  # the application's, scaled to a picture of ``ratio`` pixels a point
+    if font.pointSizeF() > 0:
+        font.setPointSizeF(font.pointSizeF() * ratio)
+    return font
+
+
+CAPTION_MARGIN = 8
+
+
+def caption_height(caption: str, width: int, ratio: float) -> int:
+    """The height in pixels of the band :func:`captioned` puts ``caption`` in, over a picture ``width`` pixels wide
+    at ``ratio`` pixels a point (0 without a caption)."""
+    if not caption:
+        return 0
+    room = QRect(0, 0, max(width - 2 * CAPTION_MARGIN, 1), 10_000)
+    text = QFontMetrics(_caption_font(ratio)).boundingRect(room, int(Qt.TextFlag.TextWordWrap), caption)
+    return text.height() + 2 * CAPTION_MARGIN
 
 
 def captioned(picture: QPixmap, caption: str) -> QPixmap:
@@ -652,20 +687,18 @@ def captioned(picture: QPixmap, caption: str) -> QPixmap:
     shot = picture.toImage()
     ratio = shot.devicePixelRatio()  # drawn in the picture's own pixels, the caption's font scaled to match
     shot.setDevicePixelRatio(1.0)
-    font = QFont()  # the application's
-    if font.pointSizeF() > 0:
-        font.setPointSizeF(font.pointSizeF() * ratio)
-    metrics = QFontMetrics(font)
-    margin = 8
-    room = QRect(0, 0, max(shot.width() - 2 * margin, 1), 10_000)
-    flags = int(Qt.TextFlag.TextWordWrap)
-    height = metrics.boundingRect(room, flags, caption).height() + 2 * margin
+    margin = CAPTION_MARGIN
+    height = caption_height(caption, shot.width(), ratio)
+    font = _caption_font(ratio)
     image = QImage(shot.width(), shot.height() + height, QImage.Format.Format_ARGB32)
     image.fill(QColor("white"))
     painter = QPainter(image)
     painter.setFont(font)
     painter.setPen(QColor(60, 60, 60))
-    painter.drawText(QRect(margin, margin, room.width(), height - 2 * margin), flags, caption)
+    painter.drawText(
+        QRect(margin, margin, max(shot.width() - 2 * margin, 1), height - 2 * margin), int(Qt.TextFlag.TextWordWrap),
+        caption,
+    )
     painter.drawImage(0, height, shot)
     painter.end()
     return QPixmap.fromImage(image)

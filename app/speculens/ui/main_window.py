@@ -773,17 +773,19 @@ class MainWindow(QMainWindow):
         return f"Speculens answer{seed}"
 
     def _answer_figures(self) -> str:
-        """The exported answer's figures, as the app showed them (a tour found the export had none)."""
+        """The exported answer's figures, as the app showed them (a tour found the export had none); the PNG's
+        caption has them too, with the draft length (a teacher's slide had none of them)."""
         finish = next((e for e in reversed(self.live_panel.events) if isinstance(e, FinishEvent)), None)
         if finish is None:
             return ""
         s = finish.stats
         drafts = f"{s.n_accepted} of {s.n_drafted} drafted tokens accepted" if s.n_drafted else "nothing drafted"
-        why = "" if finish.reason is FinishReason.EOG else f" · {html.escape(finish.reason.words)}"
-        return (
-            f"<p style='color:gray'>{s.passes_text} · {s.tokens_per_second:.1f} "
-            f"tokens/s · {drafts}{why}</p>\n"
-        )
+        start, ran = self._last_start(), self._ran()
+        if start is not None and start.strategy != "none":
+            drafts += f", drafts of up to {ran.n_draft} tokens" + (" as the adaptive controller chose" if ran.adaptive
+                                                                   else "")  # fmt: skip
+        why = "" if finish.reason is FinishReason.EOG else f" · {finish.reason.words}"
+        return f"{s.passes_text} · {s.tokens_per_second:.1f} tokens/s · {drafts}{why}"
 
     def _export_fields(self) -> dict[str, object]:
         """Which models and strategy made the answer, and when it was exported: a file read later, or by someone
@@ -856,9 +858,11 @@ class MainWindow(QMainWindow):
                     if self.live_panel.comparing
                     else ""
                 )
+                said = self._answer_figures()
+                figures = f"<p style='color:gray'>{html.escape(said)}</p>\n" if said else ""
                 body += (
                     f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{other}"
-                    f"{self._answer_figures()}{view.html_fragment()}"
+                    f"{figures}{view.html_fragment()}"
                 )
             path.write_text(
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
@@ -905,7 +909,8 @@ class MainWindow(QMainWindow):
         path = path or self._save_path("Export charts", ".png", "PNG images (*.png)")
         if path:
             # Not the conversation's title: after Compare the charts show another message's answer.
-            caption = f"{self._answer_title()}. {self._export_context()}"
+            figures = self._answer_figures()
+            caption = f"{self._answer_title()}{': ' + figures if figures else ''}. {self._export_context()}"
             if not self.charts.grab_png(caption).save(str(path), "PNG"):
                 self.statusBar().showMessage(f"Could not write {path}")
                 return None
