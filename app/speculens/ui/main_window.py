@@ -1077,7 +1077,9 @@ class MainWindow(QMainWindow):
 
     def _say_step_mode(self, on: bool) -> None:
         """Say what step mode now does (F10's "Step mode is off" stayed in the status bar after a tour's Ctrl+F10
-        had turned it on)."""
+        had turned it on). While an answer runs, the chat says what it does now ("Paused…", "Answering…")."""
+        if self.chat.busy or self.router.running:
+            return
         self.statusBar().showMessage(
             "Step mode is on: answers pause after every step, and F10 runs the next one."
             if on
