@@ -72,9 +72,15 @@ def test_an_export_after_compare_says_its_tokens_are_comparess_run(qtbot, tiny, 
     html = window.export_html(tmp_path / "compared.html").read_text(encoding="utf-8")
     assert "Compare&#x27;s speculative run of the last message" in html and "Compare ran the last message again" in html
     assert "strategy of Compare&#x27;s speculative run:" in html
+    # Both halves and the verdict (a teacher's Ctrl+S after Compare kept the speculative half alone).
+    view = window.compare_view
+    plain = view.views[Lane.PLAIN].html_fragment()
+    assert "decoded plainly, token by token" in html and plain in html and len(plain) > 100
+    assert "<h2>Compare's verdict</h2>" in html and verdict_html(view.comparison) in html  # type: ignore[arg-type]
     assert json.loads(window.export_json(tmp_path / "e.json").read_text(encoding="utf-8"))[0]["run"] == "compare"
     send(qtbot, window, "another question")  # the chat's answer again
     assert json.loads(window.export_json(tmp_path / "e2.json").read_text(encoding="utf-8"))[0]["run"] == "chat"
+    assert "Compare's verdict" not in window.export_html(tmp_path / "chat2.html").read_text(encoding="utf-8")
 
 
 def test_compare_shows_both_answers_and_the_verdict(qtbot, tiny) -> None:

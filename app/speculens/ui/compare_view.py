@@ -327,6 +327,18 @@ class CompareView(QWidget):
                         label.setText("not run")
                 self._reveal_verdict()  # "Comparison stopped." too (a tour's lay out of view)
 
+    def export_html(self) -> str:
+        """The finished comparison's plain half and its verdict, for a transcript (a teacher's Ctrl+S after Compare
+        kept the speculative half alone); empty without one."""
+        if self.comparison is None:
+            return ""
+        plain = self.views[Lane.PLAIN]
+        return (
+            "<h2>Compare: the same message decoded plainly, token by token</h2>\n"
+            f"<p style='color:gray'>{html.escape(self.figures[Lane.PLAIN].text())}</p>\n{plain.html_fragment()}"
+            f"\n<h2>Compare's verdict</h2>\n<p>{verdict_html(self.comparison)}</p>\n"
+        )
+
     def _scroll_area(self) -> QScrollArea | None:
         """The scroll area the view is in (the dock's), if any."""
         parent = self.parentWidget()

@@ -864,6 +864,8 @@ class MainWindow(QMainWindow):
                     f"<hr><h2>{html.escape(self._answer_title())}, token by token</h2>\n{other}"
                     f"{figures}{view.html_fragment()}"
                 )
+                if self.live_panel.comparing:
+                    body += self.compare_view.export_html()
             path.write_text(
                 "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<title>{html.escape(title)}</title></head>\n<body style='font-family: sans-serif'>"
