@@ -916,6 +916,16 @@ def test_an_empty_conversation_offers_examples_that_go_in_the_message_box(qtbot,
     assert links and all(link in prompts for link in links), links  # each names a prompt of the suite
     assert not examples.isHidden()
     assert examples.textInteractionFlags() & Qt.TextInteractionFlag.LinksAccessibleByKeyboard  # Tab reaches them
+    # From the message box, Shift+Tab goes to the links above it, and Enter takes one (a teacher's went elsewhere).
+    window.show()
+    qtbot.waitExposed(window)
+    chat.input.setFocus()
+    qtbot.waitUntil(chat.input.hasFocus)
+    qtbot.keyClick(chat.input, Qt.Key.Key_Backtab, Qt.KeyboardModifier.ShiftModifier)
+    assert window.focusWidget() is examples and examples.selectedText()  # the last link, marked
+    qtbot.keyClick(examples, Qt.Key.Key_Return)
+    assert chat.input.toPlainText() == prompts[links[-1]]
+    chat.input.clear()
     chat.input.setPlainText("my own words")
     examples.linkActivated.emit("rewrite-rename")
     assert chat.input.toPlainText() == prompts["rewrite-rename"]

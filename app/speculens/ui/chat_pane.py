@@ -54,7 +54,7 @@ from speculens.engine.threads import ThreadTally
 from speculens.settings import generation_config
 from speculens.ui.conversations import UNTITLED, Conversation, ConversationStore
 from speculens.ui.generations import GenerationRouter, RecordSink
-from speculens.ui.labels import WrapRow
+from speculens.ui.labels import LinksLabel, WrapRow
 from speculens.ui.settings_store import SettingsStore
 from speculens.ui.token_view import drafts_phrase
 from speculens.ui.worker import Record, RecordKind
@@ -471,12 +471,8 @@ class ChatPane(QWidget):
         suite = {p.id: p.messages[-1]["content"] for p in load_suite()}
         self._examples = {id_: suite[id_] for id_, _, _ in EXAMPLES}
         links = (f'<a href="{id_}">{html.escape(text)}</a> ({html.escape(why)})' for id_, text, why in EXAMPLES)
-        self.examples = QLabel("Try an example: " + " · ".join(links), self)
-        self.examples.setTextFormat(Qt.TextFormat.RichText)
         # Tab reaches the links, Enter follows one; a screen reader reads them (the name alone replaced the text).
-        self.examples.setTextInteractionFlags(
-            Qt.TextInteractionFlag.LinksAccessibleByMouse | Qt.TextInteractionFlag.LinksAccessibleByKeyboard
-        )
+        self.examples = LinksLabel("Try an example: " + " · ".join(links), self)
         self.examples.setAccessibleName("Examples")
         self.examples.setAccessibleDescription(
             "Try an example: " + "; ".join(f"{text} ({why})" for _, text, why in EXAMPLES)
@@ -506,6 +502,10 @@ class ChatPane(QWidget):
         layout.addLayout(error_row)
         layout.addWidget(self.input)
         layout.addLayout(buttons)
+        # The links next to the message box they fill, as they are on screen: created after the buttons, they were
+        # last in the Tab order, and a teacher's Shift+Tab from the message box went to the conversation.
+        QWidget.setTabOrder(self.transcript, self.examples)
+        QWidget.setTabOrder(self.examples, self.input)
         self._update_buttons()
 
     def _button(self, text: str, tip: str, slot: Callable[[], None]) -> QPushButton:

@@ -4,7 +4,7 @@ of button groups that wraps to a second line."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
-from PySide6.QtGui import QResizeEvent, QShowEvent
+from PySide6.QtGui import QFocusEvent, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QLabel, QLayout, QLayoutItem, QSizePolicy, QWidget
 
 
@@ -35,6 +35,25 @@ class WrappedLabel(QLabel):
         height = self.heightForWidth(self.width()) if self.text() else 0
         if height >= 0 and height != self.minimumHeight():
             self.setMinimumHeight(height)
+
+
+class LinksLabel(QLabel):
+    """A label of links that Tab and Shift+Tab step through from the widgets around it: a QLabel taking the focus
+    selects none of its links (no focus ring, and Enter did nothing), so a teacher's Shift+Tab twice and Enter from
+    the message box, meant for the example links, took a link only by chance."""
+
+    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setTextInteractionFlags(
+            Qt.TextInteractionFlag.LinksAccessibleByMouse | Qt.TextInteractionFlag.LinksAccessibleByKeyboard
+        )
+
+    def focusInEvent(self, event: QFocusEvent) -> None:
+        super().focusInEvent(event)
+        if event.reason() in (Qt.FocusReason.TabFocusReason, Qt.FocusReason.BacktabFocusReason):
+            # The first link coming forwards, the last coming back.
+            self.focusNextPrevChild(event.reason() is Qt.FocusReason.TabFocusReason)
 
 
 class ShrinkingLabel(QLabel):
