@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtGui import QAction, QColor, QImage
 from PySide6.QtWidgets import QApplication, QLabel, QToolBar
 
 from fake_engine import FakeFactory, Script
@@ -954,6 +954,28 @@ def test_full_screen_for_a_projector_and_back_and_not_kept(qtbot, tiny) -> None:
     window.full_screen_action.trigger()
     window.full_screen_action.trigger()
     assert not window.isFullScreen() and not window.full_screen_action.isChecked()
+
+
+def test_the_teaching_layout_shows_teach_and_live_tokens_together_and_reset_puts_them_back(qtbot, tiny) -> None:
+    """A teacher's tour in step mode went between the Teach and Live tokens tabs at every step."""
+    window = make_window(qtbot, tiny, load=False)
+    window.resize(1366, 740)
+    window.show()
+    qtbot.waitExposed(window)
+    teach, live = window.docks["Teach"], window.docks["Live"]
+    assert teach in window.tabifiedDockWidgets(live)  # the default: one tab or the other
+    action = next(a for a in window.findChildren(QAction) if a.text().startswith("&Teaching layout"))
+    assert action.shortcut().toString() in window.shortcuts_html()
+    action.trigger()
+    assert teach not in window.tabifiedDockWidgets(live)
+    assert window.dockWidgetArea(teach) == Qt.DockWidgetArea.LeftDockWidgetArea
+    qtbot.waitUntil(lambda: not teach.visibleRegion().isEmpty() and not live.visibleRegion().isEmpty())
+    qtbot.waitUntil(lambda: teach.width() >= 380 and live.width() >= 300)  # both readable at a 1366-pixel width
+    assert "Ctrl+F10" in window.statusBar().currentMessage()  # step mode off: how to turn it on
+    conversations = window.docks["Conversations"]
+    assert conversations in window.tabifiedDockWidgets(teach)  # behind Teach, not closed
+    window._on_reset_layout_triggered()
+    assert teach in window.tabifiedDockWidgets(live)
 
 
 def test_the_last_answer_is_copied_from_the_keyboard(qtbot, tiny) -> None:

@@ -334,6 +334,7 @@ class MainWindow(QMainWindow):
             QKeySequence.keyBindings(QKeySequence.StandardKey.FullScreen) or [QKeySequence("F11")]
         )
         self.full_screen_action.setCheckable(True)
+        self._add(view_menu, "&Teaching layout: Teach beside Live tokens", self.teaching_layout, "Ctrl+Shift+T")
         self._add(view_menu, "&Reset layout", self._on_reset_layout_triggered)
 
         help_menu = menu.addMenu("&Help")
@@ -1117,6 +1118,24 @@ class MainWindow(QMainWindow):
         store.setValue("conversation", self.chat.conversation.id)
         store.setValue("unsent", self.chat.input.toPlainText())
         store.sync()
+
+    def teaching_layout(self) -> None:
+        """Teach on the left (the conversations tabbed behind it), Live tokens on the right: a step's explanation and
+        its coloured tokens in view together. They share the right's tabs by default, and a teacher's tour in step
+        mode went back and forth between them at every step."""
+        teach, live, conversations = self.docks["Teach"], self.docks["Live"], self.docks["Conversations"]
+        for dock in (teach, live, conversations):
+            dock.setFloating(False)
+            dock.show()
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, conversations)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, teach)
+        self.tabifyDockWidget(conversations, teach)
+        teach.raise_()
+        live.raise_()
+        widths = [max(380, self.width() // 3), max(320, self.width() // 4)]
+        self.resizeDocks([teach, live], widths, Qt.Orientation.Horizontal)
+        said = "" if self.teach_panel.step_mode.isChecked() else "; Ctrl+F10 turns step mode on"
+        self.statusBar().showMessage(f"Teach beside Live tokens (View ▸ Reset layout puts them back){said}.")
 
     def _on_reset_layout_triggered(self) -> None:
         self.restoreState(self._default_state, STATE_VERSION)
