@@ -464,6 +464,14 @@ def test_a_chat_message_typed_at_a_terminal_can_hold_several_lines(editing: bool
         assert typed(b"hello\r") == "hello\n" and typed(b"again\r") == "again\n"  # typed: a line a message
 
 
+def test_a_first_message_of_several_lines_is_echoed_as_if_typed() -> None:
+    from speculens.cli.generate_cmd import as_typed
+
+    typed = "> Rename x to y:\n… \n… def f(x):\n…     return x"
+    assert as_typed("Rename x to y:\n\ndef f(x):\n    return x\n") == typed
+    assert as_typed("hello") == "> hello"
+
+
 @pytest.mark.skipif(os.name != "posix", reason="a pseudo-terminal")
 def test_up_recalls_the_messages_of_an_earlier_chat() -> None:
     """As a shell's history: the next `generate --chat` at a terminal recalls this one's messages, a message of

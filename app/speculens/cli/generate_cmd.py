@@ -515,6 +515,13 @@ def line_editing() -> ChatHistory | None:
     return ChatHistory(readline)
 
 
+def as_typed(message: str, prompt: str = "> ") -> str:
+    """``message`` under the prompts :func:`read_message` shows as it is typed: ``prompt`` before its first line,
+    "… " before each other (a review's: a first message of several lines given as PROMPT echoed its first line alone
+    under "> ")."""
+    return "\n".join(f"{prompt if i == 0 else '… '}{part}" for i, part in enumerate(message.rstrip("\n").split("\n")))
+
+
 def read_message(prompt: str = "> ", history: ChatHistory | None = None) -> str:
     """One chat message typed at a terminal ("" at the end of input): a line, or several where each but the last
     ends with a backslash (llama.cpp's interactive mode takes them so), or lines pasted together: in one piece
@@ -684,7 +691,7 @@ def run(args: argparse.Namespace) -> int:
                 if first is not None:
                     line, first = first, None
                     if interactive:
-                        print(f"> {line}", file=sys.stderr if not sys.stdout.isatty() else sys.stdout)
+                        print(as_typed(line), file=sys.stderr if not sys.stdout.isatty() else sys.stdout)
                         readline = sys.modules.get("readline")
                         if readline is not None and history is not None:  # Up recalls it, as a typed message
                             readline.add_history(line)
