@@ -46,6 +46,9 @@ class StatsStrip(QWidget):
     """
 
     FIELDS = (
+        # After a Compare the strip has Compare's speculative run, not the chat's answer: a teacher's tour read 41.1
+        # tokens/s here and 33.5 under the answer, and took them for one run.
+        ("run", "run", "Whose figures these are: the chat's last answer, or Compare's speculative run of its message"),
         ("tps", "tokens/s", "Emitted tokens per second of decoding"),
         ("acceptance", "acceptance", "Accepted draft tokens / drafted tokens"),
         (
@@ -105,6 +108,10 @@ class StatsStrip(QWidget):
         self._values["counts"].setText(f"{stats.n_accepted} / {stats.n_drafted}")
         self._values["times"].setText(f"{stats.draft_s:.2f}s | {stats.verify_s:.2f}s")
         self._values["tokens"].setText(str(stats.n_generated))
+
+    def set_run(self, compare: bool) -> None:
+        """Say whose figures the strip shows: Compare's speculative run, or the chat's answer."""
+        self._values["run"].setText("Compare" if compare else "Chat")
 
 
 class LivePanel(QWidget):
@@ -241,6 +248,7 @@ class LivePanel(QWidget):
         if self._start is not None:
             self._reset(self.status.text(), self._start.sampled)  # what the start said ("prompt of … tokens …")
             self.series.costs_ms = self._start.verify_ms
+            self.stats_strip.set_run(self.comparing)
             self.events.append(self._start)
             self._start = None
 
