@@ -687,6 +687,13 @@ def test_with_a_fixed_draft_length_the_curve_takes_the_costs_measured_at_load() 
     curve = series.speedup_curve(8)
     assert curve is not None and series.alpha == 1.0
     assert curve[4] == pytest.approx(5 * 60.0 / (4 * 10.0 + 180.0))
+    # Noisy costs that read a bigger pass as cheaper: never extrapolated below the last measured one (a review's: the
+    # curve went below zero past the table's end).
+    noisy = RunSeries()
+    noisy.costs_ms = (30.0, 60.0, 50.0)
+    noisy.add(fixed_length_steps(2, 2, verify_ms=50.0, draft_ms=1.0))
+    far = noisy.verify_ms(33)
+    assert far is not None and far[0][-1] == pytest.approx(50.0) and (far[0] > 0).all()
     series.add([StepEvent(8, 0, (), (e("Zt", Origin.TARGET),), "", 0.0, 50.0, 0.1, series.stats)])  # type: ignore[arg-type]
     assert series.verify_ms(9)[1]  # type: ignore[index]  # a plain step timed: the answer's own costs
 
@@ -702,7 +709,7 @@ def test_the_teach_curve_says_why_it_is_below_one_at_full_acceptance(qtbot) -> N
     qtbot.addWidget(teach)
     teach.set_n_draft(4)
     text = teach.curve_label.text()
-    assert text.startswith("From the costs measured at load") and "α = 1.00" in text
+    assert text.startswith("From the session's measured costs") and "α = 1.00" in text
     # 4 × 15 ms of drafting and a 120 ms pass: 180 ms, six plain steps of 30 ms for at most five tokens.
     assert "drafting 4 (60 ms) and verifying 5 take 180 ms, as long as 6.0 plain steps of 30 ms" in text
     assert "more than the 5 tokens a pass gives with every draft accepted" in text

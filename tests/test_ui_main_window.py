@@ -744,6 +744,10 @@ def test_a_draft_model_without_the_adaptive_controller_is_not_said_to_be_idle(qt
     note = window.settings_panel.idle_note
     assert not note.isHidden() and "×0.89 of plain decoding (measured at load)" in note.text()
     assert "Untick Adaptive" in note.text()
+    window.store.update(draft_path=str(tiny.target))  # another draft chosen, not loaded: nothing measured of it
+    assert note.isHidden()
+    window.store.update(draft_path=window.models.loaded.settings.draft_path)
+    assert not note.isHidden()
     window.store.update(adaptive=False)
     assert note.isHidden()
     window.store.update(adaptive=True, strategy="auto")  # Automatic drafts from free sources: nothing to warn of
@@ -939,6 +943,7 @@ def test_step_mode_from_the_keyboard_and_f10_says_when_it_is_off(qtbot, tiny) ->
     assert window.statusBar().currentMessage().startswith("Step mode is on")  # not F10's "is off" left standing
     window.teach_panel.step_mode.setChecked(False)  # ticked off in the panel: the menu's tick follows
     assert not window.step_mode_action.isChecked()
+    assert window.statusBar().currentMessage() == "Step mode is off: answers run to their end."
 
 
 def test_full_screen_for_a_projector_and_back_and_not_kept(qtbot, tiny) -> None:

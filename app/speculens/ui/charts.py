@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from speculens.engine.events import RunningStats, StepEvent
 
 REFRESH_MS = 33
-EXPORT_SCALE = 2.0  # pixels a point in an exported chart (see LiveCharts.grab_png)
+EXPORT_SCALE = 2.0  # pixels a point in an exported chart (see ChartsPanel.grab_png)
 # An exported chart's size in points, its caption included: a 16:9 slide's shape, the plots two by two (a teacher's
 # tour exported the window's row of four as a 2732×440 strip, hard to fit on a slide, its plots small).
 SLIDE = (960, 540)
@@ -48,6 +48,14 @@ MIN_POSITIONS = 4  # the acceptance-by-position plot is at least this many posit
 # A draft position tried fewer times than this is drawn faint: a rate of 1 from one drafted token is no finding.
 FEW_SAMPLES = 5
 BAR_GREEN = (46, 160, 67)
+
+
+def _costs_line(sizes: list[int], ms: list[float], n: np.ndarray) -> np.ndarray:
+    """Pass times at the sizes ``n``: linear between the measured ``sizes``, and beyond the largest its time plus the
+    last two's slope, never negative (noisy timings read a bigger batch as cheaper: a review's, the curve then went
+    below zero past the table's end)."""
+    slope = max((ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2]), 0.0)
+    return np.where(n > sizes[-1], ms[-1] + slope * (n - sizes[-1]), np.interp(n, sizes, ms))
 
 
 class RunSeries:
@@ -148,18 +156,13 @@ class RunSeries:
         sizes = sorted(self.batch_ms)
         n = np.arange(1, n_max + 1, dtype=float)
         if 1 in self.batch_ms and len(sizes) >= 2:
-            ms = np.array([float(np.median(self.batch_ms[s])) for s in sizes])
-            slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])
-            return np.where(n > sizes[-1], ms[-1] + slope * (n - sizes[-1]), np.interp(n, sizes, ms)), True
+            return _costs_line(sizes, [float(np.median(self.batch_ms[s])) for s in sizes], n), True
         table = np.asarray(self.costs_ms, dtype=float)
         if len(table) < 2 or not sizes:
             return None
         ratios = [float(np.median(self.batch_ms[s])) / table[s - 1] for s in sizes if s <= len(table) and table[s - 1]]
         scale = float(np.median(ratios)) if ratios else 1.0
-        slope = table[-1] - table[-2]
-        inside = np.interp(n, np.arange(1, len(table) + 1), table)
-        own = np.where(n > len(table), table[-1] + slope * (n - len(table)), inside)
-        return scale * own, False
+        return scale * _costs_line(list(range(1, len(table) + 1)), list(table), n), False
 
     @property
     def draft_ms(self) -> float:
@@ -403,12 +406,12 @@ class ChartsPanel(QWidget):
     Args:
         series: the data to draw.
         parent: the Qt parent.
+        columns: plots in a row (the window's: all four; an exported slide's: two, see :meth:`grab_png`).
     """
 
     def __init__(self, series: RunSeries, parent: QWidget | None = None, columns: int = 4) -> None:
         super().__init__(parent)
         self.series = series
-        self.columns = columns
         self._drawn = -1
         self._cleared = 0  # the series' clear the ranges are fitted to
         # Antialiased lines cost several times more to paint in software, and the engine wants every core.
@@ -637,15 +640,17 @@ class ChartsPanel(QWidget):
     def grab_png(self, caption: str = "") -> QPixmap:
         """The plots as an image for a slide or a report: two by two, :data:`SLIDE` points in all with ``caption``
         above them (see :func:`captioned`), at :data:`EXPORT_SCALE` pixels a point or the screen's ratio if more.
-        Drawn by a copy of the panel laid out for it, off screen: the window's stays as it is."""
-        self.refresh()
+        Drawn by a copy of the panel laid out for it, off screen, showing the whole answer (a zoom of the window's plots
+        is not exported): the window's stays as it is."""
         ratio = max(EXPORT_SCALE, self.graphics.devicePixelRatioF())
         width, height = SLIDE
+        band = math.ceil(caption_height(caption, round(width * ratio), ratio) / ratio)  # whole points: exact size
         slide = ChartsPanel(self.series, columns=2)
         try:
             slide._timer.stop()
             slide.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen)
-            slide.resize(width, height - math.ceil(caption_height(caption, round(width * ratio), ratio) / ratio))
+            slide.setAttribute(Qt.WidgetAttribute.WA_QuitOnClose, False)  # no "last window closed" for it
+            slide.resize(width, height - band)
             slide.show()  # laid out, never on screen
             slide.refresh()
             view = slide.graphics
@@ -654,9 +659,8 @@ class ChartsPanel(QWidget):
             picture.fill(self.graphics.palette().color(self.graphics.backgroundRole()))
             QWidget.render(view, picture)  # the widget's own render: QGraphicsView's paints a scene rect into a painter
         finally:
-            slide.close()
-            slide.deleteLater()
-        return captioned(picture, caption)
+            slide.hide()
+        return captioned(picture, caption, round(band * ratio))
 
 
 def _caption_font(ratio: float) -> QFont:
@@ -679,16 +683,17 @@ def caption_height(caption: str, width: int, ratio: float) -> int:
     return text.height() + 2 * CAPTION_MARGIN
 
 
-def captioned(picture: QPixmap, caption: str) -> QPixmap:
+def captioned(picture: QPixmap, caption: str, height: int | None = None) -> QPixmap:
     """``picture`` under a white band holding ``caption``, wrapped to its width: an exported chart says what it
-    measured (models, strategy, when), which a tour found missing from a PNG read later or by someone else."""
+    measured (models, strategy, when), which a tour found missing from a PNG read later or by someone else. The band
+    is ``height`` pixels high, at least the caption's (:func:`caption_height`)."""
     if not caption:
         return picture
     shot = picture.toImage()
     ratio = shot.devicePixelRatio()  # drawn in the picture's own pixels, the caption's font scaled to match
     shot.setDevicePixelRatio(1.0)
     margin = CAPTION_MARGIN
-    height = caption_height(caption, shot.width(), ratio)
+    height = max(height or 0, caption_height(caption, shot.width(), ratio))
     font = _caption_font(ratio)
     image = QImage(shot.width(), shot.height() + height, QImage.Format.Format_ARGB32)
     image.fill(QColor("white"))

@@ -39,7 +39,8 @@ FIGURES_S = 0.5
 
 
 class StatsStrip(QWidget):
-    """One line of figures: tokens/s, acceptance, mean accepted length, counts, draft vs verify time.
+    """One line of figures: whose run (the chat's answer or Compare's), tokens/s, acceptance, mean accepted length,
+    counts, draft vs verify time, tokens.
 
     Args:
         parent: the Qt parent.

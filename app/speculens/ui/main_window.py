@@ -452,7 +452,8 @@ class MainWindow(QMainWindow):
         # The live panel, its charts and the figures above the chat follow the speculative half, as they follow an
         # answer (they kept showing the last answer's while Compare ran), once the comparison ends (see LaneSink).
         live = LaneSink(self.live_panel, Lane.SPECULATIVE)
-        self.router.compare(messages, plain, speculative, [self.compare_view, self.teach_panel, live])
+        # The live panel before Teach, as for a chat answer: Teach's curve reads the series the live panel fills.
+        self.router.compare(messages, plain, speculative, [self.compare_view, live, self.teach_panel])
         self.live_panel.status.setText(LIVE_COMPARING)
         self.statusBar().showMessage(COMPARING)  # not the last answer's "Answer finished." (a tour's)
         self.docks["Compare"].show()
@@ -577,7 +578,10 @@ class MainWindow(QMainWindow):
         # cannot use is left out by the automatic strategy, and said so (a tour read "map" over answers without it).
         info = models.loaded.info if models.loaded is not None else None
         self.settings_panel.set_loaded_vocab(info.vocab_fingerprint if info is not None else "")
-        self.settings_panel.set_draft_idle(info.draft_idle if info is not None and not models.loading else None)
+        # Of the draft model loaded, not of another chosen since (a review's: the note spoke of a file never measured).
+        loaded_draft = models.loaded.settings.draft_path if models.loaded is not None else None
+        idle = info.draft_idle if info is not None and not models.loading and loaded_draft == s.draft_path else None
+        self.settings_panel.set_draft_idle(idle)
         map_unusable = self.settings_panel.map_unusable
         free = "lookup, n-gram cache" + (", map" if s.ngram_map_path and not map_unusable else "")
         if map_unusable and strategy is Strategy.AUTO:
@@ -781,12 +785,13 @@ class MainWindow(QMainWindow):
             return ""
         s = finish.stats
         drafts = f"{s.n_accepted} of {s.n_drafted} drafted tokens accepted" if s.n_drafted else "nothing drafted"
-        start, ran = self._last_start(), self._ran()
-        if start is not None and start.strategy != "none":
+        start = self._last_start()
+        if start is not None and start.strategy != "none" and (ran := start.settings) is not None:  # as it ran
             drafts += f", drafts of up to {ran.n_draft} tokens" + (" as the adaptive controller chose" if ran.adaptive
                                                                    else "")  # fmt: skip
         why = "" if finish.reason is FinishReason.EOG else f" · {finish.reason.words}"
-        return f"{s.passes_text} · {s.tokens_per_second:.1f} tokens/s · {drafts}{why}"
+        rate = f" · {s.tokens_per_second:.1f} tokens/s" if s.n_generated > 1 else ""  # the first: the prompt's
+        return f"{s.passes_text}{rate} · {drafts}{why}"
 
     def _export_fields(self) -> dict[str, object]:
         """Which models and strategy made the answer, and when it was exported: a file read later, or by someone

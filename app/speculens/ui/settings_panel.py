@@ -234,7 +234,8 @@ class SettingsPanel(QWidget):
         self.map_needed = _note("N-gram map needed", WARNING)
         self.map_needed.setText("The n-gram map strategy drafts from a map: Browse… for one, or Build… one.")
         # The draft model strategy with a draft model that cannot pay here, Adaptive ticked: it never drafts, and only
-        # the toolbar said "draft idle" (a teacher's tour chose the strategy to show drafting and saw none).
+        # the toolbar said "draft idle" (a teacher's tour chose the strategy to show drafting and saw none). Said in
+        # the Speculation group, under the strategy's other notes.
         self.idle_note = _note("Draft model idle", WARNING)
         self._draft_idle: str | None = None
         self.system_prompt = QPlainTextEdit()

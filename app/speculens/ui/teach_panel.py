@@ -464,7 +464,8 @@ class TeachPanel(QWidget):
 
     def update_curve(self) -> None:
         """Redraw the curve: the controller's estimate of the last step (or of this answer's last step that had
-        one), else this answer's measurements. The caption is short, for a short dock; how the curve is
+        one), else Leviathan's formula with this answer's acceptance and its costs, or the session's (see
+        :meth:`RunSeries.verify_ms`). The caption is short, for a short dock; how the curve is
         computed is in its tooltip."""
         self._curve_stale = False
         step = self.last_step
@@ -514,7 +515,7 @@ class TeachPanel(QWidget):
             where = (
                 "this answer's measurements"
                 if own
-                else "the costs measured at load (scaled to this answer's passes) and this answer's acceptance"
+                else "the session's measured costs (scaled to this answer's passes) and this answer's acceptance"
             )
             lead = f"From {where} (α = {alpha:.2f})"
             how = (
@@ -523,7 +524,6 @@ class TeachPanel(QWidget):
             )
             mark = min(self.n_draft, len(speedup) - 1)
             extra = self._why_below_one(mark, float(speedup[mark]), alpha, verify)
-        k = np.arange(len(speedup), dtype=float)
         k = np.arange(len(speedup), dtype=float)
         # k is a count of tokens: whole-number ticks only (a 2-point curve got ticks at 0.2, 0.4, …), about eight
         # over the axis's whole range, which can be longer than this step's curve (a label at every k of 1 to 34
