@@ -713,12 +713,23 @@ def test_the_teach_curve_says_why_it_is_below_one_at_full_acceptance(qtbot) -> N
     # 4 × 15 ms of drafting and a 120 ms pass: 180 ms, six plain steps of 30 ms for at most five tokens.
     assert "drafting 4 (60 ms) and verifying 5 take 180 ms, as long as 6.0 plain steps of 30 ms" in text
     assert "more than the 5 tokens a pass gives with every draft accepted" in text
+    # And the step itself says whether it paid (the tour's step texts never did with a fixed draft length).
+    teach.show_step(fixed_length_steps(4, 4, verify_ms=120.0, draft_ms=15.0)[-1])
+    said = teach.explanation.toPlainText()
+    assert "Drafting and verifying took 180 ms for 5 tokens; plain decoding would have taken about 150 ms" in said
+    assert "it did not pay" in said
     cheap = RunSeries()
     cheap.costs_ms = series.costs_ms
-    cheap.add(fixed_length_steps(4, 4, verify_ms=120.0, draft_ms=1.0))
+    steps = fixed_length_steps(4, 4, verify_ms=120.0, draft_ms=1.0)
+    cheap.add(steps)
     teach.series = cheap
     teach.update_curve()
     assert "Marked: k = 4, ×1.21" in teach.curve_label.text() and "plain steps of" not in teach.curve_label.text()
+    teach.show_step(steps[-1])
+    said = teach.explanation.toPlainText()
+    assert "took 124 ms for 5 tokens" in said and "it paid" in said
+    teach.show_step(StepEvent(9, 0, (), (e("Zt", Origin.TARGET),), "", 0.0, 30.0, 0.1, steps[-1].stats))
+    assert "Did it pay" not in teach.explanation.toPlainText()  # a plain step: nothing to weigh
 
 
 def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:

@@ -448,14 +448,30 @@ class TeachPanel(QWidget):
             )
             self.last_step = step = self._last_token
         # The explanation and the curve's caption speak of the same step.
-        self.explanation.setHtml(lead + explain_step(step, self._strategy, self._sampled))
+        self.explanation.setHtml(lead + explain_step(step, self._strategy, self._sampled) + self._did_it_pay(step))
 
     def show_step(self, event: StepEvent) -> None:
         """Explain a step (called when the worker pauses on it)."""
         self.last_step = event
-        self.explanation.setHtml(explain_step(event, self._strategy, self._sampled))
+        self.explanation.setHtml(explain_step(event, self._strategy, self._sampled) + self._did_it_pay(event))
         self.next_button.setEnabled(True)
         self.update_curve()
+
+    def _did_it_pay(self, event: StepEvent) -> str:
+        """Whether a step that verified a draft beat plain decoding, in its own milliseconds against the plain step's
+        cost (a teacher's tour: with a fixed draft length the step text never said whether a step paid)."""
+        costs = self.series.verify_ms(1)
+        if not event.drafted or costs is None or costs[0][0] <= 0:
+            return ""
+        plain = float(costs[0][0])
+        spent = event.draft_ms + event.verify_ms
+        n = len(event.emitted)
+        would = n * plain
+        verdict = "it paid" if spent < would else "it did not pay"
+        return (
+            f"<p><b>Did it pay?</b> Drafting and verifying took {spent:.0f} ms for {n} token{'s' if n != 1 else ''}; "
+            f"plain decoding would have taken about {would:.0f} ms ({n} × {plain:.0f} ms a step): {verdict}.</p>"
+        )
 
     def set_running(self, running: bool) -> None:
         """Disable *Next step* when nothing is paused."""
