@@ -732,6 +732,23 @@ def test_the_teach_curve_says_why_it_is_below_one_at_full_acceptance(qtbot) -> N
     assert "Did it pay" not in teach.explanation.toPlainText()  # a plain step: nothing to weigh
 
 
+def test_the_exported_slides_copy_of_the_charts_is_gone_after_the_export(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The PNG's off-screen copy of the panel, left to Python's collector (its signals' closures hold it in cycles),
+    was destroyed after the application at exit: CI's whole test run ended in a segfault."""
+    import gc
+
+    import shiboken6
+
+    def alive() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, ChartsPanel) and shiboken6.isValid(o))
+
+    panel = ChartsPanel(RunSeries())
+    qtbot.addWidget(panel)
+    before = alive()
+    assert panel.grab_png("a caption").width() == 2 * 960
+    assert alive() == before
+
+
 def test_a_first_step_without_a_pass_is_not_a_measured_batch() -> None:
     """The first step's pending token comes with the prompt: a plain first step costs no pass (0 ms)."""
     series = RunSeries()

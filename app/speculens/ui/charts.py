@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
+import shiboken6
 from PySide6.QtCore import QRect, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPaintEvent, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import QVBoxLayout, QWidget
@@ -659,7 +660,10 @@ class ChartsPanel(QWidget):
             picture.fill(self.graphics.palette().color(self.graphics.backgroundRole()))
             QWidget.render(view, picture)  # the widget's own render: QGraphicsView's paints a scene rect into a painter
         finally:
+            # Deleted now: its signals' closures hold it in reference cycles, and a copy left to Python's collector
+            # was destroyed after the application at exit, which crashed (CI's test run ended in a segfault).
             slide.hide()
+            shiboken6.delete(slide)
         return captioned(picture, caption, round(band * ratio))
 
 
