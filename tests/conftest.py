@@ -131,6 +131,25 @@ def two_cpus_for_crowding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "_cpus", lambda: 2)
 
 
+def cheap_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Price verifying a batch of n tokens at 1 + 0.1·(n − 1) single steps of this machine, whatever its kernels
+    make of the tiny models. A test of the adaptive controller's output then sees it draft because its costs say
+    drafting pays, on every runner: on the real timings a CI runner's controller rightly drafted nothing within
+    24 tokens, and what the test was about went untested (exact mode's batch sizes differ by CPU, too)."""
+    import numpy as np
+
+    from speculens.engine.adaptive import BatchCosts
+
+    def curve(self: BatchCosts, n_max: int) -> np.ndarray | None:
+        if not self._single.count:
+            return None
+        ratio = 1.0 + 0.1 * np.arange(-1, n_max, dtype=float)
+        ratio[0] = 0.0
+        return self._single.at(self._context) * ratio
+
+    monkeypatch.setattr(BatchCosts, "curve", curve)
+
+
 @pytest.fixture(autouse=True)
 def no_flash_probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Flash attention left to llama.cpp, except where the probe is what a test checks (test_engine_flash): a
