@@ -443,6 +443,21 @@ def test_the_lab_follows_the_main_windows_target_and_keeps_its_own_choice_otherw
     assert lab.target_path == tiny.identical
 
 
+def test_the_pair_pickers_pair_lab_button_opens_the_lab_on_the_target_chosen_there(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    """From a tour: the demo target chosen in the pair picker, and the lab opened on the library's first model."""
+    window = lab.parent()
+    lab.close()
+    manager = window.open_model_manager()
+    qtbot.waitUntil(lambda: manager.target_combo.findData(str(tiny.perturbed)) >= 0, timeout=10_000)  # read aside
+    manager.target_combo.setCurrentIndex(manager.target_combo.findData(str(tiny.perturbed)))
+    assert window.store.settings.target_path == str(tiny.target)  # nothing loaded or saved yet: a choice only
+    manager.pair_lab_button.click()
+    assert lab.isVisible() and lab.target_path == tiny.perturbed
+    lab.close()
+    window.open_pair_lab()  # the menu's Pair lab keeps the lab's own choice
+    assert lab.target_path == tiny.perturbed
+
+
 def test_a_tie_is_said_and_applying_a_draft_free_winner_says_the_draft_goes(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
     """From the tour of 2026-12-06: "Recommended: Automatic" at ×3.57 beside prompt lookup's ×3.56, with nothing to
     say they were level; and Apply took the pair's draft model away, which the run had not measured, unsaid."""

@@ -470,7 +470,7 @@ class MainWindow(QMainWindow):
         manager = getattr(self, "_manager", None)
         if manager is None:
             manager = ModelManagerWindow(self.models, self)
-            manager.pair_lab_requested.connect(self.open_pair_lab)
+            manager.pair_lab_requested.connect(self._open_pair_lab_on)
             manager.downloads_changed.connect(self._on_downloads_changed)
             manager.download_ended.connect(self.statusBar().showMessage)
             self._manager = manager
@@ -481,6 +481,10 @@ class MainWindow(QMainWindow):
 
     def open_pair_lab(self) -> None:
         """Show the pair lab: which draft and settings make the target fastest on this machine."""
+        self._open_pair_lab_on("")
+
+    def _open_pair_lab_on(self, target: str) -> None:
+        """Show the pair lab on ``target`` (a library path; "" for the one it would choose itself)."""
         from speculens.ui.pair_lab import PairLabWindow
 
         lab = getattr(self, "_pair_lab", None)
@@ -490,6 +494,8 @@ class MainWindow(QMainWindow):
             self._pair_lab = lab
         else:
             lab.refresh_targets()
+        if target:
+            lab.choose_target(target)
         lab.show()
         lab.raise_()
         lab.activateWindow()

@@ -171,7 +171,8 @@ class ModelManagerWindow(QMainWindow):
     Signals:
         pair_chosen(str, str): the user chose a target and a draft path ("" = no draft); it is also set in
             the model controller, which loads it.
-        pair_lab_requested(): the user wants the pair lab (the main window opens it).
+        pair_lab_requested(str): the user wants the pair lab for the target chosen here (its path; "" for none),
+            which the main window opens on that target.
         downloads_changed(str): how the running downloads stand ("Downloading x.gguf: 37%"), "" when none runs:
             the main window shows it, so a download goes on being seen with this window closed.
         download_ended(str): a download ended, in a sentence (done, or why it failed): the main window says it too
@@ -179,7 +180,7 @@ class ModelManagerWindow(QMainWindow):
     """
 
     pair_chosen = Signal(str, str)
-    pair_lab_requested = Signal()
+    pair_lab_requested = Signal(str)
     downloads_changed = Signal(str)
     download_ended = Signal(str)
 
@@ -614,7 +615,10 @@ class ModelManagerWindow(QMainWindow):
         self.pair_lab_button = QPushButton("&Pair lab…", page)
         self.pair_lab_button.setAccessibleName("Pair lab…")
         self.pair_lab_button.setToolTip("Measure which draft and strategy make this target fastest on this machine")
-        self.pair_lab_button.clicked.connect(self.pair_lab_requested.emit)
+        # On the target chosen here: a tour picked the demo target, and the lab opened on the library's first model.
+        self.pair_lab_button.clicked.connect(
+            lambda: self.pair_lab_requested.emit(self.target_combo.currentData() or "")
+        )
         form = QFormLayout()
         form.addRow("Target", self.target_combo)
         form.addRow("Suggested drafts", self.suggestions)

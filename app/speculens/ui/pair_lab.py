@@ -411,6 +411,14 @@ class PairLabWindow(QMainWindow):
         else:
             self.status.setText("The library is empty: add or download a model in the model manager first.")
 
+    def choose_target(self, path: str) -> None:
+        """Make ``path`` (a library model's) the target, unless a measurement runs or it is not in the list."""
+        index = self.target_box.findData(path)
+        if index < 0:
+            index = self.target_box.findData(str(_resolved(Path(path))))
+        if index >= 0 and self._request is None:
+            self.target_box.setCurrentIndex(index)
+
     @property
     def target_path(self) -> Path | None:
         """The chosen target."""
