@@ -437,15 +437,22 @@ class LabResult:
         chosen = self._pick(scores, rows)
         return self.rows[kinds[0]][chosen] if chosen is not None else None
 
-    def overall_ties(self) -> list[Row]:
-        """The other candidates as fast as :meth:`overall_best`'s within the noise margin: the recommendation
-        took the simplest of them (a tour read "Recommended: Automatic" at ×3.57 beside prompt lookup's ×3.56,
-        with nothing to say that they were level)."""
+    def overall_ties(self) -> list[tuple[Row, float]]:
+        """The other candidates as fast as :meth:`overall_best`'s within the noise margin, each with the score it
+        was chosen on (:meth:`overall_speedup`): the recommendation took the simplest of them (a tour read
+        "Recommended: Automatic" at ×3.57 beside prompt lookup's ×3.56, with nothing to say that they were level;
+        another, over two kinds, read the first kind's figures beside a choice made on both)."""
         kinds, scores, rows = self._overall()
         chosen = self._pick(scores, rows)
         if chosen is None or chosen == PLAIN.key:
             return []
-        return [self.rows[kinds[0]][k] for k in self._close(scores, rows) if k != chosen]
+        return [(self.rows[kinds[0]][k], scores[k]) for k in self._close(scores, rows) if k != chosen]
+
+    def overall_speedup(self, key: str) -> float | None:
+        """The candidate's speedup over every kind measured, as :meth:`overall_best` weighs it: the geometric mean
+        of its kinds' (``None`` where it is not weighed: a kind without it, nothing drafted, a figure that cannot
+        be true)."""
+        return self._overall()[1].get(key)
 
     def _overall(self) -> tuple[list[str], dict[str, float], list[Row]]:
         """The kinds measured, each candidate's geometric-mean speedup over them, and all their rows."""

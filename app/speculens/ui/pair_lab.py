@@ -729,14 +729,19 @@ class PairLabWindow(QMainWindow):
                 head = f"Recommended: {html.escape(best.label)}"
             else:  # one setting for all of them may differ from each kind's own best, listed below
                 head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
+                if (score := result.overall_speedup(best.key)) is not None:
+                    head += f", ×{score:.2f} over them all (the geometric mean of the kinds')"
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (each kind's own best is below)" if shown.cancelled else (
                         " (Apply sets it; each kind's own best is below)")  # fmt: skip
             lines.insert(0, f"<b>{head}</b>")
             if ties := result.overall_ties():
-                level = ", ".join(f"{r.label} (×{r.speedup or 0:.2f})" for r in ties)
+                level = ", ".join(f"{r.label} (×{score:.2f})" for r, score in ties)
+                over = "" if len(kinds) == 1 else ", over them all"
                 lines.insert(
-                    1, f"As fast within this machine's noise: {html.escape(level)}. The simplest to run is recommended."
+                    1,
+                    f"As fast within this machine's noise{over}: {html.escape(level)}. The simplest to run is "
+                    "recommended.",
                 )
         if caution := result.plain_caution():  # after the verdict it qualifies
             lines.append(html.escape(caution))
