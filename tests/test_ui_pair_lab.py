@@ -431,6 +431,21 @@ def test_estimate_keeps_the_users_ticks(qtbot, lab) -> None:  # type: ignore[no-
     assert lab.checked() == [c for c in lab.candidates if c.is_plain]
 
 
+def test_a_tick_given_to_a_hopeless_candidate_stays_when_the_table_is_filled_again(qtbot, lab) -> None:  # type: ignore[no-untyped-def]
+    """From a tour: a draft model ticked after the estimate called it hopeless was unticked again when the lab was
+    opened again (every fill of the table unticked it)."""
+    with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
+        lab.estimate_button.click()
+    row, cand = next((r, c) for r, c in enumerate(lab.candidates) if c.runnable and c.draft is not None)
+    lab.result.estimates[cand.key] = replace(lab.result.estimates[cand.key], hopeless=True)
+    lab._fill_candidates()  # as a fresh estimate fills it
+    item = lambda: lab.candidate_table.item(row, 0)  # noqa: E731
+    assert item().checkState() == Qt.CheckState.Unchecked
+    item().setCheckState(Qt.CheckState.Checked)  # the user wants it measured all the same
+    lab._fill_candidates()  # as opening the lab again, or another estimate, fills it
+    assert item().checkState() == Qt.CheckState.Checked and cand in lab.checked()
+
+
 def test_the_lab_follows_the_main_windows_target_and_keeps_its_own_choice_otherwise(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
     window = lab.parent()
     lab.close()

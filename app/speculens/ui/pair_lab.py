@@ -211,6 +211,10 @@ class PairLabWindow(QMainWindow):
         self._estimating = False
         self._settings_target = ""  # the main window's target when the list was last filled (see refresh_targets)
         self._row_keys: list[str] = []  # the candidate in each row of the table, as last filled
+        # Candidates of this target unticked once as hopeless: not again, so a tick given since stays (a tour's
+        # tick was undone when the lab was opened again).
+        self._unticked_hopeless: set[str] = set()
+        self._listed_target: Path | None = None
         self._build()
         worker.lab_progressed.connect(self._on_worker_lab_progressed)
         worker.lab_finished.connect(self._on_worker_lab_finished)
@@ -440,6 +444,8 @@ class PairLabWindow(QMainWindow):
 
     def _on_candidates_listed(self, found: tuple[list[Candidate], LabResult | None]) -> None:
         self.candidates, saved = found
+        if self.target_path != self._listed_target:
+            self._listed_target, self._unticked_hopeless = self.target_path, set()
         self.status.setText("")
         self.show_result(saved)
         self._fill_candidates()  # with the saved estimates, if any
@@ -447,7 +453,7 @@ class PairLabWindow(QMainWindow):
     def _fill_candidates(self) -> None:
         table = self.candidate_table
         # The user's ticks stay as they were (a tour unticked all but two, and Estimate ticked them all again);
-        # a candidate the estimate finds hopeless is unticked, one not shown before is ticked.
+        # a candidate the estimate finds hopeless is unticked, once, and one not shown before is ticked.
         before = {
             key: item.checkState()
             for row, key in enumerate(self._row_keys)
@@ -461,8 +467,10 @@ class PairLabWindow(QMainWindow):
             if cand.runnable:
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
                 est = estimates.get(cand.key)
-                hopeless = est is not None and est.hopeless
-                item.setCheckState(Qt.CheckState.Unchecked if hopeless else before.get(cand.key, Qt.CheckState.Checked))
+                untick = est is not None and est.hopeless and cand.key not in self._unticked_hopeless
+                if untick:
+                    self._unticked_hopeless.add(cand.key)
+                item.setCheckState(Qt.CheckState.Unchecked if untick else before.get(cand.key, Qt.CheckState.Checked))
                 if cand.is_plain:
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
             else:
