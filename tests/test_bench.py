@@ -268,6 +268,10 @@ def test_every_setting_ran_on_every_prompt_with_identical_greedy_output(tiny_res
     fixed = results.runs["one"]["draft/n=4"][0]
     assert fixed.n_draft_chosen[0] == 4 and max(fixed.n_draft_chosen) <= 4
     assert all(0 <= k <= 4 for k in results.runs["one"]["lookup/adaptive≤4"][0].n_draft_chosen)
+    # What the draft model drafted, apart (the lab tells an idle draft model by it).
+    assert fixed.n_drafted_model == fixed.n_drafted > 0
+    lookup = results.runs["one"]["lookup/n=4"]
+    assert all(r.n_drafted_model == 0 for r in lookup) and any(r.n_drafted for r in lookup)
 
 
 def test_the_json_document_follows_its_schema(tiny_results: dict) -> None:

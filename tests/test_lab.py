@@ -269,6 +269,36 @@ def test_the_recommendation_prefers_the_simplest_of_candidates_within_the_noise(
     assert result.overall_best().key == "none"  # nothing beats plain decoding by more than the noise
 
 
+def test_a_draft_model_that_drafted_nothing_does_not_win_on_noise_over_its_strategy_without_it() -> None:
+    """From a tour: "For code rewrite, use Automatic with qwen…: ×1.64" beside Automatic's ×1.47, where the draft
+    model had drafted nothing and both had drafted alike, from prompt lookup."""
+    from speculens.lab import LabResult, Row
+
+    def row(key: str, speedup: float, model_drafted: int | None) -> Row:
+        label = candidates[key].label
+        return Row(key, label, 10 * speedup, speedup, 0.98, 3.0, 3.0, True, 4, "2026-01-01", None, 1, model_drafted)
+
+    candidates = {
+        "none": PLAIN,
+        "auto": Candidate("auto", "Automatic", Strategy.AUTO),
+        "auto:d": Candidate("auto:d", "Automatic with d", Strategy.AUTO, Path("d.gguf")),
+    }
+    rows = {"code-rewrite": {"none": row("none", 1.0, None), "auto": row("auto", 1.47, 0),
+                             "auto:d": row("auto:d", 1.64, 0)}}  # fmt: skip
+    result = LabResult("t.gguf", rows=rows, candidates=candidates)
+    assert result.best("code-rewrite").key == "auto" and result.overall_best().key == "auto"
+    said = " ".join(result.recommendation())
+    assert "use Automatic: ×1.47" in said
+    assert "Automatic with d is left out: its draft model drafted nothing, so it drafted as Automatic did" in said
+    # Where its draft model did draft, the gain is its own; and a row saved before the count existed is as it was.
+    for drafted in (120, None):
+        rows["code-rewrite"]["auto:d"] = row("auto:d", 1.64, drafted)
+        assert result.overall_best().key == "auto:d" and "left out" not in " ".join(result.recommendation())
+    # Without the strategy's own row to stand for it, its figure is all there is.
+    rows["code-rewrite"] = {"none": row("none", 1.0, None), "auto:d": row("auto:d", 1.64, 0)}
+    assert result.overall_best().key == "auto:d"
+
+
 def test_a_busy_machine_marks_the_figures_noisy() -> None:
     from speculens.engine.bench import RunResult
     from speculens.lab import _noise, _others_busy, lab_prompts

@@ -367,6 +367,8 @@ class Row:
             recommended.
         drafted: draft tokens verified, which the acceptance is of (a tour read 100% acceptance at 1.00 tokens per
             pass: a draft model's few probe tokens, all accepted); ``None`` in rows saved before it existed.
+        model_drafted: the tokens of ``drafted`` the candidate's draft model drafted (the rest came from prompt
+            lookup and the n-gram caches); ``None`` in rows saved before it existed.
     """
 
     key: str
@@ -381,6 +383,7 @@ class Row:
     date: str
     noisy: str | None = None
     drafted: int | None = None
+    model_drafted: int | None = None
 
 
 @dataclass
@@ -427,8 +430,24 @@ class LabResult:
     def best(self, kind: str) -> Row | None:
         """The kind's candidate to recommend (see :meth:`_pick`); rows whose speedup cannot be true are left out."""
         rows = self.rows.get(kind, {})
-        key = self._pick({k: r.speedup for k, r in rows.items() if r.speedup and _trusted(r)}, rows.values())
+        scores = {k: r.speedup for k, r in rows.items() if r.speedup and _trusted(r) and not self.idle_twin(r, kind)}
+        key = self._pick(scores, rows.values())
         return rows[key] if key is not None else None
+
+    def idle_twin(self, row: Row, kind: str) -> Row | None:
+        """Where ``row``'s draft model drafted nothing on ``kind`` and the same strategy without it was measured there
+        too: that candidate's row. The two drafted alike, and their difference is noise (a tour read "use Automatic
+        with the draft model" at ×1.64 beside Automatic's ×1.47 on a code rewrite where the draft model never
+        drafted)."""
+        cand = self.candidates.get(row.key)
+        if cand is None or cand.draft is None or row.model_drafted != 0:
+            return None
+        for key, other in self.rows.get(kind, {}).items():
+            twin = self.candidates.get(key)
+            same = twin is not None and (twin.strategy, twin.n_draft) == (cand.strategy, cand.n_draft)
+            if same and twin is not None and twin.draft is None:
+                return other
+        return None
 
     def overall_best(self) -> Row | None:
         """The candidate to apply for every kind measured: the best geometric-mean speedup over the kinds (each
@@ -461,6 +480,8 @@ class LabResult:
         scores = {}
         for key in keys:
             rows = [self.rows[k][key] for k in kinds]
+            if all(self.idle_twin(self.rows[k][key], k) is not None for k in kinds):
+                continue  # its draft model drafted nothing: its figure is its twin's, plus noise
             if all((r.speedup or 0.0) > 0 and r.noisy is None for r in rows) and any(_drafted(r) for r in rows):
                 scores[key] = math.exp(statistics.fmean(math.log(r.speedup or 0.0) for r in rows))
         return kinds, scores, [r for k in kinds for r in self.rows[k].values()]
@@ -503,6 +524,14 @@ class LabResult:
         out = []
         for kind in self.rows:
             out += self._verdict(kind)
+            for row in self.ranking(kind):
+                twin = self.idle_twin(row, kind)
+                if twin is not None and (row.speedup or 0.0) > (twin.speedup or 0.0):
+                    out.append(
+                        f"For {KINDS.get(kind, kind).lower()}, {row.label} is left out: its draft model drafted "
+                        f"nothing, so it drafted as {twin.label} did, and its ×{row.speedup or 0:.2f} against "
+                        f"×{twin.speedup or 0:.2f} is this machine's noise."
+                    )
             left_out = [
                 f"{r.label} (×{r.speedup or 0:.2f} at {r.mean_accepted_length:.2f} tokens per pass)"
                 for r in self.ranking(kind)
@@ -1220,6 +1249,7 @@ def _summarise(
                 date=date,
                 noisy=noisy,
                 drafted=drafted,
+                model_drafted=sum(r.n_drafted_model for r in all_runs),
             )
         if rows:  # a kind stopped before its first run ended has no rows (a tour's cancel saved it, dated anew)
             out[kind] = rows

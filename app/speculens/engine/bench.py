@@ -31,6 +31,7 @@ from speculens.engine.adaptive import CostModel
 from speculens.engine.backend import LlamaBackend
 from speculens.engine.config import GenerationConfig, Strategy
 from speculens.engine.drafters.base import Drafter
+from speculens.engine.drafters.draft_model import DraftModelDrafter
 from speculens.engine.drafters.ngram_cache import NgramCacheDrafter
 from speculens.engine.events import FinishEvent, FinishReason, RunningStats, StepEvent, decode_rate
 from speculens.engine.generate import generate
@@ -122,6 +123,7 @@ class RunResult:
         n_draft_chosen: the draft length asked for at each step (the adaptive controller's choices).
         n_probes: steps the controller speculated only to re-measure.
         n_ended: 1 when the answer ended on the target's end-of-generation token (see RunningStats).
+        n_drafted_model: the tokens of ``n_drafted`` a draft model drafted (the rest came from draft-free sources).
     """
 
     tokens: tuple[int, ...]
@@ -138,6 +140,7 @@ class RunResult:
     n_draft_chosen: tuple[int, ...] = ()
     n_probes: int = 0
     n_ended: int = 0
+    n_drafted_model: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -146,7 +149,12 @@ class RunResult:
 
     @classmethod
     def from_stats(
-        cls, tokens: Sequence[int], stats: RunningStats, chosen: Sequence[int] = (), n_probes: int = 0
+        cls,
+        tokens: Sequence[int],
+        stats: RunningStats,
+        chosen: Sequence[int] = (),
+        n_probes: int = 0,
+        n_drafted_model: int = 0,
     ) -> RunResult:
         """A result from a generation's final statistics."""
         return cls(
@@ -164,6 +172,7 @@ class RunResult:
             n_draft_chosen=tuple(chosen),
             n_probes=n_probes,
             n_ended=stats.n_ended,
+            n_drafted_model=n_drafted_model,
         )
 
 
@@ -201,7 +210,7 @@ def run_once(
     if drafters is None:
         drafters = _drafters(engine, config, rng)
     chosen: list[int] = []
-    probes = 0
+    probes = by_model = 0
     finish: FinishEvent | None = None
     events = generate(
         engine.target, drafters, prompt, config, rng, cancel, costs or engine.costs, engine.config.exact, engine.threads
@@ -210,12 +219,13 @@ def run_once(
         if isinstance(event, StepEvent):
             chosen.append(event.n_draft_max)
             probes += event.probe
+            by_model += len(event.drafted) if event.source == DraftModelDrafter.name else 0
         elif isinstance(event, FinishEvent):
             finish = event
     assert finish is not None
     if finish.reason is FinishReason.CANCELLED:
         return None
-    return RunResult.from_stats(finish.tokens, finish.stats, chosen, probes)
+    return RunResult.from_stats(finish.tokens, finish.stats, chosen, probes, by_model)
 
 
 # ---- the arithmetic ----------------------------------------------------------------------------------------
