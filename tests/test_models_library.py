@@ -209,6 +209,24 @@ def test_installed_demo_models_appear(tiny, monkeypatch: pytest.MonkeyPatch) -> 
     assert {e.id: e.status for e in Library().entries()}["built"] is EntryStatus.MISSING
 
 
+def test_a_demo_model_whose_file_the_library_has_already_is_not_listed_to_be_built(
+    tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a tour: a folder of the demo files scanned into a fresh library listed six models for three files, each
+    beside its "not built yet" placeholder (the pair picker offered both)."""
+    pending = _fake_demo(tiny.target, "pending")
+    monkeypatch.setattr(demo, "DEMO_MODELS", (pending,))
+    assert [e.status for e in Library().entries()] == [EntryStatus.NOT_ASSEMBLED]
+    copy = tmp_path / "elsewhere" / pending.filename
+    copy.parent.mkdir()
+    shutil.copy(tiny.target, copy)
+    Library().add(copy)
+    entries = Library().entries()
+    assert [(e.path, e.status) for e in entries] == [(copy, EntryStatus.OK)]
+    copy.write_bytes(copy.read_bytes() + b"x")  # another file of that name: the demo is still to be built
+    assert EntryStatus.NOT_ASSEMBLED in {e.status for e in Library().entries()}
+
+
 def test_two_processes_adding_at_once_lose_nothing(lib: Library, tiny, tmp_path: Path) -> None:
     """Each change is a read-modify-write under an OS file lock, so concurrent writers cannot drop entries."""
     import subprocess

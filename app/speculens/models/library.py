@@ -380,8 +380,11 @@ class Library:
         out = [_checked(_demo_named(e)) for e in stored.values()]
         if self.include_demo:
             known = {e.source.demo_key for e in out if e.source.kind is SourceKind.DEMO}
+            # Nor is a demo model listed to be built when the library has its file already, added from elsewhere
+            # (a tour scanned a folder of the demo files, and each stood beside its "not built yet" twin).
+            have = {(e.path.name, e.size) for e in out if e.available}
             for model in demo.DEMO_MODELS:
-                if model.key not in known and demo.is_installed(model):
+                if model.key not in known and demo.is_installed(model) and (model.filename, model.size) not in have:
                     out.append(_demo_placeholder(model))
         return sorted(out, key=lambda e: (e.name.lower(), e.id))
 
