@@ -58,6 +58,8 @@ def test_candidates_show_every_draft_and_grey_the_incompatible_one_with_its_reas
 def test_estimate_fills_the_estimates_and_unticks_hopeless_candidates(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
     with qtbot.waitSignal(lab.worker.lab_finished, timeout=60_000):
         lab.estimate_button.click()
+        assert lab.progress.isVisible() and lab.progress.maximum() == 0  # busy while it measures
+    assert not lab.progress.isVisible()
     estimates = lab.result.estimates
     for row, cand in enumerate(lab.candidates):
         if not cand.runnable or cand.is_plain:

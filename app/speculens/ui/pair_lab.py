@@ -581,6 +581,8 @@ class PairLabWindow(QMainWindow):
         lab.candidates = [PLAIN, *(c for c in self.candidates if c.runnable and not c.is_plain)]
         self._estimating = True
         self._start(lab, estimate_only=True)
+        self.progress.setRange(0, 0)  # busy: a tour's estimate took 45 s with a line of text alone
+        self.progress.show()
         self.status.setText("Measuring the cost profile (the target and each draft, a few decode calls)…")
 
     def run(self) -> None:
