@@ -886,8 +886,18 @@ class PairLabWindow(QMainWindow):
         # The acceptance the curve is drawn for: measured where the draft model drafted most (the adaptive
         # controller may have declined to draft at all on this machine).
         measured = [r for r in [row, *swept_rows] if r.acceptance is not None]
-        drafted_most = max(measured, key=lambda r: r.runs * r.settled_n_draft) if measured else None
-        alpha = (drafted_most.acceptance or 0.0) if drafted_most is not None else 0.0
+        if not measured:
+            # No acceptance to draw theory from, and the adaptive point is plain decoding's, plotted at length 0
+            # above the ×1 line it could not beat (a tour's chart beside "cannot win here").
+            self.sweep_plot.setTitle("Draft length: the draft model drafted nothing")
+            self.sweep_plot.setToolTip(
+                f"{row.label} drafted nothing: the adaptive controller found its drafts too dear to pay on this "
+                "machine, so there is no acceptance to draw the theory from. Tick “Also measure draft models at "
+                "fixed lengths” and Run again to see what drafting would have given."
+            )
+            return
+        drafted_most = max(measured, key=lambda r: r.runs * r.settled_n_draft)
+        alpha = drafted_most.acceptance or 0.0
         ratio = est.cost_ratio if est is not None and est.cost_ratio is not None else 0.0
         ks = np.arange(1, 17)
         theory = [theoretical_speedup(alpha, int(k), ratio, result.profile) for k in ks]
@@ -898,7 +908,7 @@ class PairLabWindow(QMainWindow):
             f"{row.label}: acceptance {alpha:.0%}, a draft token costs {ratio:.2f} of a target step; the curve is "
             "Leviathan et al.'s expected speedup with the measured verification costs"
         )
-        of = _of_few(drafted_most.drafted) if drafted_most is not None else ""
+        of = _of_few(drafted_most.drafted)
         name = f"theory: α {alpha:.0%}{of}, draft token {ratio:.2f} step"
         self.sweep_plot.plot(ks, theory, pen=pg.mkPen("#4C78A8", width=2), name=name)
         swept = [
