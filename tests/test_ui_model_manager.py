@@ -910,3 +910,18 @@ def test_the_pair_picker_says_whether_the_draft_model_pays_on_this_machine(
     manager.models.changed.emit()
     assert "measured when the load under way ends" in manager.report_view.toPlainText()
     manager.models.loading = False
+    # Measured by the Pair lab, and not loaded since: the lab's figures (a tour read "not measured yet" after it).
+    from speculens.engine.config import Strategy
+    from speculens.lab import PLAIN, Candidate, LabResult, Row, save
+
+    key, at = f"draft:{tiny.identical.name}", "2026-12-07T19:00:00"
+    lab = Candidate(key, f"Draft {tiny.identical.name}", Strategy.DRAFT, tiny.identical)
+    rows = {"chat": {"none": Row("none", "Plain", 10.0, 1.0, None, 1.0, 0.0, True, 2, at),
+                     key: Row(key, lab.label, 9.0, 0.9, None, 1.0, 0.0, True, 2, at, drafted=0)},
+            "code-rewrite": {key: Row(key, lab.label, 13.0, 1.3, 0.8, 2.1, 3.0, True, 2, at)}}  # fmt: skip
+    save(LabResult(tiny.target.name, rows=rows, candidates={"none": PLAIN, key: lab}), tiny.target)
+    manager.models.changed.emit()
+    assert (
+        "Speed on this machine (the Pair lab, 2026-12-07): the draft model alone ran ×0.90 on chat (it drafted "
+        "nothing); ×1.30 on code rewrite (acceptance 80%) of plain decoding."
+    ) in manager.report_view.toPlainText()

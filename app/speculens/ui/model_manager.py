@@ -827,6 +827,8 @@ class ModelManagerWindow(QMainWindow):
             or not info.draft  # loaded without it (a strategy that drafts from the prompt only): never timed
             or info.speculation_off
         ):
+            if lab := self._lab_said(*picked):
+                return f"<p>{html.escape(lab)}</p>"
             said = (
                 "Speed on this machine: not measured yet. Loading the pair under a strategy that uses the draft model "
                 "(Automatic, the default, or Draft model) times it against the target here; the Pair lab measures it "
@@ -849,6 +851,35 @@ class ModelManagerWindow(QMainWindow):
                 "drafts with it where its drafts are likely right."
             )
         return f"<p{style}>{html.escape(said)}</p>"
+
+    @staticmethod
+    def _lab_said(target: str | None, draft: str | None) -> str:
+        """What the Pair lab measured of the draft model alone for this target on this machine, in a sentence ("" for
+        nothing): a tour's picker said "not measured yet" right after the lab had measured the pair."""
+        from speculens.lab import KINDS, load_saved
+
+        saved = load_saved(Path(target)) if target and draft else None
+        if saved is None or draft is None:
+            return ""
+        found = []
+        for kind, rows in saved.rows.items():
+            for key, row in rows.items():
+                cand = saved.candidates.get(key)
+                if cand is None or cand.strategy is not Strategy.DRAFT or cand.n_draft is not None or not row.speedup:
+                    continue
+                if cand.draft is None or Path(cand.draft).name != Path(draft).name:
+                    continue
+                how = "it drafted nothing" if row.acceptance is None else f"acceptance {row.acceptance:.0%}"
+                found.append((row.date[:10], f"×{row.speedup:.2f} on {KINDS.get(kind, kind).lower()} ({how})"))
+        if not found:
+            return ""
+        dates = sorted({d for d, _ in found})
+        when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        return (
+            f"Speed on this machine (the Pair lab, {when}): the draft model alone ran "
+            f"{'; '.join(f for _, f in found)} of plain decoding. The Pair lab's results compare it with the "
+            "draft-free strategies."
+        )
 
     def _on_use_pair_clicked(self) -> None:
         draft = self.draft_combo.currentData() or ""
