@@ -483,6 +483,36 @@ def test_the_pair_pickers_pair_lab_button_opens_the_lab_on_the_target_chosen_the
     assert lab.target_path == tiny.perturbed
 
 
+def test_a_new_lab_opened_from_the_pair_picker_shows_the_picked_targets_candidates(qtbot, tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Seen under Xvfb: a lab opened for the first time from the picker listed the main window's target's
+    candidates and results (listed first, done last) beside the picked target's name."""
+    import time
+
+    from speculens.ui import pair_lab
+
+    real = pair_lab.list_candidates
+
+    def slow_for_the_main_windows_target(target, *args):  # type: ignore[no-untyped-def]
+        if target == tiny.target:
+            time.sleep(0.5)  # a bigger library, or a slower disk: this listing ends last
+        return real(target, *args)
+
+    monkeypatch.setattr(pair_lab, "list_candidates", slow_for_the_main_windows_target)
+    window = make_window(qtbot, tiny, load=False)
+    for path in (tiny.target, tiny.identical, tiny.perturbed):
+        window.models.library.add(path)
+    manager = window.open_model_manager()
+    qtbot.waitUntil(lambda: manager.target_combo.findData(str(tiny.perturbed)) >= 0, timeout=10_000)
+    manager.target_combo.setCurrentIndex(manager.target_combo.findData(str(tiny.perturbed)))
+    manager.pair_lab_button.click()
+    lab = window._pair_lab
+    qtbot.waitUntil(lambda: any(tiny.target.name in c.key for c in lab.candidates), timeout=10_000)
+    qtbot.wait(800)  # the main window's target's listing ends meanwhile
+    assert lab.target_path == tiny.perturbed
+    assert any(tiny.target.name in c.key for c in lab.candidates)  # a draft for the picked target
+    assert not any(tiny.perturbed.name in c.key for c in lab.candidates)  # not for the main window's
+
+
 def test_a_tie_is_said_and_applying_a_draft_free_winner_says_the_draft_goes(qtbot, lab, tiny) -> None:  # type: ignore[no-untyped-def]
     """From the tour of 2026-12-06: "Recommended: Automatic" at ×3.57 beside prompt lookup's ×3.56, with nothing to
     say they were level; and Apply took the pair's draft model away, which the run had not measured, unsaid."""
@@ -526,7 +556,7 @@ def test_a_tie_is_said_and_applying_a_draft_free_winner_says_the_draft_goes(qtbo
     }  # fmt: skip
     lab.show_result(LabResult(str(tiny.target), rows=rows, candidates=candidates))
     said = lab.recommendation.text()
-    assert "together: Automatic (lookup + n-gram cache), ×2.00 over them all" in said  # √(1.12 × 3.57)
+    assert "together: Automatic (lookup + n-gram cache): ×2.00 over them all" in said  # √(1.12 × 3.57)
     assert "As fast within this machine's noise, over them all: Prompt lookup (×1.97)" in said  # √(1.09 × 3.56)
 
 

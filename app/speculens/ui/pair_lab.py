@@ -437,13 +437,19 @@ class PairLabWindow(QMainWindow):
         gpu = bool(self.models.gpu_backend)
         self.status.setText("Checking which drafts can draft for this target…")
         self.tasks.run(
-            lambda: (list_candidates(target, self.models.library, s.n_ctx, gpu), load_saved(target)),
+            lambda: (target, list_candidates(target, self.models.library, s.n_ctx, gpu), load_saved(target)),
             self._on_candidates_listed,
             self._show_error,
         )
 
-    def _on_candidates_listed(self, found: tuple[list[Candidate], LabResult | None]) -> None:
-        self.candidates, saved = found
+    def _on_candidates_listed(self, found: tuple[Path, list[Candidate], LabResult | None]) -> None:
+        target, candidates, saved = found
+        if target != self.target_path:
+            # Listed for a target chosen before the current one, and done after it: the picker's Pair lab… opened
+            # a new lab on the main window's target, then on its own, and the first one's results won (seen under
+            # Xvfb: the 0.5B chosen, the 1.5B's figures shown).
+            return
+        self.candidates = candidates
         if self.target_path != self._listed_target:
             self._listed_target, self._unticked_hopeless = self.target_path, set()
         self.status.setText("")
@@ -740,7 +746,7 @@ class PairLabWindow(QMainWindow):
             else:  # one setting for all of them may differ from each kind's own best, listed below
                 head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
                 if (score := result.overall_speedup(best.key)) is not None:
-                    head += f", ×{score:.2f} over them all (the geometric mean of the kinds')"
+                    head += f": ×{score:.2f} over them all, the geometric mean of the kinds'"
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (each kind's own best is below)" if shown.cancelled else (
                         " (Apply sets it; each kind's own best is below)")  # fmt: skip
