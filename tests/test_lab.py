@@ -299,6 +299,22 @@ def test_a_draft_model_that_drafted_nothing_does_not_win_on_noise_over_its_strat
     assert result.overall_best().key == "auto:d"
 
 
+def test_a_saved_row_with_a_field_of_a_later_version_is_read_not_taken_for_damage(tiny, tmp_path: Path) -> None:
+    """A file written by a later version, read by this one, was taken for damaged, and the next save overwrote the
+    whole history."""
+    from speculens.lab import LabResult, Row, load_saved, results_path, save
+
+    row = Row("none", "Plain decoding", 10.0, 1.0, None, 1.0, 0.0, True, 2, "2026-12-07T19:00:00", model_drafted=0)
+    save(LabResult(tiny.target.name, rows={"chat": {"none": row}}, candidates={"none": PLAIN}), tiny.target)
+    path = results_path(tiny.target)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["kinds"]["chat"]["none"]["a_later_field"] = 3
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    saved = load_saved(tiny.target)
+    assert saved is not None and saved.rows["chat"]["none"] == row
+    assert "model_drafted" in saved.to_csv().splitlines()[0]
+
+
 def test_a_busy_machine_marks_the_figures_noisy() -> None:
     from speculens.engine.bench import RunResult
     from speculens.lab import _noise, _others_busy, lab_prompts

@@ -922,7 +922,7 @@ def test_the_pair_picker_says_whether_the_draft_model_pays_on_this_machine(
     save(LabResult(tiny.target.name, rows=rows, candidates={"none": PLAIN, key: lab}), tiny.target)
     manager.models.changed.emit()
     assert (
-        "Speed on this machine (the Pair lab, 2026-12-07): the draft model alone ran ×1.30 of plain decoding on code "
-        "rewrite (acceptance 80%); it drafted nothing on chat: the adaptive controller found it too dear here, so "
-        "those runs decoded plainly."
+        "Speed on this machine (the Pair lab, 2026-12-07): the Draft model strategy ran ×1.30 of plain decoding on "
+        "code rewrite (acceptance 80%); it drafted nothing on chat: the adaptive controller found it too dear here, "
+        "so those runs decoded plainly."
     ) in manager.report_view.toPlainText()

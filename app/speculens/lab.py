@@ -32,7 +32,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -367,8 +367,8 @@ class Row:
             recommended.
         drafted: draft tokens verified, which the acceptance is of (a tour read 100% acceptance at 1.00 tokens per
             pass: a draft model's few probe tokens, all accepted); ``None`` in rows saved before it existed.
-        model_drafted: the tokens of ``drafted`` the candidate's draft model drafted (the rest came from prompt
-            lookup and the n-gram caches); ``None`` in rows saved before it existed.
+        model_drafted: the tokens of ``drafted`` the candidate's draft model drafted, its probes left out (the rest
+            came from prompt lookup and the n-gram caches); ``None`` in rows saved before it existed.
     """
 
     key: str
@@ -685,7 +685,8 @@ class LabResult:
                 "runs",
                 "date",
                 "noisy",
-                "drafted",  # last: added later, the columns before it keep their places
+                "drafted",  # these last: added later, the columns before them keep their places
+                "model_drafted",
             ]
         )
         for kind in self.rows:
@@ -704,6 +705,7 @@ class LabResult:
                         r.date,
                         r.noisy or "",
                         "" if r.drafted is None else r.drafted,
+                        "" if r.model_drafted is None else r.model_drafted,
                     ]
                 )
         return out.getvalue()
@@ -1194,8 +1196,10 @@ def _impossible(speedup: float | None, per_pass: float) -> str | None:
 
 
 def _row_from(doc: dict[str, Any]) -> Row:
-    """A saved row; one saved before rows carried their own check gets it here, from its pooled figures."""
-    row = Row(**doc)
+    """A saved row; one saved before rows carried their own check gets it here, from its pooled figures. Fields a
+    later version added are left out, so its file is read rather than taken for damaged (and overwritten)."""
+    known = {f.name for f in fields(Row)}
+    row = Row(**{k: v for k, v in doc.items() if k in known})
     return row if "noisy" in doc else replace(row, noisy=_impossible(row.speedup, row.mean_accepted_length))
 
 

@@ -123,7 +123,8 @@ class RunResult:
         n_draft_chosen: the draft length asked for at each step (the adaptive controller's choices).
         n_probes: steps the controller speculated only to re-measure.
         n_ended: 1 when the answer ended on the target's end-of-generation token (see RunningStats).
-        n_drafted_model: the tokens of ``n_drafted`` a draft model drafted (the rest came from draft-free sources).
+        n_drafted_model: the tokens of ``n_drafted`` a draft model drafted for tokens, not as the controller's probe
+            (the rest came from draft-free sources; a draft model sitting out still probes now and then).
     """
 
     tokens: tuple[int, ...]
@@ -219,7 +220,7 @@ def run_once(
         if isinstance(event, StepEvent):
             chosen.append(event.n_draft_max)
             probes += event.probe
-            by_model += len(event.drafted) if event.source == DraftModelDrafter.name else 0
+            by_model += len(event.drafted) if event.source == DraftModelDrafter.name and not event.probe else 0
         elif isinstance(event, FinishEvent):
             finish = event
     assert finish is not None

@@ -867,8 +867,8 @@ class ModelManagerWindow(QMainWindow):
                 cand = saved.candidates.get(key)
                 if cand is None or cand.strategy is not Strategy.DRAFT or cand.n_draft is not None or not row.speedup:
                     continue
-                if cand.draft is None or Path(cand.draft).name != Path(draft).name:
-                    continue
+                if cand.draft is None or row.noisy or not _same_file(cand.draft, draft):
+                    continue  # another file, or a figure the lab itself calls impossible
                 dates.add(row.date[:10])
                 name = KINDS.get(kind, kind).lower()
                 if row.acceptance is None:  # plain decoding, whatever its figure read (a tour's ×1.12 "gain")
@@ -885,7 +885,7 @@ class ModelManagerWindow(QMainWindow):
                 "runs decoded plainly"
             )
         return (
-            f"Speed on this machine (the Pair lab, {when}): the draft model alone {'; it '.join(parts)}. The Pair "
+            f"Speed on this machine (the Pair lab, {when}): the Draft model strategy {'; it '.join(parts)}. The Pair "
             "lab's results compare it with the draft-free strategies."
         )
 
@@ -1265,3 +1265,11 @@ class ModelManagerWindow(QMainWindow):
         for download in self.downloads:
             download.cancel.set()
         self.tasks.wait()
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (links resolved, as the library keeps paths)."""
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return str(a) == str(b)

@@ -420,7 +420,11 @@ class PairLabWindow(QMainWindow):
         index = self.target_box.findData(path)
         if index < 0:
             index = self.target_box.findData(str(_resolved(Path(path))))
-        if index >= 0 and self._request is None:
+        if self._request is not None:
+            self.status.setText("A measurement is running: the target stays as it is until it ends.")
+        elif index < 0:
+            self.status.setText(f"{Path(path).name} is not in the library as a model on disk (build or add it first).")
+        else:
             self.target_box.setCurrentIndex(index)
 
     @property
@@ -456,7 +460,8 @@ class PairLabWindow(QMainWindow):
         self.show_result(saved)
         self._fill_candidates()  # with the saved estimates, if any
 
-    def _fill_candidates(self) -> None:
+    def _fill_candidates(self) -> list[str]:
+        """Fill the candidates' table; the labels of those it unticked as hopeless."""
         table = self.candidate_table
         # The user's ticks stay as they were (a tour unticked all but two, and Estimate ticked them all again);
         # a candidate the estimate finds hopeless is unticked, once, and one not shown before is ticked.
@@ -468,6 +473,7 @@ class PairLabWindow(QMainWindow):
         table.setRowCount(len(self.candidates))
         self._row_keys = [cand.key for cand in self.candidates]
         estimates = self.result.estimates if self.result is not None else {}
+        unticked: list[str] = []
         for row, cand in enumerate(self.candidates):
             item = _item(cand.label, cand.problem or "")
             if cand.runnable:
@@ -479,6 +485,8 @@ class PairLabWindow(QMainWindow):
                 item.setCheckState(Qt.CheckState.Unchecked if untick else before.get(cand.key, Qt.CheckState.Checked))
                 if cand.is_plain:
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
+                if untick:
+                    unticked.append(cand.label)
             else:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
             table.setItem(row, 0, item)
@@ -502,6 +510,7 @@ class PairLabWindow(QMainWindow):
                 table.setItem(row, 2, _item("ready"))
         table.resizeRowsToContents()
         self._update_round_note()
+        return unticked
 
     def _update_round_note(self, *_args: object) -> None:
         """Say how many runs one round is (it always runs in full), and how long on this machine once its speed is
@@ -679,8 +688,7 @@ class PairLabWindow(QMainWindow):
             saved = load_saved(target) if target is not None else None
             merged = replace(saved, estimates=result.estimates, profile=result.profile) if saved else result
             self.show_result(merged)
-            self._fill_candidates()
-            hopeless = [result.candidates[k].label for k, e in result.estimates.items() if e.hopeless]
+            hopeless = self._fill_candidates()  # not those the user ticked again after an earlier estimate
             self.status.setText(
                 "Estimated." + (f" Unticked, since they cannot win here: {', '.join(hopeless)}." if hopeless else "")
             )
@@ -745,7 +753,7 @@ class PairLabWindow(QMainWindow):
                 head = f"Recommended: {html.escape(best.label)}"
             else:  # one setting for all of them may differ from each kind's own best, listed below
                 head = f"One setting for all these kinds of text together: {html.escape(best.label)}"
-                if (score := result.overall_speedup(best.key)) is not None:
+                if best.key != PLAIN.key and (score := result.overall_speedup(best.key)) is not None:
                     head += f": ×{score:.2f} over them all, the geometric mean of the kinds'"
                 if any((b := result.best(k)) is not None and b.key != best.key for k in kinds):
                     head += " (each kind's own best is below)" if shown.cancelled else (
