@@ -567,6 +567,25 @@ def test_the_cli_takes_a_draft_by_its_library_id(tiny: TinyModels, library: Libr
     assert f"draft:{tiny.perturbed.name}" in listed and f"(or draft:{entry.id})" in listed
 
 
+def test_the_cli_leaves_out_a_draft_as_large_as_the_target_unless_named(
+    tiny: TinyModels, library: Library, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    """As the app ticks them: a draft not smaller than the target can only lose, so a run without --only leaves it
+    out and says so (a tour's lab would have loaded the 1.5B as a draft for the 0.5B, twice)."""
+    from speculens.cli.__main__ import main
+
+    entry = library.get(str(tiny.perturbed))
+    assert entry is not None
+    base = ["lab", "-m", str(tiny.target), "--kinds", "chat", "--budget", "0", "--rounds", "1", "--max-tokens", "4"]
+    assert main([*base, "--ctx", "512", "--no-save"]) == 0
+    said = capsys.readouterr()
+    assert f"left out draft:{tiny.perturbed.name}: not smaller than the target" in said.err
+    assert "4 runs of up to 4 tokens" in said.err  # plain decoding and the three draft-free strategies
+    assert main([*base, "--ctx", "512", "--no-save", "--only", f"none,draft:{entry.id}"]) == 0
+    said = capsys.readouterr()
+    assert "left out" not in said.err and "2 runs of up to 4 tokens" in said.err
+
+
 @pytest.mark.skipif(not hasattr(time, "tzset"), reason="time.tzset is Unix-only")
 def test_the_lab_s_times_read_in_local_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tour read the Pair lab's "Measured" times, saved and shown in UTC, as local ones."""

@@ -70,7 +70,8 @@ def test_estimate_fills_the_estimates_and_unticks_hopeless_candidates(qtbot, lab
         assert cell.text() == estimates[cand.key].short and cell.toolTip() == estimates[cand.key].text
         assert len(cell.text()) < len(cell.toolTip()) and ("pays from" in cell.text() or "cannot win" in cell.text())
         ticked = lab.candidate_table.item(row, 0).checkState() == Qt.CheckState.Checked
-        assert ticked == (not estimates[cand.key].hopeless), cand.key
+        # the tiny drafts are as large as the target: listed, not ticked at first (see the test of that)
+        assert ticked == (not estimates[cand.key].hopeless and not cand.larger), cand.key
     identical = estimates[f"draft:{tiny.identical.name}"]
     # measured, not assumed: on models this small a step is mostly fixed overhead, so only its presence is certain
     assert identical.cost_ratio is not None and identical.cost_ratio > 0
@@ -104,7 +105,28 @@ def test_estimate_rows_grow_when_the_window_narrows_so_no_text_is_cut(qtbot, lab
     assert table.rowHeight(row) >= table.sizeHintForRow(row)
 
 
+def tick_all(lab: PairLabWindow) -> None:
+    """Tick every candidate that can run, the tiny drafts as large as the target included."""
+    for row, cand in enumerate(lab.candidates):
+        if cand.runnable and not cand.is_plain:
+            lab.candidate_table.item(row, 0).setCheckState(Qt.CheckState.Checked)
+
+
+def test_a_draft_as_large_as_the_target_is_listed_but_not_ticked(lab, tiny) -> None:  # type: ignore[no-untyped-def]
+    """From a tour: the lab for the 0.5B demo target ticked the 1.5B as its draft, which can only lose, so Run
+    would have loaded it twice (alone and with Automatic) before anything the user wanted."""
+    larger = [(r, c) for r, c in enumerate(lab.candidates) if c.runnable and c.draft is not None]
+    assert larger and all(c.larger and "not smaller than the target" in c.label for _, c in larger)
+    assert all(lab.candidate_table.item(r, 0).checkState() == Qt.CheckState.Unchecked for r, _ in larger)
+    assert {c.key for c in lab.checked()} == {"none", "lookup", "ngram-cache", "auto"}
+    row, cand = larger[0]
+    lab.candidate_table.item(row, 0).setCheckState(Qt.CheckState.Checked)  # a teacher wants to show it losing
+    lab._fill_candidates()  # as an estimate or a new listing fills the table again
+    assert cand in lab.checked()
+
+
 def test_a_run_shows_progress_ranks_recommends_applies_and_is_saved(qtbot, lab, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    tick_all(lab)
     progressed: list[object] = []
     lab.worker.lab_progressed.connect(progressed.append)
     seen: list[int] = []  # rows in the table as the runs come (the window's own slot ran first)

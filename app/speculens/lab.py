@@ -104,6 +104,7 @@ class Candidate:
         download: ``(repo, file)`` of a catalog draft that is not downloaded yet.
         size: the draft's size in bytes.
         n_draft: a fixed draft length (the n_draft sweep); ``None``: the adaptive controller chooses.
+        larger: a draft not smaller than the target, which can only lose: listed for teaching, not ticked at first.
     """
 
     key: str
@@ -115,6 +116,7 @@ class Candidate:
     download: tuple[str, str] | None = None
     size: int | None = None
     n_draft: int | None = None
+    larger: bool = False
 
     @property
     def runnable(self) -> bool:
@@ -135,17 +137,14 @@ DRAFT_FREE = (
 )
 
 
-def _draft_candidates(path: Path, name: str, gpu: bool, size: int | None) -> list[Candidate]:
+def _draft_candidates(path: Path, name: str, gpu: bool, size: int | None, larger: bool) -> list[Candidate]:
     """The draft model alone and with the draft-free sources (auto), on the GPU and the CPU when there is one."""
     out = []
     for ngl, where in ((0, ""),) if not gpu else ((-1, ", on the GPU"), (0, ", on the CPU")):
         suffix = f"@ngl={ngl}" if gpu else ""
-        out.append(
-            Candidate(f"draft:{path.name}{suffix}", f"Draft {name}{where}", Strategy.DRAFT, path, ngl, size=size)
-        )
-        out.append(
-            Candidate(f"auto:{path.name}{suffix}", f"Automatic with {name}{where}", Strategy.AUTO, path, ngl, size=size)
-        )
+        for key, label, strategy in (("draft", "Draft", Strategy.DRAFT), ("auto", "Automatic with", Strategy.AUTO)):
+            key_, label_ = f"{key}:{path.name}{suffix}", f"{label} {name}{where}"
+            out.append(Candidate(key_, label_, strategy, path, ngl, size=size, larger=larger))
     return out
 
 
@@ -179,8 +178,9 @@ def list_candidates(target: Path, library: Library, n_ctx: int = 4096, gpu: bool
         if not report.compatible:
             out.append(Candidate(f"draft:{name}", f"Draft {name}", Strategy.DRAFT, entry.path, problem=report.headline))
         else:  # one as large as the target can only lose; kept, for teaching, and its estimate says so
-            label = name if (report.size_ratio or 0.0) > 1.0 else f"{name} (not smaller than the target)"
-            out.extend(_draft_candidates(entry.path, label, gpu, entry.size))
+            larger = (report.size_ratio or 0.0) <= 1.0
+            label = f"{name} (not smaller than the target)" if larger else name
+            out.extend(_draft_candidates(entry.path, label, gpu, entry.size, larger))
     target_size = target.stat().st_size
     for pair in pairs_for_target(info):
         file = pair.draft.file
@@ -748,6 +748,7 @@ def _candidate_from(d: dict[str, Any]) -> Candidate:
         (str(d["download"][0]), str(d["download"][1])) if d.get("download") else None,
         d.get("size"),
         d.get("n_draft"),
+        bool(d.get("larger", False)),
     )
 
 

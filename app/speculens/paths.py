@@ -14,6 +14,21 @@ import platformdirs
 APP = "speculens"
 
 
+def resolved(path: str | Path) -> Path | None:
+    """``path`` with ``~`` expanded and its links resolved, as the library keeps paths (``None`` where it cannot
+    be)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (links resolved, as the library keeps paths)."""
+    ra, rb = resolved(a), resolved(b)
+    return ra == rb if ra is not None and rb is not None else str(a) == str(b)
+
+
 def _home() -> Path | None:
     value = os.environ.get("SPECULENS_HOME")
     return Path(value).expanduser() if value else None

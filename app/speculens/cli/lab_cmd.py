@@ -89,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: no such candidates: {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
                 return 2
             candidates = [c for c in candidates if c.key in keys]
+        else:  # as the app ticks them: a draft as large as the target can only lose, so it runs when named
+            for c in candidates:
+                if c.larger and c.runnable:
+                    why = "not smaller than the target (name it in --only to run it)"
+                    print(f"left out {c.key}: {why}", file=sys.stderr)
+            candidates = [c for c in candidates if not c.larger]
         text = args.text.read_text(encoding="utf-8") if args.text else None
         prompts = lab_prompts([k for k in args.kinds.split(",") if k], text)
     except ValueError as exc:  # SpeculensError's input errors are ValueErrors too

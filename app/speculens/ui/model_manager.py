@@ -45,6 +45,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from speculens import paths
 from speculens.engine.config import Strategy
 from speculens.models.library import EntryStatus
 from speculens.settings import DRAFT_STRATEGIES
@@ -445,7 +446,6 @@ class ModelManagerWindow(QMainWindow):
         removed the next (the selection moves on). A file in the Speculens models folder may be deleted with it
         (a demo model's must be: the library lists any demo model it finds built); a file elsewhere is the
         user's and stays."""
-        from speculens import paths
         from speculens.models.gguf_info import format_bytes
 
         entry = self._selected_entry()
@@ -531,11 +531,10 @@ class ModelManagerWindow(QMainWindow):
         """Whether a library entry is the chosen target and/or draft (its roles), and whether its file may be open in
         the loaded models, or in a load under way. Paths are compared resolved: a file opened through a link names
         the entry's file by another path (a review's)."""
-        path = entry.path.resolve()
         settings = self.models.store.settings
 
         def same(chosen: str) -> bool:
-            return bool(chosen) and Path(chosen).resolve() == path
+            return bool(chosen) and paths.same_file(chosen, entry.path)
 
         roles = [role for role, chosen in (("target", settings.target_path), ("draft", settings.draft_path))
                  if same(chosen)]  # fmt: skip
@@ -867,7 +866,7 @@ class ModelManagerWindow(QMainWindow):
                 cand = saved.candidates.get(key)
                 if cand is None or cand.strategy is not Strategy.DRAFT or cand.n_draft is not None or not row.speedup:
                     continue
-                if cand.draft is None or row.noisy or not _same_file(cand.draft, draft):
+                if cand.draft is None or row.noisy or not paths.same_file(cand.draft, draft):
                     continue  # another file, or a figure the lab itself calls impossible
                 dates.add(row.date[:10])
                 name = KINDS.get(kind, kind).lower()
@@ -1266,10 +1265,3 @@ class ModelManagerWindow(QMainWindow):
             download.cancel.set()
         self.tasks.wait()
 
-
-def _same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two paths name one file (links resolved, as the library keeps paths)."""
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except (OSError, RuntimeError):
-        return str(a) == str(b)

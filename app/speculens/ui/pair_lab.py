@@ -66,6 +66,7 @@ from speculens.lab import (
     settings_to_apply,
     theoretical_speedup,
 )
+from speculens.paths import resolved
 from speculens.ui import file_dialogs
 from speculens.ui.charts import captioned, solid_grid, solid_grid_axes
 from speculens.ui.file_dialogs import Kind
@@ -409,7 +410,7 @@ class PairLabWindow(QMainWindow):
         for entry in entries:
             self.target_box.addItem(f"{entry.path.name} — {entry.name}", str(entry.path))
         # The library keeps resolved paths (Library.add): the settings' path may reach the file through a link.
-        known = {current, _resolved(current)} - {None}
+        known = {current, resolved(current) if current is not None else None} - {None}
         index = next((i for i, e in enumerate(entries) if e.path in known), 0)
         self.target_box.setCurrentIndex(index)
         self.target_box.blockSignals(False)
@@ -422,7 +423,7 @@ class PairLabWindow(QMainWindow):
         """Make ``path`` (a library model's) the target, unless a measurement runs or it is not in the list."""
         index = self.target_box.findData(path)
         if index < 0:
-            index = self.target_box.findData(str(_resolved(Path(path))))
+            index = self.target_box.findData(str(resolved(path)))
         if self._request is not None:
             self.status.setText("A measurement is running: the target stays as it is until it ends.")
         elif index < 0:
@@ -485,7 +486,10 @@ class PairLabWindow(QMainWindow):
                 untick = est is not None and est.hopeless and cand.key not in self._unticked_hopeless
                 if untick:
                     self._unticked_hopeless.add(cand.key)
-                item.setCheckState(Qt.CheckState.Unchecked if untick else before.get(cand.key, Qt.CheckState.Checked))
+                # A draft as large as the target can only lose: listed, for teaching, but not measured unasked (a
+                # tour's lab would have loaded the 1.5B as a draft for the 0.5B, twice).
+                first = Qt.CheckState.Unchecked if cand.larger else Qt.CheckState.Checked
+                item.setCheckState(Qt.CheckState.Unchecked if untick else before.get(cand.key, first))
                 if cand.is_plain:
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsUserCheckable)
                 if untick:
@@ -1034,13 +1038,6 @@ def _measured(result: LabResult) -> str:
     """When, where and with which llama.cpp build the results were measured."""
     return f"measured {local_time(result.date)} on {result.machine} with {result.llama_build.split(';')[0]}"
 
-
-def _resolved(path: Path | None) -> Path | None:
-    """``path`` with its links resolved, as the library keeps paths (``None`` where it cannot be)."""
-    try:
-        return path.expanduser().resolve() if path is not None else None
-    except (OSError, RuntimeError):
-        return None
 
 
 def _of_few(drafted: int | None) -> str:
