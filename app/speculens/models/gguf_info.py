@@ -631,15 +631,29 @@ def read_gguf_info(path: str | Path, *, tokens: bool = True) -> GGUFInfo:
     )
 
 
-def format_params(n: int | None) -> str:
-    """``1.54B``, ``494M``, or ``?``."""
+def format_params(n: int | None, label: str | None = None) -> str:
+    """``1.54B``, ``494M``, or ``?``; with the model's size label where the count reads otherwise: ``630M
+    (labelled 0.5B)`` (a tour read "630M" beside the name "0.5B": the file holds the output matrix that the
+    original shares with the embeddings, and the label is the size people know the model by)."""
     if not n:
-        return "?"
+        return f"? (labelled {label})" if label else "?"
+    text = str(n)
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= scale:
             value = n / scale
-            return f"{value:.3g}{unit}" if value < 100 else f"{value:.0f}{unit}"
-    return str(n)
+            text = f"{value:.3g}{unit}" if value < 100 else f"{value:.0f}{unit}"
+            break
+    return f"{text} (labelled {label})" if label and not _label_agrees(label, n) else text
+
+
+def _label_agrees(label: str, n: int) -> bool:
+    """Whether a size label (``1.5B``) says about ``n`` parameters (within 10%); a label of another form (``8x7B``)
+    agrees only where it reads as the count does."""
+    scales = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMBT])", label.strip().upper())
+    if match is None:
+        return label.strip().upper() == format_params(n).upper()
+    return abs(n / (float(match[1]) * scales[match[2]]) - 1.0) < 0.1
 
 
 def format_bytes(n: float | None) -> str:

@@ -134,6 +134,7 @@ class LibraryEntry:
         architecture: ``general.architecture``.
         family: pairing family (see :func:`speculens.models.gguf_info.model_family`).
         parameter_count: parameters, if known.
+        size_label: ``general.size_label`` (``0.5B``), the size people know the model by, if known.
         quantization: ``Q4_K_M`` etc., if known.
         context_length: training context length, if known.
         n_vocab: vocabulary size, if known.
@@ -152,6 +153,7 @@ class LibraryEntry:
     architecture: str | None = None
     family: str | None = None
     parameter_count: int | None = None
+    size_label: str | None = None
     quantization: str | None = None
     context_length: int | None = None
     n_vocab: int | None = None
@@ -177,6 +179,7 @@ class LibraryEntry:
             "architecture": self.architecture,
             "family": self.family,
             "parameter_count": self.parameter_count,
+            "size_label": self.size_label,
             "quantization": self.quantization,
             "context_length": self.context_length,
             "n_vocab": self.n_vocab,
@@ -203,6 +206,7 @@ class LibraryEntry:
             architecture=data.get("architecture"),
             family=data.get("family"),
             parameter_count=data.get("parameter_count"),
+            size_label=data.get("size_label"),
             quantization=data.get("quantization"),
             context_length=data.get("context_length"),
             n_vocab=data.get("n_vocab"),
@@ -608,6 +612,7 @@ def _facts(info: GGUFInfo) -> dict[str, Any]:
         "architecture": info.architecture,
         "family": info.family,
         "parameter_count": info.parameter_count,
+        "size_label": info.size_label,
         "quantization": info.quantization,
         "context_length": info.context_length,
         "n_vocab": None if tok is None else tok.n_vocab,
@@ -617,10 +622,14 @@ def _facts(info: GGUFInfo) -> dict[str, Any]:
 
 def _demo_named(entry: LibraryEntry) -> LibraryEntry:
     """A demo model's entry under its demo title ("Qwen2.5-Coder-0.5B-Instruct Q4_K_M"), not its file's
-    ``general.name``, which for the 0.5B draft says "AWQ" of a Q4_K_M file; also for entries registered before."""
+    ``general.name``, which for the 0.5B draft says "AWQ" of a Q4_K_M file; also for entries registered before (and
+    with the size label entries registered before it was kept lacked)."""
     key = entry.source.demo_key if entry.source.kind is SourceKind.DEMO else None
     model = next((m for m in demo.DEMO_MODELS if m.key == key), None)
-    return entry if model is None or entry.name == model.title else replace(entry, name=model.title)
+    if model is None:
+        return entry
+    label = model.facts.get("size_label")
+    return replace(entry, name=model.title, size_label=entry.size_label or (label if isinstance(label, str) else None))
 
 
 def _demo_placeholder(model: demo.DemoModel) -> LibraryEntry:
