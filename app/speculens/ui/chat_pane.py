@@ -413,6 +413,9 @@ class ChatPane(QWidget):
         self.transcript = QTextBrowser(self)
         self.transcript.setOpenExternalLinks(True)
         self.transcript.setAccessibleName("Conversation")
+        # Six lines of the conversation at least: in a short window the docks give way first (a tour's 840×600
+        # window kept the charts' 200 pixels and showed 50 of the transcript, a line and a scroll bar).
+        self.transcript.setMinimumHeight(6 * self.transcript.fontMetrics().lineSpacing() + 12)
         # Read to its end, the transcript stays at its end when it grows or its viewport shrinks (the answer's
         # figures wrapping to a second line when it finishes hid its last line).
         self._pinned = True

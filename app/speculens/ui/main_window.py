@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QEvent, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
@@ -1108,6 +1108,24 @@ class MainWindow(QMainWindow):
         super().changeEvent(event)
         if event.type() == QEvent.Type.WindowStateChange:  # F11, the window manager, or quitting from full screen
             self.full_screen_action.setChecked(self.isFullScreen())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """The docks keep their share of the window, as a splitter's parts do: Qt gives all of a change to the chat,
+        and a tour's 840×600 window kept the charts' 200 pixels and showed one line of the conversation."""
+        super().resizeEvent(event)
+        old, new = event.oldSize(), event.size()
+        if not self.isVisible() or old.width() <= 0 or old.height() <= 0:
+            return
+        vertical = (Qt.DockWidgetArea.TopDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea)
+        for upright, ratio in ((True, new.height() / old.height()), (False, new.width() / old.width())):
+            docks = [
+                d
+                for d in self.docks.values()
+                if d.isVisible() and not d.isFloating() and (self.dockWidgetArea(d) in vertical) == upright
+            ]
+            if docks and ratio != 1.0:
+                sizes = [round((d.height() if upright else d.width()) * ratio) for d in docks]
+                self.resizeDocks(docks, sizes, Qt.Orientation.Vertical if upright else Qt.Orientation.Horizontal)
 
     def _restore_layout(self) -> None:
         store = file_dialogs.window_state()
