@@ -323,6 +323,24 @@ def test_a_generation_runs_with_the_setting_measured_faster_at_its_depth(
         assert engine.info().flash_attn == probe.summary() and not calls
 
 
+def test_a_huge_max_tokens_puts_the_depth_no_deeper_than_a_long_answers(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a tour: Max tokens 999,999 at a 2,048-token context put a one-word answer's depth at 1,041 tokens, so it
+    switched flash attention and timed the other setting for 6 s before the answer began."""
+    probe = FlashProbe((64, 1024), (0.10, 0.30), (0.11, 0.20))
+    monkeypatch.setattr(LlamaBackend, "probe_flash_attention", lambda *_a, **_k: probe)
+    depths: list[int] = []
+    choice = FlashProbe.choice
+    monkeypatch.setattr(FlashProbe, "choice", lambda self, depth: depths.append(depth) or choice(self, depth))
+    with SpeculativeEngine(ModelConfig(tiny.target, None, n_ctx=2048, costs_dir=tmp_path)) as engine:
+        tokens = engine.target.tokenize(PROMPT, parse_special=True)
+        depths.clear()
+        engine.fit_flash_attn(tokens, 999_999)
+        engine.fit_flash_attn(tokens, 64)
+    assert depths == [len(tokens) + 1024 // 2, len(tokens) + 64 // 2]
+
+
 @pytest.mark.parametrize("kept", [True, False], ids=["costs-kept", "no-costs-folder"])
 def test_a_setting_timed_in_this_session_is_not_timed_again_when_switched_back(
     tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool

@@ -75,6 +75,10 @@ CALIBRATION_SAMPLES = 3
 # caches hold no more than this many tokens it could reuse (a system prompt's, not a conversation's), or no more
 # than a quarter of its prompt (a long document pasted into a conversation: the switch re-evaluates the rest).
 FLASH_SWITCH_KEEP = 64
+# The longest answer fit_flash_attn expects, whatever Max tokens allows: Max tokens set to a million asks not to be cut
+# off, it does not foretell a long answer (a tour's 999,999 at a 2,048-token context put a one-word answer's depth at
+# 1,041 tokens and timed the other setting's kernels for 6 s before it).
+FLASH_ANSWER_GUESS = 1024
 # A recurrent or hybrid target (Mamba, RWKV, Jamba ...) keeps this many state snapshots, so a verification can take
 # back up to this many rejected drafts; its drafts are capped at that length (memory grows with it).
 RECURRENT_ROLLBACK = 16
@@ -236,7 +240,8 @@ class SpeculativeEngine:
 
     def fit_flash_attn(self, prompt: Sequence[int], max_tokens: int, cancel: threading.Event | None = None) -> None:
         """Before a generation: switch flash attention (target and draft) to the setting measured faster at the
-        depth this generation decodes at (the prompt and half of what it may add), unless the caches hold more than
+        depth this generation decodes at (the prompt and half of what it may add, up to :data:`FLASH_ANSWER_GUESS`),
+        unless the caches hold more than
         :data:`FLASH_SWITCH_KEEP` tokens, and more than a quarter of this prompt, that it would reuse (a
         conversation going on: a switch empties them, and evaluating them again would cost more than it gains).
         The costs of that setting are restored and timed as at a load, the first time; a switch back to a setting
@@ -248,7 +253,7 @@ class SpeculativeEngine:
         probe, target = self._flash, self.target
         if probe is None:
             return
-        depth = len(prompt) + max(0, min(max_tokens, target.n_ctx - len(prompt))) // 2
+        depth = len(prompt) + max(0, min(max_tokens, target.n_ctx - len(prompt), FLASH_ANSWER_GUESS)) // 2
         wanted = probe.choice(depth)
         reused = target.common_prefix(prompt)
         if wanted == target.params.flash_attn or reused > max(FLASH_SWITCH_KEEP, len(prompt) // 4):
