@@ -926,3 +926,34 @@ def test_the_pair_picker_says_whether_the_draft_model_pays_on_this_machine(
         "code rewrite (acceptance 80%); it drafted nothing on chat: the adaptive controller found it too dear here, "
         "so those runs decoded plainly."
     ) in manager.report_view.toPlainText()
+
+
+def test_the_pair_picker_gives_the_verdict_of_the_pairs_last_load_once_it_is_loaded_otherwise(
+    qtbot, manager: ModelManagerWindow, tiny
+) -> None:
+    """From a tour: the demo pair loaded under Automatic said its draft model sat out (×0.72 at best); with prompt
+    lookup chosen since, the target was loaded alone, and the picker said "Speed on this machine: not measured yet".
+    A load's verdict is kept for the pair, across sessions, and said with its date."""
+    from speculens.engine.protocol import EngineInfo
+    from speculens.ui.model_controller import saved_verdict
+    from speculens.ui.worker import LoadResult
+
+    pick(manager, tiny.target, tiny.identical)
+    qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
+    idle = "the draft model cannot pay on this machine: ×0.72 of plain decoding at best"
+    info = EngineInfo(tiny.target.name, tiny.identical.name, "tiny", 512, False, (), None, draft_idle=idle)
+    settings = Settings(target_path=str(tiny.target), draft_path=str(tiny.identical))
+    manager.models._on_worker_models_loaded(LoadResult(settings, info, None, 1.0))  # as the worker's signal calls it
+    kept = saved_verdict(str(tiny.target), str(tiny.identical))
+    assert kept is not None and kept.idle == idle
+    lookup = replace(settings, strategy="lookup")  # the target alone: the draft model is not loaded, nor timed
+    manager.models._on_worker_models_loaded(LoadResult(lookup, replace(info, draft=None, draft_idle=None), None, 1.0))
+    text = manager.report_view.toPlainText()
+    assert f"(measured at a load on {kept.date[:10]}): {idle}. It stays idle" in text
+    assert saved_verdict(str(tiny.target), str(tiny.identical)) == kept  # a load without it changes nothing
+    assert saved_verdict(str(tiny.target), str(tiny.perturbed)) is None  # another pair: nothing measured
+    # An answer that finds the draft model can pay after all (costs measured since): kept, and said.
+    manager.models._on_worker_models_loaded(LoadResult(settings, info, None, 1.0))
+    manager.models._on_worker_info_changed(replace(info, draft_idle=None))
+    kept = saved_verdict(str(tiny.target), str(tiny.identical))
+    assert kept is not None and kept.idle is None

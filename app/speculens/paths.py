@@ -58,6 +58,11 @@ def cache_dir() -> Path:
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP, appauthor=False))
 
 
+def draft_verdicts_file() -> Path:
+    """What the last load of each target and draft pair measured of the draft model (see ``ModelController``)."""
+    return cache_dir() / "draft-verdicts.json"
+
+
 def costs_dir() -> Path:
     """The adaptive controller's measured costs: one file per target and load configuration (its batch costs,
     whatever drafts for it), one per draft model and target."""

@@ -10,12 +10,17 @@ says why (the file, not the tokenizer, when a draft is damaged), and the setting
 from __future__ import annotations
 
 import html
+import json
+import logging
 import time
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from speculens import paths
+from speculens.atomic import write_json_atomic
 from speculens.engine.protocol import EngineInfo
 from speculens.models.compat import PairReport, check_pair
 from speculens.models.hub import HubClient
@@ -26,7 +31,54 @@ from speculens.ui.tasks import TaskRunner
 from speculens.ui.worker import DemoRequest, EngineWorker, LoadRequest, LoadResult, ProbeRequest, UnloadRequest
 from speculens.words import upper_first
 
+log = logging.getLogger(__name__)
+
 LEVEL_STYLE = {"ok": ("✓", "#2ea043"), "warning": ("!", "#d29922"), "error": ("✗", "#d73a49")}
+
+
+@dataclass(frozen=True)
+class DraftVerdict:
+    """What a load measured of a draft model for its target on this machine.
+
+    Attributes:
+        date: when, in UTC (ISO 8601).
+        idle: why the draft model cannot pay here (the engine's phrase), or ``None``: it can.
+    """
+
+    date: str
+    idle: str | None
+
+
+def _pair_key(target: str, draft: str) -> str:
+    return f"{paths.resolved(target) or target}\n{paths.resolved(draft) or draft}"
+
+
+def saved_verdict(target: str, draft: str) -> DraftVerdict | None:
+    """The verdict the last load of this pair measured, kept across sessions (``None``: never loaded together, or
+    the file is unreadable). A tour's picker said "not measured yet" of a pair that an earlier load had timed, once
+    a draft-free strategy had loaded the target alone."""
+    try:
+        doc = json.loads(paths.draft_verdicts_file().read_text(encoding="utf-8"))
+        entry = doc[_pair_key(target, draft)]
+        return DraftVerdict(str(entry["date"]), None if entry.get("idle") is None else str(entry["idle"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep_verdict(target: str, draft: str, idle: str | None) -> None:
+    """Keep what this load measured of the draft model (errors are logged: it is a convenience)."""
+    path = paths.draft_verdicts_file()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        if not isinstance(doc, dict):
+            doc = {}
+    except (OSError, ValueError):
+        doc = {}
+    doc[_pair_key(target, draft)] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "idle": idle}
+    try:
+        write_json_atomic(path, doc)
+    except OSError as exc:
+        log.warning("could not keep the draft model's verdict: %s", exc)
 
 
 @dataclass(frozen=True)
@@ -255,6 +307,7 @@ class ModelController(QObject):
         self.loaded = result
         self.store.set_loaded(result.settings)
         info = result.info
+        self._keep(result.settings, info)
         if result.draft_error:
             self._set_badge(Badge(False, "⚠ Draft not loaded", html.escape(result.draft_error)))
             self.message.emit(f"The target is loaded; the draft is not: {result.draft_error}")
@@ -283,7 +336,19 @@ class ModelController(QObject):
         """An answer changed what is loaded says of itself (the verdict on the draft model): the toolbar follows."""
         if self.loaded is not None and not self.loading:
             self.loaded = replace(self.loaded, info=info)
+            self._keep(self.loaded.settings, info, changed_only=True)
             self.changed.emit()
+
+    @staticmethod
+    def _keep(settings: Settings, info: EngineInfo, changed_only: bool = False) -> None:
+        """Keep the loaded draft model's verdict for the pair picker (see saved_verdict): at each load, and when an
+        answer changes it."""
+        if not info.draft or not settings.draft_path or info.speculation_off:
+            return
+        kept = saved_verdict(settings.target_path, settings.draft_path) if changed_only else None
+        if kept is not None and kept.idle == info.draft_idle:
+            return
+        _keep_verdict(settings.target_path, settings.draft_path, info.draft_idle)
 
     def _on_worker_load_failed(self, message: str) -> None:
         self._nothing_loaded("Loading failed.")

@@ -51,9 +51,10 @@ from speculens.models.library import EntryStatus
 from speculens.settings import DRAFT_STRATEGIES
 from speculens.ui import file_dialogs
 from speculens.ui.file_dialogs import Kind
-from speculens.ui.model_controller import ModelController, report_html
+from speculens.ui.model_controller import ModelController, report_html, saved_verdict
 from speculens.ui.screen import resize_within_screen
 from speculens.ui.tasks import TaskRunner
+from speculens.words import local_time
 
 log = logging.getLogger(__name__)
 
@@ -816,7 +817,6 @@ class ModelManagerWindow(QMainWindow):
         loaded = self.models.loaded
         picked = (self.target_combo.currentData(), self.draft_combo.currentData())
         info = loaded.info if loaded is not None else None
-        style = ""
         if self.models.loading:  # the loaded pair's verdict would be of the models being replaced
             said = "Speed on this machine: measured when the load under way ends."
         elif (
@@ -828,28 +828,35 @@ class ModelManagerWindow(QMainWindow):
         ):
             if lab := self._lab_said(*picked):
                 return f"<p>{html.escape(lab)}</p>"
+            if (kept := saved_verdict(*picked) if all(picked) else None) is not None:
+                return self._verdict_html(kept.idle, f"measured at a load on {local_time(kept.date)[:10]}")
             said = (
                 "Speed on this machine: not measured yet. Loading the pair under a strategy that uses the draft model "
                 "(Automatic, the default, or Draft model) times it against the target here; the Pair lab measures it "
                 "on your kind of text."
             )
-        elif info.draft_idle:
+        else:
+            return self._verdict_html(info.draft_idle, "measured at load")
+        return f"<p>{html.escape(said)}</p>"
+
+    def _verdict_html(self, idle: str | None, when: str) -> str:
+        """The verdict a load measured on the draft model (``idle``: why it cannot pay; ``None``: it can)."""
+        if idle:
             fate = (
                 "It stays idle; prompt lookup and the n-gram cache still draft where the text repeats itself"
                 if self.models.store.settings.adaptive
                 else "With Adaptive off it drafts every step all the same"
             )
             said = (
-                f"⚠ Speed on this machine (measured at load): {info.draft_idle}. {fate}. The Pair lab compares drafts "
-                "and strategies on your kind of text."
+                f"⚠ Speed on this machine ({when}): {idle}. {fate}. The Pair lab compares drafts and strategies on "
+                "your kind of text."
             )
-            style = " style='color:#d29922'"
-        else:
-            said = (
-                "✓ Speed on this machine (measured at load): the draft model can pay here; the adaptive controller "
-                "drafts with it where its drafts are likely right."
-            )
-        return f"<p{style}>{html.escape(said)}</p>"
+            return f"<p style='color:#d29922'>{html.escape(said)}</p>"
+        said = (
+            f"✓ Speed on this machine ({when}): the draft model can pay here; the adaptive controller drafts with it "
+            "where its drafts are likely right."
+        )
+        return f"<p>{html.escape(said)}</p>"
 
     @staticmethod
     def _lab_said(target: str | None, draft: str | None) -> str:
