@@ -547,3 +547,24 @@ def test_a_map_of_several_files_is_named_after_their_folder(qtbot, tiny, tmp_pat
     (tmp_path / "v1.2").mkdir()
     dialog.add_paths([tmp_path / "v1.2"])  # a folder keeps its whole name (a review's)
     assert Path(dialog.output.text()).name == "v1.2.npz"
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support (raise|propagateSizeHints)")  # the tooltip, shown
+def test_a_number_clamped_when_tab_ends_the_typing_is_said_in_the_status_bar(qtbot, tiny) -> None:
+    """From a tour: 100 typed in Draft tokens and Tab pressed became 64 with no word seen: Tab's key coming up hid the
+    tooltip that said so. The window's status bar keeps the sentence."""
+    from gui_support import make_window
+
+    window = make_window(qtbot, tiny, load=False)
+    field = window.settings_panel.n_draft
+    window.docks["Settings"].raise_()
+    qtbot.waitUntil(field.isVisible, timeout=5_000)
+    field.setFocus()
+    qtbot.waitUntil(field.hasFocus, timeout=5_000)
+    field.selectAll()
+    qtbot.keyClicks(field, "100")
+    qtbot.keyClick(field, Qt.Key.Key_Tab)
+    assert not field.hasFocus() and field.value() == field.maximum()
+    said = f"From 1 to {field.maximum()}: 100 is set to {field.maximum()}."
+    assert window.statusBar().currentMessage() == said
+    qtbot.waitUntil(lambda: QToolTip.isVisible() and QToolTip.text() == said, timeout=2_000)  # shown again

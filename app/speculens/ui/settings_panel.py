@@ -12,10 +12,11 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
-from PySide6.QtGui import QFocusEvent, QValidator
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, Signal
+from PySide6.QtGui import QFocusEvent, QStatusTipEvent, QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -92,6 +93,11 @@ class _Clamping:
 
             said = f"From {shown(box.minimum())} to {shown(box.maximum())}: {text.strip()} is set to {shown(value)}."
             QToolTip.showText(box.mapToGlobal(QPoint(0, box.height())), said, box)
+            # Tab, which ends the typing, hides a tooltip as its key comes up (a tour's 100 became 64 without a word
+            # it saw): the window's status bar keeps the sentence, and the tooltip is shown again once the key is up.
+            QApplication.sendEvent(box, QStatusTipEvent(said))
+            QTimer.singleShot(300, box, lambda: box.isVisible() and QToolTip.showText(
+                box.mapToGlobal(QPoint(0, box.height())), said, box))
         return fixed
 
 
