@@ -352,6 +352,10 @@ def test_an_export_dialog_opens_where_the_last_export_went_and_names_the_target(
     assert Path(offered[0]).parent == Path.home() and Path(offered[0]).name.startswith(f"speculens-{tiny.target.stem}-")
     assert window.export_json() == chosen.with_suffix(".json")
     assert Path(offered[1]).parent == chosen.parent
+    # A transcript is named after its conversation, not the model (a tour's was "speculens-qwen2.5-coder-…").
+    window.chat.conversation.title = "Palindrome and rename: a/b?"
+    assert window.export_html() == chosen.with_suffix(".html")
+    assert Path(offered[2]).name.startswith("speculens-palindrome-and-rename-a-b-")
     window.close()
     again = make_window(qtbot, tiny, load=False)  # and after a restart
     again.export_html()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import logging
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -766,10 +767,14 @@ class MainWindow(QMainWindow):
 
     # ---- exports ------------------------------------------------------------------------------------
 
-    def _save_path(self, title: str, suffix: str, pattern: str) -> Path | None:
-        """Ask where to export, offering a name that says which target answered, and when (a tour's CSV did not)."""
-        target = Path(self.store.settings.target_path).stem
-        name = f"speculens-{f'{target}-' if target else ''}{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+    def _save_path(self, title: str, suffix: str, pattern: str, about: str = "") -> Path | None:
+        """Ask where to export, offering a name that says what it is of (``about``: a conversation's title; else the
+        target that answered) and when (a tour's CSV did not say which model; a transcript named after the model,
+        not its conversation, was another tour's)."""
+        what = re.sub(r"[^\w.-]+", "-", about.lower()).strip("-.")[:48].strip("-.") or Path(
+            self.store.settings.target_path
+        ).stem
+        name = f"speculens-{f'{what}-' if what else ''}{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
         return file_dialogs.save_file(self, Kind.EXPORTS, title, name, pattern)
 
     def _last_start(self) -> StartEvent | None:
@@ -857,7 +862,7 @@ class MainWindow(QMainWindow):
         if not conversation.messages and not view.infos:
             self.statusBar().showMessage("Nothing to export yet: send a message first.")
             return None
-        path = path or self._save_path("Export transcript", ".html", "HTML (*.html)")
+        path = path or self._save_path("Export transcript", ".html", "HTML (*.html)", conversation.title)
         if path:
             title = conversation.title or "Speculens conversation"
             body = render_transcript(conversation.messages, shade=EXPORT_CODE_SHADE)
