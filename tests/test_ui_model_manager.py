@@ -249,6 +249,7 @@ def test_a_failed_search_says_why_where_the_results_go(qtbot, manager: ModelMana
         raise HubError(HubErrorKind.NETWORK, f"Searching the hub for {text!r}: cannot reach https://hub.test.")
 
     monkeypatch.setattr(manager.hub, "search", unreachable)
+    manager.tabs.setCurrentIndex(2)  # the hub's tab, where the search is typed
     manager.hub_search.setText("Qwen")
     manager.search_hub()
     repos = manager.repo_list
@@ -257,6 +258,10 @@ def test_a_failed_search_says_why_where_the_results_go(qtbot, manager: ModelMana
     assert "try again" in repos.item(0).text()
     assert not repos.item(0).flags() & Qt.ItemFlag.ItemIsSelectable  # a note, not a repository to pick
     assert "cannot reach" in manager.message.text()
+    # The hub's failure, not the library's: a tour read it under the library too, long after.
+    manager.tabs.setCurrentIndex(0)
+    assert manager.message.text() == ""
+    assert "failed" in repos.item(0).text()  # still said where it happened
 
 
 def test_failed_download_is_shown_with_its_reason(qtbot, fake_hub, manager: ModelManagerWindow) -> None:

@@ -124,6 +124,7 @@ class _ElideStart(QStyledItemDelegate):
 
 
 SOURCE_COLUMN = 6
+HUB_TAB = 2  # the tabs: library, pair picker, the Hugging Face hub, downloads
 SOURCE_WIDTH = 220  # pixels at most for the Source column (see _show_library)
 # The library's Location column at least, where its paths are that long (then the table scrolls sideways). At 260 the
 # demo pair's rows pushed the Status column out of the Models window on a 1366x768 screen; 180 still shows a path's
@@ -232,7 +233,8 @@ class ModelManagerWindow(QMainWindow):
         models.store.changed.connect(self._on_store_changed)
         models.changed.connect(self._on_models_changed)  # a load finished: the speed line follows it
         # The hub tab: typing goes to its search box (a tour's first query went nowhere).
-        self.tabs.currentChanged.connect(lambda i: self.hub_search.setFocus() if i == 2 else None)
+        self._said_of_tab: int | None = None  # the tab the message at the foot is about (see _show_error)
+        self.tabs.currentChanged.connect(self._on_tabs_current_changed)
         # The next and previous tab from anywhere in the window: a text field kept Ctrl+Tab from the tab widget (a
         # tour, opened on the hub tab with the keyboard in its search box, could not reach the Pair picker).
         for keys, step in (("Ctrl+Tab", 1), ("Ctrl+PgDown", 1), ("Ctrl+Shift+Tab", -1), ("Ctrl+PgUp", -1)):
@@ -759,7 +761,7 @@ class ModelManagerWindow(QMainWindow):
             self.draft_combo.setCurrentIndex(max(0, self.draft_combo.findData(str(suggestion.path))))
         elif suggestion.repo and suggestion.filename:
             self.hub_search.setText(suggestion.repo)
-            self.tabs.setCurrentIndex(2)
+            self.tabs.setCurrentIndex(HUB_TAB)
             self.search_hub()
             self._say(f"Download {suggestion.filename} from {suggestion.repo}.")
 
@@ -1034,7 +1036,7 @@ class ModelManagerWindow(QMainWindow):
             item = QListWidgetItem(f"The search failed. {message}\n\nPress Enter in the search box to try again.")
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)
             self.repo_list.addItem(item)
-            self._show_error(message)
+            self._show_error(message, HUB_TAB)
 
         self.tasks.run(lambda: self.hub.search(text), done, failed)
 
@@ -1257,10 +1259,20 @@ class ModelManagerWindow(QMainWindow):
     def _say(self, message: str) -> None:
         self.message.setStyleSheet("")
         self.message.setText(message)
+        self._said_of_tab = None
 
-    def _show_error(self, message: str) -> None:
+    def _show_error(self, message: str, tab: int | None = None) -> None:
+        """Say what failed in red; ``tab``: the tab it is about, whose leaving clears it."""
         self.message.setStyleSheet("QLabel { color: #d73a49 }")
         self.message.setText(message)
+        self._said_of_tab = tab
+
+    def _on_tabs_current_changed(self, index: int) -> None:
+        if index == HUB_TAB:
+            self.hub_search.setFocus()
+        if self._said_of_tab is not None and index != self._said_of_tab:
+            # A hub search's failure is the hub's: a tour read "cannot reach huggingface.co" under the library too.
+            self._say("")
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Hide (the main window keeps the manager); downloads continue in the background."""
