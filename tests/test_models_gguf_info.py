@@ -189,3 +189,5 @@ def test_a_parameter_count_that_reads_otherwise_than_the_models_size_label_gives
     assert format_params(268_098_176, "270M") == "268M"
     assert format_params(46_700_000_000, "8x7B") == "46.7B (labelled 8x7B)"
     assert format_params(494_000_000) == "494M" and format_params(None, "7B") == "? (labelled 7B)"
+    assert format_params(494_000_000, "0B") == "494M (labelled 0B)"  # an odd label is said, not divided by
+    assert format_params(494_000_000, "  ") == format_params(494_000_000, "") == "494M"

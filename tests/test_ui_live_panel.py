@@ -595,7 +595,7 @@ def test_a_step_with_nothing_to_weigh_keeps_the_last_curve_and_the_caption_stays
     weighed, bare = declined_step(1, (1.0, 0.85, 0.7)), declined_step(2, ())
     feed(teach, [weighed], queued=True)  # type: ignore[arg-type]
     teach.on_records([Record(1, Lane.CHAT, RecordKind.PAUSED, event=weighed)])
-    assert teach.curve_label.text().startswith("This step: the draft model at step 1. Marked:")
+    assert teach.curve_label.text().startswith("The draft model at step 1: this step alone. Marked:")
     assert "not the answer's" in teach.curve_label.toolTip()  # a tour read ×1.05 beside Compare's ×1.48
     assert "acceptance it has learnt" in teach.curve_label.toolTip()  # how it is computed: on hovering
     assert "acceptance it has learnt" not in teach.curve_label.text()

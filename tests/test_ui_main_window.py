@@ -1159,23 +1159,31 @@ def test_the_window_fits_a_narrow_screen_and_keeps_the_badge_and_send_in_view(qt
     assert chat.width() - chat.send_button.mapTo(chat, chat.send_button.rect().topRight()).x() < 12
 
 
-def test_a_short_window_shrinks_the_docks_with_it_and_keeps_the_conversation_readable(qtbot, tiny) -> None:
+def test_a_short_window_shrinks_the_charts_with_it_and_keeps_the_conversation_readable(qtbot, tiny) -> None:
     """From a new-user tour: at 840×600 the charts kept their 200 pixels and the conversation showed one line and a
-    scroll bar (Qt gives all of a change to the central widget). The docks now keep their share, as a splitter's
-    parts do, and the conversation never goes below six lines."""
+    scroll bar (Qt gives all of a change to the central widget). A shrinking window now takes from the charts too,
+    down to a quarter of its height, and the conversation never goes below six lines; nothing grows back unasked."""
     window = make_window(qtbot, tiny, load=False)
-    window.resize(1280, 720)
     charts, transcript = window.docks["Charts"], window.chat.transcript
-    qtbot.waitUntil(lambda: window.height() == 720, timeout=5_000)
+    window.resize(1280, 820)
+    qtbot.waitUntil(lambda: window.height() == 820, timeout=5_000)
     qtbot.wait(100)  # the resize event delivered and the docks laid out
-    tall = charts.height()
+    window.resizeDocks([charts], [200], Qt.Orientation.Vertical)
+    qtbot.waitUntil(lambda: abs(charts.height() - 200) <= 2, timeout=5_000)
     window.resize(840, 600)
     qtbot.waitUntil(lambda: window.height() == 600, timeout=5_000)
-    qtbot.waitUntil(lambda: charts.height() <= round(tall * 600 / 720) + 2, timeout=5_000)
-    assert charts.height() >= round(tall * 600 / 720) - 2  # its share, not its minimum
-    window.resize(840, 460)  # below what the docks can give: they stop at their minimum, the conversation at six lines
-    qtbot.waitUntil(lambda: charts.height() <= charts.minimumSizeHint().height() + 2, timeout=5_000)
+    qtbot.waitUntil(lambda: charts.height() <= 600 // 4 + 2, timeout=5_000)
+    assert charts.height() >= 600 // 4 - 2  # a quarter, not its minimum
     assert transcript.height() >= 6 * transcript.fontMetrics().lineSpacing()
+    window.resize(840, 460)  # below what the docks can give: they stop at their minimum, the conversation at six lines
+    qtbot.waitUntil(lambda: window.height() <= 470, timeout=5_000)
+    qtbot.wait(100)
+    assert transcript.height() >= 6 * transcript.fontMetrics().lineSpacing()
+    shrunk = charts.height()
+    window.resize(1280, 820)  # growing gives the room to the chat, as Qt does: the charts stay as the user left them
+    qtbot.waitUntil(lambda: window.height() == 820, timeout=5_000)
+    qtbot.wait(100)
+    assert abs(charts.height() - shrunk) <= 2
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support raise", "This plugin does not support propagateSizeHints")

@@ -942,6 +942,7 @@ def test_the_pair_picker_gives_the_verdict_of_the_pairs_last_load_once_it_is_loa
     from speculens.engine.protocol import EngineInfo
     from speculens.ui.model_controller import saved_verdict
     from speculens.ui.worker import LoadResult
+    from speculens.words import local_time
 
     pick(manager, tiny.target, tiny.identical)
     qtbot.waitUntil(lambda: manager.report is not None, timeout=10_000)
@@ -954,7 +955,7 @@ def test_the_pair_picker_gives_the_verdict_of_the_pairs_last_load_once_it_is_loa
     lookup = replace(settings, strategy="lookup")  # the target alone: the draft model is not loaded, nor timed
     manager.models._on_worker_models_loaded(LoadResult(lookup, replace(info, draft=None, draft_idle=None), None, 1.0))
     text = manager.report_view.toPlainText()
-    assert f"(measured at a load on {kept.date[:10]}): {idle}. It stays idle" in text
+    assert f"(measured on {local_time(kept.date)[:10]}): {idle}. It stays idle" in text
     assert saved_verdict(str(tiny.target), str(tiny.identical)) == kept  # a load without it changes nothing
     assert saved_verdict(str(tiny.target), str(tiny.perturbed)) is None  # another pair: nothing measured
     # An answer that finds the draft model can pay after all (costs measured since): kept, and said.

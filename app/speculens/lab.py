@@ -178,7 +178,7 @@ def list_candidates(target: Path, library: Library, n_ctx: int = 4096, gpu: bool
         if not report.compatible:
             out.append(Candidate(f"draft:{name}", f"Draft {name}", Strategy.DRAFT, entry.path, problem=report.headline))
         else:  # one as large as the target can only lose; kept, for teaching, and its estimate says so
-            larger = (report.size_ratio or 0.0) <= 1.0
+            larger = report.size_ratio is not None and report.size_ratio <= 1.0
             label = f"{name} (not smaller than the target)" if larger else name
             out.extend(_draft_candidates(entry.path, label, gpu, entry.size, larger))
     target_size = target.stat().st_size

@@ -635,6 +635,7 @@ def format_params(n: int | None, label: str | None = None) -> str:
     """``1.54B``, ``494M``, or ``?``; with the model's size label where the count reads otherwise: ``630M
     (labelled 0.5B)`` (a tour read "630M" beside the name "0.5B": the file holds the output matrix that the
     original shares with the embeddings, and the label is the size people know the model by)."""
+    label = (label or "").strip() or None
     if not n:
         return f"? (labelled {label})" if label else "?"
     text = str(n)
@@ -653,7 +654,8 @@ def _label_agrees(label: str, n: int) -> bool:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMBT])", label.strip().upper())
     if match is None:
         return label.strip().upper() == format_params(n).upper()
-    return abs(n / (float(match[1]) * scales[match[2]]) - 1.0) < 0.1
+    said = float(match[1]) * scales[match[2]]
+    return said > 0 and abs(n / said - 1.0) < 0.1
 
 
 def format_bytes(n: float | None) -> str:

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 2
+CHARTS_SHARE = 25  # percent of a shrinking window's height the docks across it keep at most (see resizeEvent)
 LIVE_COMPARING = (
     "Comparing: the speculative half is shown here when the comparison ends (drawing it as it runs would slow "
     "speculation and not plain decoding)."
@@ -1115,22 +1116,21 @@ class MainWindow(QMainWindow):
             self.full_screen_action.setChecked(self.isFullScreen())
 
     def resizeEvent(self, event: QResizeEvent) -> None:
-        """The docks keep their share of the window, as a splitter's parts do: Qt gives all of a change to the chat,
-        and a tour's 840×600 window kept the charts' 200 pixels and showed one line of the conversation."""
+        """A window made shorter takes from the charts too, down to a quarter of its height: Qt gives all of a change
+        to the chat, and a tour's 840×600 window kept the charts' 200 pixels and showed one line of the conversation.
+        Only a shrink, and only above that share: a size the user gives the charts is theirs, and nothing grows or
+        drifts as the window is dragged, maximised or opened again."""
         super().resizeEvent(event)
         old, new = event.oldSize(), event.size()
-        if not self.isVisible() or old.width() <= 0 or old.height() <= 0:
+        if not self.isVisible() or old.height() <= 0 or new.height() >= old.height():
             return
-        vertical = (Qt.DockWidgetArea.TopDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea)
-        for upright, ratio in ((True, new.height() / old.height()), (False, new.width() / old.width())):
-            docks = [
-                d
-                for d in self.docks.values()
-                if d.isVisible() and not d.isFloating() and (self.dockWidgetArea(d) in vertical) == upright
-            ]
-            if docks and ratio != 1.0:
-                sizes = [round((d.height() if upright else d.width()) * ratio) for d in docks]
-                self.resizeDocks(docks, sizes, Qt.Orientation.Vertical if upright else Qt.Orientation.Horizontal)
+        across = (Qt.DockWidgetArea.TopDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea)
+        for dock in self.docks.values():
+            if not dock.isVisible() or dock.isFloating() or self.dockWidgetArea(dock) not in across:
+                continue
+            cap = max(dock.minimumSizeHint().height(), new.height() * CHARTS_SHARE // 100)
+            if dock.height() > cap:
+                self.resizeDocks([dock], [cap], Qt.Orientation.Vertical)
 
     def _restore_layout(self) -> None:
         store = file_dialogs.window_state()

@@ -831,7 +831,7 @@ class ModelManagerWindow(QMainWindow):
             if lab := self._lab_said(*picked):
                 return f"<p>{html.escape(lab)}</p>"
             if (kept := saved_verdict(*picked) if all(picked) else None) is not None:
-                return self._verdict_html(kept.idle, f"measured at a load on {local_time(kept.date)[:10]}")
+                return self._verdict_html(kept.idle, f"measured on {local_time(kept.date)[:10]}")
             said = (
                 "Speed on this machine: not measured yet. Loading the pair under a strategy that uses the draft model "
                 "(Automatic, the default, or Draft model) times it against the target here; the Pair lab measures it "
@@ -1036,7 +1036,8 @@ class ModelManagerWindow(QMainWindow):
             item = QListWidgetItem(f"The search failed. {message}\n\nPress Enter in the search box to try again.")
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)
             self.repo_list.addItem(item)
-            self._show_error(message, HUB_TAB)
+            if self.tabs.currentIndex() == HUB_TAB:  # else said in the list alone, not under another tab
+                self._show_error(message, HUB_TAB)
 
         self.tasks.run(lambda: self.hub.search(text), done, failed)
 

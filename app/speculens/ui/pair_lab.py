@@ -459,7 +459,8 @@ class PairLabWindow(QMainWindow):
             return
         self.candidates = candidates
         if self.target_path != self._listed_target:
-            self._listed_target, self._unticked_hopeless = self.target_path, set()
+            # Another target's ticks are not this one's (a draft smaller than one target is larger than another).
+            self._listed_target, self._unticked_hopeless, self._row_keys = self.target_path, set(), []
         self.status.setText("")
         self.show_result(saved)
         self._fill_candidates()  # with the saved estimates, if any

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, Signal
-from PySide6.QtGui import QFocusEvent, QStatusTipEvent, QValidator
+from PySide6.QtGui import QFocusEvent, QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
-    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMainWindow,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -95,7 +95,11 @@ class _Clamping:
             QToolTip.showText(box.mapToGlobal(QPoint(0, box.height())), said, box)
             # Tab, which ends the typing, hides a tooltip as its key comes up (a tour's 100 became 64 without a word
             # it saw): the window's status bar keeps the sentence, and the tooltip is shown again once the key is up.
-            QApplication.sendEvent(box, QStatusTipEvent(said))
+            window = box.parentWidget()
+            while window is not None and not isinstance(window, QMainWindow):
+                window = window.parentWidget()  # past a floating dock, which is a window of its own
+            if window is not None:
+                window.statusBar().showMessage(said, 15_000)
             QTimer.singleShot(300, box, lambda: box.isVisible() and QToolTip.showText(
                 box.mapToGlobal(QPoint(0, box.height())), said, box))
         return fixed

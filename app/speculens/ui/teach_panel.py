@@ -495,14 +495,15 @@ class TeachPanel(QWidget):
             speedup = np.asarray(step.expected_speedup, dtype=float)
             source = SOURCE_NAMES.get(step.considered or "", "the drafter")
             # This step's, said so: a tour read ×1.05 here beside Compare's ×1.48 for the whole answer.
-            lead = f"This step: {source} at step {step.step}"
+            lead = f"{upper_first(source)} at step {step.step}"
             if step is not self.last_step:
                 lead += " (the last step with a draft to weigh)"
+            lead += ": this step alone"
             how = (
                 f"Expected speedup by draft length: the adaptive controller's estimate for {source} at step "
                 f"{step.step}, from the verification and drafting costs it measured on this machine and the "
                 "acceptance it has learnt. It is this one step's expectation, not the answer's: the answer's speed is "
-                "in the line under it in the chat, and Compare measures it against plain decoding."
+                "in the line under the answer in the chat, and Compare measures it against plain decoding."
             )
             mark = step.n_draft_max
             extra = ""
