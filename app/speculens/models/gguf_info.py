@@ -651,9 +651,9 @@ def _label_agrees(label: str, n: int) -> bool:
     """Whether a size label (``1.5B``) says about ``n`` parameters (within 10%); a label of another form (``8x7B``)
     agrees only where it reads as the count does."""
     scales = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMBT])", label.strip().upper())
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMBT])", label.upper())
     if match is None:
-        return label.strip().upper() == format_params(n).upper()
+        return label.upper() == format_params(n).upper()
     said = float(match[1]) * scales[match[2]]
     return said > 0 and abs(n / said - 1.0) < 0.1
 

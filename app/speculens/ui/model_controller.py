@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -53,30 +54,32 @@ def _pair_key(target: str, draft: str) -> str:
     return f"{paths.resolved(target) or target}\n{paths.resolved(draft) or draft}"
 
 
+def _verdicts() -> dict[str, Any]:
+    """The kept verdicts by pair (empty where there are none, or the file is unreadable)."""
+    try:
+        doc = json.loads(paths.draft_verdicts_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def saved_verdict(target: str, draft: str) -> DraftVerdict | None:
     """The verdict the last load of this pair measured, kept across sessions (``None``: never loaded together, or
     the file is unreadable). A tour's picker said "not measured yet" of a pair that an earlier load had timed, once
     a draft-free strategy had loaded the target alone."""
     try:
-        doc = json.loads(paths.draft_verdicts_file().read_text(encoding="utf-8"))
-        entry = doc[_pair_key(target, draft)]
+        entry = _verdicts()[_pair_key(target, draft)]
         return DraftVerdict(str(entry["date"]), None if entry.get("idle") is None else str(entry["idle"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
 
 
 def _keep_verdict(target: str, draft: str, idle: str | None) -> None:
     """Keep what this load measured of the draft model (errors are logged: it is a convenience)."""
-    path = paths.draft_verdicts_file()
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-        if not isinstance(doc, dict):
-            doc = {}
-    except (OSError, ValueError):
-        doc = {}
+    doc = _verdicts()
     doc[_pair_key(target, draft)] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "idle": idle}
     try:
-        write_json_atomic(path, doc)
+        write_json_atomic(paths.draft_verdicts_file(), doc)
     except OSError as exc:
         log.warning("could not keep the draft model's verdict: %s", exc)
 
@@ -335,20 +338,18 @@ class ModelController(QObject):
     def _on_worker_info_changed(self, info: EngineInfo) -> None:
         """An answer changed what is loaded says of itself (the verdict on the draft model): the toolbar follows."""
         if self.loaded is not None and not self.loading:
+            changed = info.draft_idle != self.loaded.info.draft_idle  # kept again only then: no file read per answer
             self.loaded = replace(self.loaded, info=info)
-            self._keep(self.loaded.settings, info, changed_only=True)
+            if changed:
+                self._keep(self.loaded.settings, info)
             self.changed.emit()
 
     @staticmethod
-    def _keep(settings: Settings, info: EngineInfo, changed_only: bool = False) -> None:
+    def _keep(settings: Settings, info: EngineInfo) -> None:
         """Keep the loaded draft model's verdict for the pair picker (see saved_verdict): at each load, and when an
         answer changes it."""
-        if not info.draft or not settings.draft_path or info.speculation_off:
-            return
-        kept = saved_verdict(settings.target_path, settings.draft_path) if changed_only else None
-        if kept is not None and kept.idle == info.draft_idle:
-            return
-        _keep_verdict(settings.target_path, settings.draft_path, info.draft_idle)
+        if info.draft and settings.draft_path and not info.speculation_off:
+            _keep_verdict(settings.target_path, settings.draft_path, info.draft_idle)
 
     def _on_worker_load_failed(self, message: str) -> None:
         self._nothing_loaded("Loading failed.")
